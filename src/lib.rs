@@ -1,2 +1,37 @@
-//! streamfuse
+//! streamfuse runs tensor programs lazily and fast on the CPU.
+//!
+//! You write ordinary tensor code with [`Tensor`]; each op is checked and queued on the
+//! calling thread's stream, and nothing runs until a result is needed (`to_vec`,
+//! [`sync`], or the queue limit). Then the pending segment runs on the CPU kernels.
+//! Many threads can record at once, each into its own stream, sharing read-only
+//! tensors such as weights.
+//!
+//! ```
+//! use streamfuse::{DType, Tensor};
+//! # fn main() -> streamfuse::Result<()> {
+//! let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+//! let w = Tensor::ones(&[2, 3], DType::F32)?;
+//! let y = x.matmul(&w)?.relu()?.sum(-1)?;
+//! assert_eq!(y.to_vec::<f32>()?, vec![9.0, 21.0]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! See ARCHITECTURE.md for the path of an op from [`Tensor::add`] to its kernel.
+
+#![warn(missing_docs)]
+
+mod error;
 pub mod ir;
+pub mod kernels;
+pub mod runtime;
+pub mod stream;
+mod tensor;
+
+pub use error::{Error, Result};
+pub use ir::DType;
+pub use stream::{
+    last_flush, pending_key, set_kernel_threads, set_queue_limit, stats, sync, EngineStats,
+    FlushInfo, FlushReason,
+};
+pub use tensor::{Dim, Tensor, TensorElement};

@@ -1,0 +1,90 @@
+//! The error type of every fallible streamfuse call.
+//!
+//! Errors are found in two places. Most are found when an op is recorded: shapes that do
+//! not broadcast, a dim out of range, a dtype an op does not take. Those come back from
+//! the op itself, and the op records nothing. A few can only be found while a kernel
+//! runs (an index out of range in an index tensor that was still being computed); those
+//! come back from the next `to_vec` of an affected tensor or the next
+//! [`sync`](crate::sync) of the stream. Either way the message names the op and the
+//! values involved, so that the user can act on it.
+
+use std::fmt;
+
+/// What went wrong, with a message that names the op and the values involved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// Shapes that the op cannot take (broadcasting, matmul inner dims, element counts).
+    Shape {
+        /// The op that was called.
+        op: &'static str,
+        /// What was wrong with the shapes.
+        msg: String,
+    },
+    /// A dtype that the op cannot take, or two operands of different dtypes.
+    DType {
+        /// The op that was called.
+        op: &'static str,
+        /// What was wrong with the dtypes.
+        msg: String,
+    },
+    /// A dimension index outside the tensor's rank.
+    Dim {
+        /// The op that was called.
+        op: &'static str,
+        /// The dim as the caller gave it (negative dims count from the end).
+        dim: i64,
+        /// The rank of the tensor.
+        rank: usize,
+    },
+    /// An argument value the op cannot take (a range out of bounds, an index out of range,
+    /// a permutation that is not one).
+    Arg {
+        /// The op that was called.
+        op: &'static str,
+        /// What was wrong.
+        msg: String,
+    },
+    /// A kernel failed while running (found at run time, reported at the next read or sync).
+    Kernel {
+        /// The op whose kernel failed.
+        op: &'static str,
+        /// The kernel's message.
+        msg: String,
+    },
+}
+
+impl Error {
+    /// The name of the op that failed.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Error::Shape { op, .. }
+            | Error::DType { op, .. }
+            | Error::Dim { op, .. }
+            | Error::Arg { op, .. }
+            | Error::Kernel { op, .. } => op,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Shape { op, msg } => write!(f, "{op}: {msg}"),
+            Error::DType { op, msg } => write!(f, "{op}: {msg}"),
+            Error::Dim { op, dim, rank } => write!(
+                f,
+                "{op}: dim {dim} is out of range for a tensor of rank {rank} \
+                 (valid dims are {} to {})",
+                -(*rank as i64),
+                *rank as i64 - 1
+            ),
+            Error::Arg { op, msg } => write!(f, "{op}: {msg}"),
+            Error::Kernel { op, msg } => write!(f, "{op} failed while running: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The result of every fallible streamfuse call.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,232 @@
+//! The executor: runs a flushed segment op by op and fills in the slots.
+//!
+//! [`execute`] takes the tasks of a segment in queue order. For each it reads the input
+//! slots (all `Ready` by construction: an input is either made earlier in the same
+//! segment or was made before the op was recorded), allocates the output from the pool,
+//! calls the kernel, and sets the output slot. A task whose input failed fails too,
+//! with the same error, without running; a kernel error fails the task and is returned
+//! as the segment's first error. Each task is dropped right after it runs, so a
+//! buffer goes back to the pool as soon as its last reader has run.
+
+use std::sync::Arc;
+
+use super::{Buffer, Slot, SlotState, StorageElement};
+use crate::error::Error;
+use crate::ir::{DType, Element, Layout, Op, OpKind, ReduceOp};
+use crate::kernels::{self, KernelError, Par};
+
+/// One op ready to run: its description and the slots it reads and fills.
+#[derive(Debug)]
+pub struct Task {
+    /// What to compute.
+    pub op: Op,
+    /// The slots of `op.inputs`, in order.
+    pub inputs: Vec<Arc<Slot>>,
+    /// The slot of `op.output`.
+    pub output: Option<Arc<Slot>>,
+}
+
+/// Runs `tasks` in order with kernels limited to `par`; returns the first error.
+pub fn execute(tasks: impl IntoIterator<Item = Task>, par: Par) -> Option<Error> {
+    let mut first_error = None;
+    for task in tasks {
+        let Some(out) = &task.output else { continue };
+        let state = match gather(&task) {
+            Err(e) => SlotState::Failed(e),
+            Ok(inputs) => match run(&task.op, &inputs, par) {
+                Ok(buffer) => SlotState::Ready(buffer),
+                Err(e) => {
+                    let e = Error::Kernel {
+                        op: task.op.kind.name(),
+                        msg: e.0,
+                    };
+                    log::debug!("kernel error in {}: {e}", task.op);
+                    first_error.get_or_insert_with(|| e.clone());
+                    SlotState::Failed(e)
+                }
+            },
+        };
+        out.set(state);
+    }
+    first_error
+}
+
+/// The input buffers of a task, or the error of a failed input.
+fn gather(task: &Task) -> Result<Vec<Arc<Buffer>>, Error> {
+    task.inputs
+        .iter()
+        .zip(&task.op.inputs)
+        .map(|(slot, desc)| match slot.state() {
+            SlotState::Ready(b) => Ok(b),
+            SlotState::Failed(e) => Err(e),
+            SlotState::Pending => Err(Error::Kernel {
+                op: task.op.kind.name(),
+                msg: format!("input {} was never computed (engine bug)", desc.id),
+            }),
+        })
+        .collect()
+}
+
+fn typed<T: StorageElement>(b: &Buffer) -> Result<&[T], KernelError> {
+    b.as_slice::<T>().ok_or_else(|| {
+        KernelError(format!(
+            "buffer holds {} but {} was expected (engine bug)",
+            b.dtype(),
+            T::DTYPE
+        ))
+    })
+}
+
+/// Calls `$body` with `$T` bound to the Rust type of `$dtype`.
+macro_rules! with_dtype {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            DType::I64 => {
+                type $T = i64;
+                $body
+            }
+        }
+    };
+}
+
+/// Runs one op's kernel on its input buffers and returns the output buffer.
+fn run(op: &Op, inputs: &[Arc<Buffer>], par: Par) -> Result<Arc<Buffer>, KernelError> {
+    let out = op
+        .output
+        .as_ref()
+        .ok_or_else(|| KernelError("op without output".into()))?;
+    if let OpKind::View = op.kind {
+        return Ok(inputs[0].clone());
+    }
+    let lay = |i: usize| &op.inputs[i].layout;
+    let input = |i: usize| &*inputs[i];
+    let mut buffer = Buffer::alloc(out.dtype, out.layout.numel());
+    let b = &mut buffer;
+    match &op.kind {
+        OpKind::Fill { value } => with_dtype!(out.dtype, T => {
+            kernels::fill(dst::<T>(b)?, T::from_f64(f64::from_bits(*value)))
+        }),
+        OpKind::Unary(u) => kernels::unary(*u, typed(input(0))?, lay(0), dst(b)?, par)?,
+        OpKind::Binary(bin) => {
+            let l = broadcast(lay(0), &out.layout.dims)?;
+            let r = broadcast(lay(1), &out.layout.dims)?;
+            with_dtype!(out.dtype, T => kernels::binary::<T>(
+                *bin,
+                typed(input(0))?,
+                &l,
+                typed(input(1))?,
+                &r,
+                dst(b)?,
+                par,
+            )?)
+        }
+        OpKind::Cast => with_dtype!(op.inputs[0].dtype, S => {
+            with_dtype!(out.dtype, T => {
+                kernels::cast::<S, T>(typed(input(0))?, lay(0), dst(b)?, par)?
+            })
+        }),
+        OpKind::Contiguous => with_dtype!(out.dtype, T => {
+            kernels::copy::<T>(typed(input(0))?, lay(0), dst(b)?, par)?
+        }),
+        OpKind::View => unreachable!("handled above"),
+        OpKind::MatMul => {
+            let (l, r) = matmul_layouts(lay(0), lay(1), &out.layout.dims)?;
+            kernels::matmul(typed(input(0))?, &l, typed(input(1))?, &r, dst(b)?, par)?
+        }
+        OpKind::Reduce { op: ReduceOp::ArgMax, dim, .. } => {
+            with_dtype!(op.inputs[0].dtype, S => {
+                kernels::argmax::<S>(typed(input(0))?, lay(0), *dim, dst(b)?, par)?
+            })
+        }
+        OpKind::Reduce { op: r, dim, .. } => with_dtype!(out.dtype, T => {
+            kernels::reduce::<T>(*r, typed(input(0))?, lay(0), *dim, dst(b)?, par)?
+        }),
+        OpKind::Softmax => kernels::softmax(typed(input(0))?, lay(0), dst(b)?, par)?,
+        OpKind::LayerNorm { eps } => kernels::layer_norm(
+            typed(input(0))?,
+            lay(0),
+            typed(input(1))?,
+            lay(1),
+            typed(input(2))?,
+            lay(2),
+            f64::from_bits(*eps),
+            dst(b)?,
+            par,
+        )?,
+        OpKind::RmsNorm { eps } => kernels::rms_norm(
+            typed(input(0))?,
+            lay(0),
+            typed(input(1))?,
+            lay(1),
+            f64::from_bits(*eps),
+            dst(b)?,
+            par,
+        )?,
+        OpKind::IndexSelect { dim } => with_dtype!(out.dtype, T => {
+            with_dtype!(op.inputs[1].dtype, I => kernels::index_select::<T, I>(
+                typed(input(0))?,
+                lay(0),
+                typed(input(1))?,
+                lay(1),
+                *dim,
+                dst(b)?,
+                par,
+            )?)
+        }),
+        OpKind::Cat { dim } => with_dtype!(out.dtype, T => {
+            let srcs = inputs
+                .iter()
+                .zip(&op.inputs)
+                .map(|(x, d)| Ok((typed::<T>(x)?, &d.layout)))
+                .collect::<Result<Vec<_>, KernelError>>()?;
+            kernels::cat::<T>(&srcs, *dim, dst(b)?, par)?
+        }),
+        OpKind::Drop => {}
+    }
+    Ok(Arc::new(buffer))
+}
+
+/// The output buffer's elements as `T`; an engine bug if the buffer holds another type.
+fn dst<T: StorageElement>(b: &mut Buffer) -> Result<&mut [T], KernelError> {
+    let dtype = b.dtype();
+    b.as_mut_slice::<T>().ok_or_else(|| {
+        KernelError(format!(
+            "output is {dtype} but the kernel writes {} (engine bug)",
+            T::DTYPE
+        ))
+    })
+}
+
+fn broadcast(layout: &Layout, dims: &[usize]) -> Result<Layout, KernelError> {
+    layout.broadcast_as(dims).ok_or_else(|| {
+        KernelError(format!(
+            "cannot broadcast {:?} to {dims:?} (engine bug)",
+            layout.dims
+        ))
+    })
+}
+
+/// The operand layouts of a batched matmul with their batch dims broadcast to the
+/// output's.
+fn matmul_layouts(
+    l: &Layout,
+    r: &Layout,
+    out_dims: &[usize],
+) -> Result<(Layout, Layout), KernelError> {
+    let batch = &out_dims[..out_dims.len() - 2];
+    let with_batch = |x: &Layout| {
+        let mut dims = batch.to_vec();
+        dims.extend_from_slice(&x.dims[x.rank() - 2..]);
+        broadcast(x, &dims)
+    };
+    Ok((with_batch(l)?, with_batch(r)?))
+}
+

@@ -1,0 +1,14 @@
+//! The runtime: buffers and their pool, tensor slots, and the executor that runs a
+//! flushed segment's ops on the kernels.
+//!
+//! The runtime knows nothing of streams or handles. It is given [`Task`]s (an op with
+//! the slots it reads and fills) in an order where every input is made before it is
+//! read, and it runs them.
+
+mod execute;
+mod slot;
+mod storage;
+
+pub use execute::{execute, Task};
+pub use slot::{Slot, SlotState};
+pub use storage::{live_buffers, live_bytes, pooled_bytes, size_class, Buffer, Storage, StorageElement};

@@ -1,0 +1,101 @@
+//! Slots: where a tensor's data will be, once the op that makes it has run.
+//!
+//! Every tensor has one [`Slot`], shared (through `Arc`) by its user handles and by every
+//! queued op that reads or makes it. The slot starts `Pending`; the executor sets it to
+//! `Ready` with the buffer (or `Failed` with the kernel's error). Because queued reads
+//! hold the slot, a buffer can never be freed while a pending op still needs it, in this
+//! stream or another: the last `Arc` to go frees it. The slot also remembers its home
+//! stream and the queue position of the op that makes it, so that a reader elsewhere
+//! can drain exactly that far.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::Buffer;
+use crate::ir::TensorId;
+use crate::Error;
+
+/// What is known of a tensor's data now.
+#[derive(Clone, Debug)]
+pub enum SlotState {
+    /// The op that makes it has not run yet.
+    Pending,
+    /// The data, in a buffer possibly shared with views.
+    Ready(Arc<Buffer>),
+    /// The op that makes it (or one it depends on) failed with this error.
+    Failed(Error),
+}
+
+/// The data cell of one tensor.
+#[derive(Debug)]
+pub struct Slot {
+    id: TensorId,
+    state: Mutex<SlotState>,
+    /// Absolute queue position (in the home stream) of the op that makes the tensor;
+    /// `u64::MAX` when it was made outside any queue.
+    producer: AtomicU64,
+}
+
+impl Slot {
+    /// A slot whose data is still to be computed.
+    pub fn pending(id: TensorId) -> Arc<Slot> {
+        Arc::new(Slot {
+            id,
+            state: Mutex::new(SlotState::Pending),
+            producer: AtomicU64::new(u64::MAX),
+        })
+    }
+
+    /// A slot that already holds data.
+    pub fn ready(id: TensorId, buffer: Buffer) -> Arc<Slot> {
+        Arc::new(Slot {
+            id,
+            state: Mutex::new(SlotState::Ready(Arc::new(buffer))),
+            producer: AtomicU64::new(u64::MAX),
+        })
+    }
+
+    /// The id of the tensor whose data this is.
+    pub fn id(&self) -> TensorId {
+        self.id
+    }
+
+    /// A copy of the current state.
+    pub fn state(&self) -> SlotState {
+        self.state.lock().clone()
+    }
+
+    /// Whether the data is still to be computed.
+    pub fn is_pending(&self) -> bool {
+        matches!(*self.state.lock(), SlotState::Pending)
+    }
+
+    /// Sets the state (the executor's job).
+    pub fn set(&self, state: SlotState) {
+        *self.state.lock() = state;
+    }
+
+    /// Queue position of the producing op in the home stream.
+    pub fn producer(&self) -> u64 {
+        self.producer.load(Ordering::Acquire)
+    }
+
+    /// Records the queue position of the producing op.
+    pub fn set_producer(&self, pos: u64) {
+        self.producer.store(pos, Ordering::Release);
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if log::log_enabled!(log::Level::Trace) {
+            if let SlotState::Ready(b) = self.state.get_mut() {
+                if Arc::strong_count(b) == 1 {
+                    log::trace!("free {} ({} elements)", self.id, b.len());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Streams: one lazy queue of ops per thread, and how ops reach it.
+//!
+//! Every thread that records an op gets its own stream ([`StreamCell`]), found through
+//! a thread-local. Recording touches only that stream, unless an input is still
+//! pending in another stream: then that stream is first drained up to the op that
+//! makes the input, on the recording thread ([`record`]). When the thread ends, its
+//! stream is flushed and closed, so nothing it queued is lost or leaks.
+//!
+//! Tensor data lives in slots shared by handles and queued ops (see
+//! [`crate::runtime::Slot`]), so the order of drops between threads can never free a
+//! buffer that a pending op still reads: the buffer goes when its last reader has run.
+
+mod queue;
+
+pub use queue::{FlushInfo, FlushReason, StreamCell};
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+use crate::error::Result;
+use crate::ir::Op;
+use crate::runtime::Slot;
+
+/// The id of a stream (one per thread that records ops).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamId(pub u64);
+
+impl fmt::Display for StreamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "stream{}", self.0)
+    }
+}
+
+/// Engine-wide settings.
+pub(crate) mod config {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    static QUEUE_LIMIT: AtomicUsize = AtomicUsize::new(4096);
+
+    /// Ops a queue holds before it flushes by itself.
+    pub fn queue_limit() -> usize {
+        QUEUE_LIMIT.load(Ordering::Relaxed)
+    }
+
+    /// Sets the queue limit (at least 1).
+    pub fn set_queue_limit(n: usize) {
+        QUEUE_LIMIT.store(n.max(1), Ordering::Relaxed);
+    }
+}
+
+static REGISTRY: Mutex<Option<HashMap<StreamId, Weak<StreamCell>>>> = Mutex::new(None);
+static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
+static SEGMENTS: AtomicUsize = AtomicUsize::new(0);
+static OPS: AtomicUsize = AtomicUsize::new(0);
+
+pub(crate) fn count_segment() {
+    SEGMENTS.fetch_add(1, Ordering::Relaxed);
+}
+
+fn new_stream() -> Arc<StreamCell> {
+    let id = StreamId(NEXT_STREAM.fetch_add(1, Ordering::Relaxed));
+    let cell = Arc::new(StreamCell::new(id));
+    REGISTRY
+        .lock()
+        .get_or_insert_with(HashMap::new)
+        .insert(id, Arc::downgrade(&cell));
+    log::trace!("{id}: opened");
+    cell
+}
+
+/// The calling thread's stream; closes it when the thread ends.
+struct LocalStream(Arc<StreamCell>);
+
+impl Drop for LocalStream {
+    fn drop(&mut self) {
+        self.0.close();
+        if let Some(map) = REGISTRY.lock().as_mut() {
+            map.remove(&self.0.id());
+        }
+    }
+}
+
+thread_local! {
+    static LOCAL: LocalStream = LocalStream(new_stream());
+}
+
+/// Calls `f` with the calling thread's stream. During thread teardown, when the
+/// thread-local is gone, `f` gets a fresh stream that is closed at once (its ops run
+/// eagerly).
+pub(crate) fn with_current<R>(f: impl FnOnce(&Arc<StreamCell>) -> R) -> R {
+    let mut f = Some(f);
+    let result = LOCAL.try_with(|s| (f.take().expect("called once"))(&s.0));
+    match result {
+        Ok(r) => r,
+        Err(_) => {
+            let cell = new_stream();
+            cell.close();
+            let r = (f.take().expect("not called"))(&cell);
+            if let Some(map) = REGISTRY.lock().as_mut() {
+                map.remove(&cell.id());
+            }
+            r
+        }
+    }
+}
+
+/// Records `op` (reading `inputs`, homed in `homes`) on the calling thread's stream and
+/// returns the stream and the output's slot. Inputs still pending in another stream are
+/// made first, by draining that stream up to the op that makes them.
+pub(crate) fn record(
+    op: Op,
+    inputs: Vec<Arc<Slot>>,
+    homes: &[&Arc<StreamCell>],
+) -> (Arc<StreamCell>, Arc<Slot>) {
+    OPS.fetch_add(1, Ordering::Relaxed);
+    with_current(|cell| {
+        for ((slot, home), desc) in inputs.iter().zip(homes).zip(&op.inputs) {
+            if home.id() != cell.id() && slot.is_pending() {
+                log::trace!("{}: drains {} for {}", cell.id(), home.id(), desc.id);
+                home.flush(
+                    slot.producer(),
+                    FlushReason::Drain {
+                        by: cell.id(),
+                        tensor: desc.id,
+                    },
+                );
+            }
+        }
+        let out = Slot::pending(op.output.as_ref().expect("ops record an output").id);
+        cell.push(op, inputs, Some(out.clone()));
+        (cell.clone(), out)
+    })
+}
+
+/// The calling thread's stream.
+pub(crate) fn current() -> Arc<StreamCell> {
+    with_current(|c| c.clone())
+}
+
+/// Runs every op queued on the calling thread's stream and returns the first error a
+/// kernel reported since the last sync (errors found when ops are recorded are returned
+/// by the ops themselves).
+pub fn sync() -> Result<()> {
+    with_current(|c| c.sync())
+}
+
+/// Sets how many ops a stream queues before it flushes by itself (default 4096).
+pub fn set_queue_limit(n: usize) {
+    config::set_queue_limit(n)
+}
+
+/// Sets how many threads the kernels of the calling thread's stream may use: 1 runs
+/// every kernel on the thread that flushes (the right choice when several streams run
+/// at once, one per core); 0 (the default) lets large kernels use all of rayon's
+/// threads.
+pub fn set_kernel_threads(threads: usize) {
+    with_current(|c| c.set_threads(threads))
+}
+
+/// What the last flush of the calling thread's stream ran.
+pub fn last_flush() -> Option<FlushInfo> {
+    with_current(|c| c.last_flush())
+}
+
+/// The stable key of the ops now pending on the calling thread's stream (the relative
+/// form's hash; the same program on other tensors has the same key).
+pub fn pending_key() -> u64 {
+    with_current(|c| c.pending_key())
+}
+
+/// Counters of the engine as a whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Buffers alive now (held by tensors or queued ops).
+    pub live_buffers: usize,
+    /// Bytes held by live buffers.
+    pub live_bytes: usize,
+    /// Bytes of free storage kept by the pool for reuse.
+    pub pooled_bytes: usize,
+    /// Streams open now (threads that recorded ops and have not ended).
+    pub live_streams: usize,
+    /// Ops recorded since the process started.
+    pub ops_recorded: usize,
+    /// Segments flushed since the process started.
+    pub segments: usize,
+}
+
+/// A snapshot of the engine's counters.
+pub fn stats() -> EngineStats {
+    EngineStats {
+        live_buffers: crate::runtime::live_buffers(),
+        live_bytes: crate::runtime::live_bytes(),
+        pooled_bytes: crate::runtime::pooled_bytes(),
+        live_streams: REGISTRY.lock().as_ref().map_or(0, |m| m.len()),
+        ops_recorded: OPS.load(Ordering::Relaxed),
+        segments: SEGMENTS.load(Ordering::Relaxed),
+    }
+}

@@ -1,0 +1,281 @@
+//! One stream: its lazy queue of ops, its cursor, and how it flushes.
+//!
+//! A [`StreamCell`] is a queue behind its own lock. Ops are pushed at the back by the
+//! stream's thread; a flush pops a prefix (all of it, or up to the op that makes a
+//! tensor somebody needs) and runs it on the executor while still holding the lock, so
+//! that whoever flushes next sees every earlier op finished. The cursor counts ops
+//! executed so far: an op's absolute position is `cursor + index in the queue`.
+//!
+//! Lock discipline (why no deadlock is possible): a thread holds at most one stream
+//! lock at a time. Running a segment never needs another stream, because an op that
+//! reads another stream's pending tensor drains that stream *before* it is queued
+//! (see `stream::record`); and nothing that runs under the lock drops a user handle,
+//! which would queue a Drop on some stream.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{config, StreamId};
+use crate::error::Error;
+use crate::ir::relative::{RelativeBuilder, RelativeOp};
+use crate::ir::{Op, OpKind, TensorDesc, TensorId};
+use crate::kernels::Par;
+use crate::runtime::{execute, Slot, Task};
+
+/// Why a stream's queue was flushed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushReason {
+    /// A tensor of this stream was read (`to_vec`).
+    Read(TensorId),
+    /// `streamfuse::sync()` was called.
+    Sync,
+    /// The queue reached its length limit.
+    QueueLimit,
+    /// Another stream needed a tensor this stream had not made yet.
+    Drain {
+        /// The stream that needed it.
+        by: StreamId,
+        /// The tensor it needed.
+        tensor: TensorId,
+    },
+    /// The stream's thread ended.
+    Close,
+}
+
+impl fmt::Display for FlushReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FlushReason::Read(t) => write!(f, "read of {t}"),
+            FlushReason::Sync => f.write_str("sync"),
+            FlushReason::QueueLimit => f.write_str("queue limit"),
+            FlushReason::Drain { by, tensor } => write!(f, "drained by {by} for {tensor}"),
+            FlushReason::Close => f.write_str("stream closed"),
+        }
+    }
+}
+
+/// What the last flush of a stream ran: for logs, tests and the plan cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlushInfo {
+    /// Ops in the segment (Drop ops included).
+    pub ops: usize,
+    /// Stable hash of the segment's relative form.
+    pub key: u64,
+    /// Why it was flushed.
+    pub reason: FlushReason,
+}
+
+/// A queued op: the task to run and its relative form in the current segment.
+#[derive(Debug)]
+struct QueuedOp {
+    task: Task,
+    rel: RelativeOp,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    ops: VecDeque<QueuedOp>,
+    rel: RelativeBuilder,
+    /// Ops executed so far.
+    cursor: u64,
+    /// First kernel error since the last sync.
+    error: Option<Error>,
+    /// Kernel threads (0: all of rayon's).
+    threads: usize,
+    last_flush: Option<FlushInfo>,
+    closed: bool,
+}
+
+/// One stream: a lazy queue of ops behind its own lock.
+#[derive(Debug)]
+pub struct StreamCell {
+    id: StreamId,
+    queue: Mutex<Queue>,
+}
+
+impl StreamCell {
+    /// A new, empty stream.
+    pub(crate) fn new(id: StreamId) -> StreamCell {
+        StreamCell {
+            id,
+            queue: Mutex::new(Queue::default()),
+        }
+    }
+
+    /// The stream's id.
+    pub fn id(&self) -> StreamId {
+        self.id
+    }
+
+    /// Queues `op`, which reads `inputs` and fills `output`. Flushes when the queue
+    /// reaches its limit. On a closed stream the op runs at once.
+    pub(crate) fn push(&self, op: Op, inputs: Vec<Arc<Slot>>, output: Option<Arc<Slot>>) {
+        let mut q = self.queue.lock();
+        if q.closed {
+            let task = Task { op, inputs, output };
+            if let Some(e) = execute([task], par(q.threads)) {
+                q.error.get_or_insert(e);
+            }
+            return;
+        }
+        if let Some(out) = &output {
+            out.set_producer(q.cursor + q.ops.len() as u64);
+        }
+        if log::log_enabled!(log::Level::Trace) {
+            log::trace!("{}: register {op}", self.id);
+        }
+        let rel = q.rel.push(&op);
+        q.ops.push_back(QueuedOp {
+            task: Task { op, inputs, output },
+            rel,
+        });
+        if q.ops.len() >= config::queue_limit() {
+            self.flush_locked(&mut q, u64::MAX, FlushReason::QueueLimit);
+        }
+    }
+
+    /// Queues the Drop of a tensor whose last handle went away, if the tensor is still
+    /// pending here (a tensor already made needs no Drop: its slot frees the data when
+    /// the last reader lets go).
+    pub(crate) fn push_drop(&self, desc: TensorDesc, slot: Arc<Slot>) {
+        if !slot.is_pending() {
+            // Made already. Queued reads (here or in other streams) still hold the
+            // slot; the buffer is freed when the last of them has run.
+            if Arc::strong_count(&slot) > 1 {
+                log::trace!(
+                    "{}: deferred drop of {}: {} queued reads still hold it",
+                    self.id,
+                    desc.id,
+                    Arc::strong_count(&slot) - 1
+                );
+            }
+            return;
+        }
+        let mut q = self.queue.lock();
+        if q.closed {
+            return;
+        }
+        let op = Op {
+            kind: OpKind::Drop,
+            inputs: vec![desc],
+            output: None,
+        };
+        if log::log_enabled!(log::Level::Trace) {
+            log::trace!("{}: register {op}", self.id);
+        }
+        let rel = q.rel.push(&op);
+        q.ops.push_back(QueuedOp {
+            task: Task {
+                op,
+                inputs: vec![slot],
+                output: None,
+            },
+            rel,
+        });
+    }
+
+    /// Runs every queued op up to and including absolute position `upto` (all of them
+    /// for `u64::MAX`).
+    pub(crate) fn flush(&self, upto: u64, reason: FlushReason) {
+        let mut q = self.queue.lock();
+        self.flush_locked(&mut q, upto, reason);
+    }
+
+    fn flush_locked(&self, q: &mut Queue, upto: u64, reason: FlushReason) {
+        if upto < q.cursor || q.ops.is_empty() {
+            return;
+        }
+        let n = ((upto - q.cursor).saturating_add(1)).min(q.ops.len() as u64) as usize;
+        let partial = n < q.ops.len();
+        let key = if partial {
+            let mut b = RelativeBuilder::new();
+            q.ops.iter().take(n).for_each(|o| {
+                b.push(&o.task.op);
+            });
+            b.hash()
+        } else {
+            q.rel.hash()
+        };
+        let info = FlushInfo {
+            ops: n,
+            key,
+            reason,
+        };
+        log::trace!(
+            "{}: flush {n} of {} ops ({reason}), segment {key:016x}",
+            self.id,
+            q.ops.len()
+        );
+        let segment: Vec<QueuedOp> = q.ops.drain(..n).collect();
+        q.cursor += n as u64;
+        if partial {
+            q.rel.clear();
+            let Queue { ops, rel, .. } = &mut *q;
+            for o in ops.iter_mut() {
+                o.rel = rel.push(&o.task.op);
+            }
+        } else {
+            q.rel.clear();
+        }
+        q.last_flush = Some(info);
+        super::count_segment();
+        if let Some(e) = execute(segment.into_iter().map(|o| o.task), par(q.threads)) {
+            q.error.get_or_insert(e);
+        }
+    }
+
+    /// Flushes everything and returns (and clears) the first kernel error since the
+    /// last sync.
+    pub(crate) fn sync(&self) -> Result<(), Error> {
+        let mut q = self.queue.lock();
+        self.flush_locked(&mut q, u64::MAX, FlushReason::Sync);
+        match q.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Flushes everything and marks the stream closed: later ops run at once.
+    pub(crate) fn close(&self) {
+        let mut q = self.queue.lock();
+        self.flush_locked(&mut q, u64::MAX, FlushReason::Close);
+        q.closed = true;
+        log::trace!("{}: closed", self.id);
+    }
+
+    /// Number of ops waiting in the queue.
+    pub fn pending(&self) -> usize {
+        self.queue.lock().ops.len()
+    }
+
+    /// Ops executed so far.
+    pub fn cursor(&self) -> u64 {
+        self.queue.lock().cursor
+    }
+
+    /// What the last flush ran.
+    pub fn last_flush(&self) -> Option<FlushInfo> {
+        self.queue.lock().last_flush
+    }
+
+    /// The stable hash of the ops queued now (the key the pending segment would have).
+    pub fn pending_key(&self) -> u64 {
+        self.queue.lock().rel.hash()
+    }
+
+    /// Sets the number of threads this stream's kernels may use (0: all).
+    pub(crate) fn set_threads(&self, threads: usize) {
+        self.queue.lock().threads = threads;
+    }
+}
+
+fn par(threads: usize) -> Par {
+    if threads == 0 {
+        Par::all()
+    } else {
+        Par { threads }
+    }
+}

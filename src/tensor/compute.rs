@@ -1,0 +1,204 @@
+//! Matmul, reductions, softmax and norms: the ops that combine many elements into one.
+//!
+//! Reductions work over one dim and drop it (or keep it with size 1 for the `_keepdim`
+//! forms). Softmax works over any dim; the kernel works over the last, so another dim
+//! is moved last and back with views. Norms work over the last dim, with per-feature
+//! weights (and bias) of that size.
+
+use super::{Dim, Tensor};
+use crate::error::{Error, Result};
+use crate::ir::{DType, Layout, OpKind, ReduceOp};
+
+impl Tensor {
+    /// Matrix product of the last two dims, `[.., m, k] x [.., k, n] -> [.., m, n]`;
+    /// leading (batch) dims broadcast as in numpy. Both operands must be f32 and have
+    /// rank 2 or more.
+    pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        let op = "matmul";
+        for t in [self, rhs] {
+            if t.dtype() != DType::F32 {
+                return Err(Error::DType {
+                    op,
+                    msg: format!("needs f32 operands, got {} and {}", self.dtype(), rhs.dtype()),
+                });
+            }
+        }
+        let (a, b) = (self.dims(), rhs.dims());
+        if a.len() < 2 || b.len() < 2 {
+            return Err(Error::Shape {
+                op,
+                msg: format!("needs operands of rank 2 or more, got shapes {a:?} and {b:?}"),
+            });
+        }
+        let (m, k) = (a[a.len() - 2], a[a.len() - 1]);
+        let (k2, n) = (b[b.len() - 2], b[b.len() - 1]);
+        if k != k2 {
+            return Err(Error::Shape {
+                op,
+                msg: format!(
+                    "inner dims differ: {a:?} x {b:?} ({k} columns on the left, {k2} rows on the right)"
+                ),
+            });
+        }
+        let mut dims = super::elementwise::broadcast_shape(&a[..a.len() - 2], &b[..b.len() - 2], op)
+            .map_err(|_| Error::Shape {
+                op,
+                msg: format!("batch dims of {a:?} and {b:?} cannot be broadcast together"),
+            })?;
+        dims.extend([m, n]);
+        super::checked_numel(&dims, op)?;
+        Ok(Tensor::record(
+            OpKind::MatMul,
+            &[self, rhs],
+            DType::F32,
+            Layout::contiguous(&dims),
+        ))
+    }
+
+    fn reduce(&self, op: ReduceOp, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
+        let name = op.name();
+        let d = dim.resolve(self.rank(), name)?;
+        let dtype = match op {
+            ReduceOp::ArgMax => DType::U32,
+            ReduceOp::Mean if !self.dtype().is_float() => {
+                return Err(Error::DType {
+                    op: name,
+                    msg: format!("needs a float tensor, got {}", self.dtype()),
+                })
+            }
+            _ => self.dtype(),
+        };
+        if self.dims()[d] == 0 && op != ReduceOp::Sum {
+            return Err(Error::Shape {
+                op: name,
+                msg: format!("dim {d} of shape {:?} is empty", self.dims()),
+            });
+        }
+        let mut dims = self.dims().to_vec();
+        if keepdim {
+            dims[d] = 1;
+        } else {
+            dims.remove(d);
+        }
+        Ok(Tensor::record(
+            OpKind::Reduce { op, dim: d, keepdim },
+            &[self],
+            dtype,
+            Layout::contiguous(&dims),
+        ))
+    }
+
+    /// Sum over `dim`, which is removed.
+    pub fn sum(&self, dim: impl Dim) -> Result<Tensor> {
+        self.reduce(ReduceOp::Sum, dim, false)
+    }
+
+    /// Sum over `dim`, which is kept with size 1.
+    pub fn sum_keepdim(&self, dim: impl Dim) -> Result<Tensor> {
+        self.reduce(ReduceOp::Sum, dim, true)
+    }
+
+    /// Mean over `dim` (f32 only), which is removed.
+    pub fn mean(&self, dim: impl Dim) -> Result<Tensor> {
+        self.reduce(ReduceOp::Mean, dim, false)
+    }
+
+    /// Mean over `dim` (f32 only), which is kept with size 1.
+    pub fn mean_keepdim(&self, dim: impl Dim) -> Result<Tensor> {
+        self.reduce(ReduceOp::Mean, dim, true)
+    }
+
+    /// Largest element over `dim`, which is removed.
+    pub fn max(&self, dim: impl Dim) -> Result<Tensor> {
+        self.reduce(ReduceOp::Max, dim, false)
+    }
+
+    /// Largest element over `dim`, which is kept with size 1.
+    pub fn max_keepdim(&self, dim: impl Dim) -> Result<Tensor> {
+        self.reduce(ReduceOp::Max, dim, true)
+    }
+
+    /// Index (u32) of the first largest element over `dim`, which is removed.
+    pub fn argmax(&self, dim: impl Dim) -> Result<Tensor> {
+        self.reduce(ReduceOp::ArgMax, dim, false)
+    }
+
+    /// Softmax over `dim` (f32 only): `exp(x - max) / sum(exp(x - max))`.
+    pub fn softmax(&self, dim: impl Dim) -> Result<Tensor> {
+        let op = "softmax";
+        let d = dim.resolve(self.rank(), op)?;
+        self.expect_f32(op)?;
+        let last = self.rank() - 1;
+        if d != last {
+            return self.transpose(d, last)?.softmax(last)?.transpose(d, last);
+        }
+        Ok(Tensor::record(
+            OpKind::Softmax,
+            &[self],
+            DType::F32,
+            Layout::contiguous(self.dims()),
+        ))
+    }
+
+    /// Layer normalisation over the last dim: `(x - mean) / sqrt(var + eps) * weight +
+    /// bias`, with the biased variance; `weight` and `bias` are 1-D of the last dim's
+    /// size.
+    pub fn layer_norm(&self, weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
+        let op = "layer_norm";
+        self.check_norm(op, &[("weight", weight), ("bias", bias)])?;
+        Ok(Tensor::record(
+            OpKind::LayerNorm { eps: eps.to_bits() },
+            &[self, weight, bias],
+            DType::F32,
+            Layout::contiguous(self.dims()),
+        ))
+    }
+
+    /// RMS normalisation over the last dim: `x / sqrt(mean(x^2) + eps) * weight`;
+    /// `weight` is 1-D of the last dim's size.
+    pub fn rms_norm(&self, weight: &Tensor, eps: f64) -> Result<Tensor> {
+        let op = "rms_norm";
+        self.check_norm(op, &[("weight", weight)])?;
+        Ok(Tensor::record(
+            OpKind::RmsNorm { eps: eps.to_bits() },
+            &[self, weight],
+            DType::F32,
+            Layout::contiguous(self.dims()),
+        ))
+    }
+
+    fn check_norm(&self, op: &'static str, params: &[(&str, &Tensor)]) -> Result<()> {
+        self.expect_f32(op)?;
+        if self.rank() == 0 {
+            return Err(Error::Shape {
+                op,
+                msg: "needs a tensor of rank 1 or more, got a scalar".into(),
+            });
+        }
+        let n = self.dims()[self.rank() - 1];
+        for (name, p) in params {
+            p.expect_f32(op)?;
+            if p.dims() != [n] {
+                return Err(Error::Shape {
+                    op,
+                    msg: format!(
+                        "{name} has shape {:?} but the input {:?} needs [{n}] (its last dim)",
+                        p.dims(),
+                        self.dims()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn expect_f32(&self, op: &'static str) -> Result<()> {
+        if self.dtype() != DType::F32 {
+            return Err(Error::DType {
+                op,
+                msg: format!("needs an f32 tensor, got {} with shape {:?}", self.dtype(), self.dims()),
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,205 @@
+//! Element-wise ops: unary functions, binary ops with numpy broadcasting, casts.
+//!
+//! Each op checks dtypes (transcendental functions need f32; both sides of a binary op
+//! must have the same dtype) and, for binary ops, computes the broadcast shape: dims
+//! are matched from the right, a dim of 1 stretches, missing leading dims are added.
+
+use super::Tensor;
+use crate::error::{Error, Result};
+use crate::ir::{BinaryOp, DType, Layout, OpKind, UnaryOp};
+
+/// The shape both operands broadcast to, or an error naming `op` and both shapes.
+pub(crate) fn broadcast_shape(a: &[usize], b: &[usize], op: &'static str) -> Result<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0; rank];
+    for i in 0..rank {
+        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
+        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+        out[i] = match (da, db) {
+            _ if da == db => da,
+            (1, d) | (d, 1) => d,
+            _ => {
+                return Err(Error::Shape {
+                    op,
+                    msg: format!(
+                        "shapes {a:?} and {b:?} cannot be broadcast together \
+                         (dim {i} of the result: {da} vs {db})"
+                    ),
+                })
+            }
+        };
+    }
+    Ok(out)
+}
+
+impl Tensor {
+    fn binary(&self, rhs: &Tensor, op: BinaryOp) -> Result<Tensor> {
+        if self.dtype() != rhs.dtype() {
+            return Err(Error::DType {
+                op: op.name(),
+                msg: format!(
+                    "operands have different dtypes, {} and {} (convert one with to_dtype)",
+                    self.dtype(),
+                    rhs.dtype()
+                ),
+            });
+        }
+        let dims = broadcast_shape(self.dims(), rhs.dims(), op.name())?;
+        super::checked_numel(&dims, op.name())?;
+        Ok(Tensor::record(
+            OpKind::Binary(op),
+            &[self, rhs],
+            self.dtype(),
+            Layout::contiguous(&dims),
+        ))
+    }
+
+    /// `self + rhs`, element-wise with broadcasting.
+    pub fn add(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Add)
+    }
+
+    /// `self - rhs`, element-wise with broadcasting.
+    pub fn sub(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Sub)
+    }
+
+    /// `self * rhs`, element-wise with broadcasting.
+    pub fn mul(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Mul)
+    }
+
+    /// `self / rhs`, element-wise with broadcasting (integer division by zero gives 0).
+    pub fn div(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Div)
+    }
+
+    /// The larger of `self` and `rhs`, element-wise with broadcasting.
+    pub fn maximum(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Maximum)
+    }
+
+    /// The smaller of `self` and `rhs`, element-wise with broadcasting.
+    pub fn minimum(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Minimum)
+    }
+
+    fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        if !self.dtype().is_float() {
+            return Err(Error::DType {
+                op: op.name(),
+                msg: format!(
+                    "needs a float tensor, got {} with shape {:?} (use to_dtype(DType::F32))",
+                    self.dtype(),
+                    self.dims()
+                ),
+            });
+        }
+        Ok(Tensor::record(
+            OpKind::Unary(op),
+            &[self],
+            self.dtype(),
+            Layout::contiguous(self.dims()),
+        ))
+    }
+
+    /// `self * mul + add`, element-wise.
+    pub fn affine(&self, mul: f64, add: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::Affine {
+            mul: mul.to_bits(),
+            add: add.to_bits(),
+        })
+    }
+
+    /// `e^x`, element-wise.
+    pub fn exp(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Exp)
+    }
+
+    /// Natural logarithm, element-wise.
+    pub fn log(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Log)
+    }
+
+    /// Square root, element-wise.
+    pub fn sqrt(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sqrt)
+    }
+
+    /// `1 / x`, element-wise.
+    pub fn recip(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Recip)
+    }
+
+    /// `-x`, element-wise.
+    pub fn neg(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Neg)
+    }
+
+    /// `|x|`, element-wise.
+    pub fn abs(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Abs)
+    }
+
+    /// Hyperbolic tangent, element-wise.
+    pub fn tanh(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Tanh)
+    }
+
+    /// `1 / (1 + e^-x)`, element-wise.
+    pub fn sigmoid(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sigmoid)
+    }
+
+    /// `max(x, 0)`, element-wise.
+    pub fn relu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Relu)
+    }
+
+    /// GELU in its exact (erf) form, as BERT uses it.
+    pub fn gelu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Gelu)
+    }
+
+    /// GELU with the tanh approximation.
+    pub fn gelu_tanh(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::GeluTanh)
+    }
+
+    /// `x * sigmoid(x)`, element-wise.
+    pub fn silu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Silu)
+    }
+
+    /// `x ^ e`, element-wise.
+    pub fn powf(&self, e: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::Powf(e.to_bits()))
+    }
+
+    /// The tensor converted to `dtype` (float to integer truncates toward zero and
+    /// saturates; NaN becomes 0). Converting to the same dtype returns `self`.
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype() {
+            return Ok(self.clone());
+        }
+        Ok(Tensor::record(
+            OpKind::Cast,
+            &[self],
+            dtype,
+            Layout::contiguous(self.dims()),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_shapes() {
+        assert_eq!(broadcast_shape(&[2, 1, 3], &[4, 1], "add").unwrap(), vec![2, 4, 3]);
+        assert_eq!(broadcast_shape(&[], &[2], "add").unwrap(), vec![2]);
+        let e = broadcast_shape(&[2, 3], &[4], "add").unwrap_err().to_string();
+        assert!(e.contains("add") && e.contains("[2, 3]") && e.contains("[4]"), "{e}");
+    }
+}

@@ -1,0 +1,257 @@
+//! The user-facing [`Tensor`]: a cheap handle to a lazily computed value.
+//!
+//! A `Tensor` is an `Arc` around its id, dtype, layout, data slot and home stream.
+//! Calling an op checks its arguments (shapes, dtypes, dims) right away and returns an
+//! error naming what was wrong, recording nothing; on success it queues the op on the
+//! calling thread's stream and returns the handle of the output at once. Data is
+//! computed only when it is needed: `to_vec`, [`sync`](crate::sync), the queue limit,
+//! or another stream reading it. Dropping the last handle queues a Drop op, so a
+//! flushed segment knows which of its tensors die inside it.
+//!
+//! The ops are spread over files by family: [`elementwise`](self) (unary, binary,
+//! casts), matmul and reductions in `compute`, views and gathers in `view`.
+
+mod compute;
+mod dim;
+mod elementwise;
+mod view;
+
+pub use dim::Dim;
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::ir::{DType, Layout, Op, OpKind, TensorDesc, TensorId};
+use crate::kernels::{self, Par};
+use crate::runtime::{Buffer, Slot, SlotState, StorageElement};
+use crate::stream::{self, FlushReason, StreamCell};
+
+/// A handle to a tensor: an n-dimensional array of one [`DType`], computed lazily.
+///
+/// Cloning is cheap (an `Arc`). A `Tensor` is `Send + Sync`: it can be read, used in
+/// ops or dropped on any thread.
+#[derive(Clone)]
+pub struct Tensor(Arc<Handle>);
+
+struct Handle {
+    desc: TensorDesc,
+    slot: Arc<Slot>,
+    home: Arc<StreamCell>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let desc = TensorDesc {
+            id: self.desc.id,
+            dtype: self.desc.dtype,
+            layout: std::mem::replace(
+                &mut self.desc.layout,
+                Layout {
+                    dims: Vec::new(),
+                    strides: Vec::new(),
+                    offset: 0,
+                },
+            ),
+        };
+        self.home.push_drop(desc, self.slot.clone());
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Tensor({} {}{:?})",
+            self.0.desc.id, self.0.desc.dtype, self.0.desc.layout.dims
+        )
+    }
+}
+
+/// Element types a tensor can be built from or read into: `f32`, `u32`, `i64`.
+pub trait TensorElement: StorageElement {}
+impl TensorElement for f32 {}
+impl TensorElement for u32 {}
+impl TensorElement for i64 {}
+
+fn checked_numel(dims: &[usize], op: &'static str) -> Result<usize> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| n <= isize::MAX as usize / 8)
+        .ok_or_else(|| Error::Shape {
+            op,
+            msg: format!("shape {dims:?} has too many elements"),
+        })
+}
+
+impl Tensor {
+    /// A tensor that takes ownership of `data` (row-major) with the given dims. No copy
+    /// is made; the data is ready at once. Errors if `data.len()` is not the product of
+    /// `dims`.
+    pub fn from_vec<T: TensorElement>(data: Vec<T>, dims: &[usize]) -> Result<Tensor> {
+        let n = checked_numel(dims, "from_vec")?;
+        if n != data.len() {
+            return Err(Error::Shape {
+                op: "from_vec",
+                msg: format!(
+                    "{} elements given for shape {dims:?}, which holds {n}",
+                    data.len()
+                ),
+            });
+        }
+        Ok(Tensor::ready(
+            Buffer::from_vec(data),
+            T::DTYPE,
+            Layout::contiguous(dims),
+        ))
+    }
+
+    /// A tensor of zeros.
+    pub fn zeros(dims: &[usize], dtype: DType) -> Result<Tensor> {
+        Tensor::fill(0.0, dims, dtype, "zeros")
+    }
+
+    /// A tensor of ones.
+    pub fn ones(dims: &[usize], dtype: DType) -> Result<Tensor> {
+        Tensor::fill(1.0, dims, dtype, "ones")
+    }
+
+    /// An f32 tensor with every element equal to `value`.
+    pub fn full(value: f32, dims: &[usize]) -> Result<Tensor> {
+        Tensor::fill(value as f64, dims, DType::F32, "full")
+    }
+
+    fn fill(value: f64, dims: &[usize], dtype: DType, op: &'static str) -> Result<Tensor> {
+        checked_numel(dims, op)?;
+        Ok(Tensor::record(
+            OpKind::Fill {
+                value: value.to_bits(),
+            },
+            &[],
+            dtype,
+            Layout::contiguous(dims),
+        ))
+    }
+
+    fn ready(buffer: Buffer, dtype: DType, layout: Layout) -> Tensor {
+        let home = stream::current();
+        let id = TensorId::fresh();
+        Tensor(Arc::new(Handle {
+            desc: TensorDesc { id, dtype, layout },
+            slot: Slot::ready(id, buffer),
+            home,
+        }))
+    }
+
+    /// Queues `kind` on the calling thread's stream with `inputs`, and returns the
+    /// handle of its output (of `dtype`, read through `layout`). The caller has checked
+    /// every argument: recording cannot fail.
+    pub(crate) fn record(kind: OpKind, inputs: &[&Tensor], dtype: DType, layout: Layout) -> Tensor {
+        let desc = TensorDesc {
+            id: TensorId::fresh(),
+            dtype,
+            layout,
+        };
+        let op = Op {
+            kind,
+            inputs: inputs.iter().map(|t| t.0.desc.clone()).collect(),
+            output: Some(desc.clone()),
+        };
+        let slots = inputs.iter().map(|t| t.0.slot.clone()).collect();
+        let homes: Vec<&Arc<StreamCell>> = inputs.iter().map(|t| &t.0.home).collect();
+        let (home, slot) = stream::record(op, slots, &homes);
+        Tensor(Arc::new(Handle { desc, slot, home }))
+    }
+
+    /// The tensor's SSA id (unique in the process).
+    pub fn id(&self) -> TensorId {
+        self.0.desc.id
+    }
+
+    /// The size of each dimension.
+    pub fn dims(&self) -> &[usize] {
+        &self.0.desc.layout.dims
+    }
+
+    /// The number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.dims().len()
+    }
+
+    /// The number of elements.
+    pub fn numel(&self) -> usize {
+        self.0.desc.layout.numel()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.0.desc.dtype
+    }
+
+    /// The strided layout through which the tensor reads its buffer.
+    pub fn layout(&self) -> &Layout {
+        &self.0.desc.layout
+    }
+
+    /// Whether the tensor's data has been computed (or failed).
+    pub fn is_ready(&self) -> bool {
+        !self.0.slot.is_pending()
+    }
+
+    /// Computes the tensor if needed and returns its elements in row-major order. `T`
+    /// must match the tensor's dtype. Returns the error of any op it depends on that
+    /// failed while running.
+    pub fn to_vec<T: TensorElement>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DType {
+                op: "to_vec",
+                msg: format!(
+                    "the tensor is {} but was read as {} (use to_dtype first)",
+                    self.dtype(),
+                    T::DTYPE
+                ),
+            });
+        }
+        let buffer = self.materialize()?;
+        let layout = self.layout();
+        let src = buffer.as_slice::<T>().ok_or_else(|| Error::Kernel {
+            op: "to_vec",
+            msg: "buffer of the wrong type (engine bug)".into(),
+        })?;
+        let n = layout.numel();
+        if layout.is_contiguous() && layout.offset + n <= src.len() {
+            return Ok(src[layout.offset..layout.offset + n].to_vec());
+        }
+        let mut out = vec![T::zero(); n];
+        kernels::copy(src, layout, &mut out, Par::all()).map_err(|e| Error::Kernel {
+            op: "to_vec",
+            msg: e.0,
+        })?;
+        Ok(out)
+    }
+
+    /// Runs whatever the tensor still waits for and returns its buffer.
+    fn materialize(&self) -> Result<Arc<Buffer>> {
+        let slot = &self.0.slot;
+        if slot.is_pending() {
+            self.0.home.flush(slot.producer(), FlushReason::Read(self.id()));
+        }
+        match slot.state() {
+            SlotState::Ready(b) => Ok(b),
+            SlotState::Failed(e) => Err(e),
+            SlotState::Pending => Err(Error::Kernel {
+                op: "to_vec",
+                msg: format!("{} was not computed by its stream (engine bug)", self.id()),
+            }),
+        }
+    }
+
+    /// Elements of an already computed tensor, without flushing anything; `None` if
+    /// the tensor is still pending or failed.
+    pub(crate) fn peek<T: TensorElement>(&self) -> Option<Vec<T>> {
+        if self.0.slot.is_pending() || self.dtype() != T::DTYPE {
+            return None;
+        }
+        self.to_vec().ok()
+    }
+}
