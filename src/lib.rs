@@ -1,2 +1,3 @@
 //! streamfuse
 pub mod ir;
+pub mod kernels;
