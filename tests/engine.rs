@@ -116,3 +116,4 @@ fn known_indices_are_checked_when_recorded() {
     let err = table.index_select(&idx, 0).unwrap_err().to_string();
     assert!(err.contains("index_select") && err.contains("-1"), "{err}");
 }
+

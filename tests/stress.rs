@@ -13,7 +13,7 @@ use crossbeam::channel::{unbounded, Receiver, Sender};
 use streamfuse::Tensor;
 
 const THREADS: usize = 8;
-const ROUNDS: usize = 40;
+const ROUNDS: usize = 60;
 const DIMS: [usize; 2] = [4, 8];
 
 struct Rng(u64);
@@ -185,6 +185,32 @@ fn multi_threaded(w: &Shared) -> Observed {
     seen
 }
 
+/// Threads that end with work still queued on tensors shared with other threads: the
+/// closing stream must run (and so release) everything, leaving no buffer behind.
+fn threads_exit_with_shared_tensors_tracked() {
+    let (tx, rx) = unbounded::<Tensor>();
+    let maker = thread::spawn(move || {
+        let base = Tensor::from_vec(vec![1.0f32; 1024], &[1024]).unwrap();
+        for i in 0..16 {
+            tx.send(base.affine(1.0, i as f64).unwrap()).unwrap(); // pending here
+        }
+        // Ends with queued ops and a shared `base`.
+        let _unread = base.exp().unwrap();
+    });
+    let reader = thread::spawn(move || {
+        let mut queued = Vec::new();
+        for t in rx {
+            queued.push(t.mul(&t).unwrap()); // drains the maker, queues a read here
+        }
+        // Ends without reading anything.
+        queued.truncate(3);
+        queued
+    });
+    maker.join().unwrap();
+    let survivors = reader.join().unwrap();
+    assert_eq!(survivors[2].to_vec::<f32>().unwrap()[0], 9.0);
+}
+
 #[test]
 fn eight_threads_passing_tensors_match_one_thread_and_leave_nothing() {
     let before = streamfuse::stats();
@@ -204,6 +230,7 @@ fn eight_threads_passing_tensors_match_one_thread_and_leave_nothing() {
         }
         assert_eq!(mismatches, 0);
     }
+    threads_exit_with_shared_tensors_tracked();
     streamfuse::sync().unwrap();
     let after = streamfuse::stats();
     assert_eq!(after.live_streams, before.live_streams.max(1), "streams left: {after:?}");

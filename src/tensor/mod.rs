@@ -54,7 +54,7 @@ impl Drop for Handle {
                 },
             ),
         };
-        self.home.push_drop(desc, self.slot.clone());
+        self.home.push_drop(desc, &self.slot);
     }
 }
 
@@ -234,7 +234,11 @@ impl Tensor {
     fn materialize(&self) -> Result<Arc<Buffer>> {
         let slot = &self.0.slot;
         if slot.is_pending() {
-            self.0.home.flush(slot.producer(), FlushReason::Read(self.id()));
+            // The owner flushes its whole queue (the Drops queued after the producer
+            // belong in the segment); another thread drains only what it needs.
+            let own = stream::with_current(|c| c.id() == self.0.home.id());
+            let upto = if own { u64::MAX } else { slot.producer() };
+            self.0.home.flush(upto, FlushReason::Read(self.id()));
         }
         match slot.state() {
             SlotState::Ready(b) => Ok(b),
