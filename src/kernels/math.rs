@@ -153,7 +153,9 @@ pub(crate) fn silu(x: f32) -> f32 {
 }
 
 /// GELU, erf form: `x/2 · (1 + erf(x/√2))`, written as `x/2 · erfc(-x/√2)` so the
-/// negative tail keeps its relative accuracy.
+/// negative tail keeps its relative accuracy. Scalar f64 (a branch-free version that
+/// evaluates both expansions was measured slower: LLVM does not vectorise it on the
+/// baseline x86-64 target).
 #[inline]
 pub(crate) fn gelu(x: f32) -> f32 {
     let x = x as f64;
@@ -230,6 +232,20 @@ mod tests {
         assert_eq!(exp(f32::INFINITY), f32::INFINITY);
         assert!(exp(f32::NAN).is_nan());
         assert!(exp(88.7) > 3.3e38 && exp(88.7).is_finite());
+    }
+
+    #[test]
+    fn gelu_matches_erfc() {
+        let mut x = -14.0f32;
+        while x < 6.0 {
+            let want = 0.5 * x as f64 * erfc(-(x as f64) * std::f64::consts::FRAC_1_SQRT_2);
+            let got = gelu(x) as f64;
+            assert!(
+                (got - want).abs() <= 1.2e-7 * want.abs() + 1e-45,
+                "gelu({x}) = {got}, want {want}"
+            );
+            x += 0.00731;
+        }
     }
 
     #[test]
