@@ -15,6 +15,11 @@
 //! So a same-layout contiguous add is one long zip, a scalar broadcast is a map with a
 //! constant, and a bias add `[rows, n] + [n]` is `rows` zips of length `n`. The op is
 //! matched once, outside the loop, so each op gets its own monomorphised loop.
+//!
+//! The one-input map (unary, copy, cast) differs in one respect: its function may be
+//! large (`gelu`), and LLVM will not inline a large function called from three loops. So
+//! strided and broadcast runs are first staged into a 256-element buffer, and the function
+//! is applied in a single contiguous loop.
 
 use super::math;
 use super::par::for_each_chunk;
@@ -73,7 +78,7 @@ where
 ///
 /// `src` is read through `layout`; `dst` receives the result contiguously and must have
 /// exactly `layout.numel()` elements. The functions are those of [`UnaryOp`]; `Gelu` uses
-/// an erf accurate to about 1e-10 (see [`math`](self)), `Affine` computes `x * mul + add`
+/// an erf accurate to about 1e-10 (Chebyshev fits, module `math`), `Affine` computes `x * mul + add`
 /// in f32 and `Powf` is `x.powf(e)`.
 pub fn unary(
     op: UnaryOp,
