@@ -15,6 +15,11 @@
 //! So a same-layout contiguous add is one long zip, a scalar broadcast is a map with a
 //! constant, and a bias add `[rows, n] + [n]` is `rows` zips of length `n`. The op is
 //! matched once, outside the loop, so each op gets its own monomorphised loop.
+//!
+//! The one-input map (unary, copy, cast) differs in one respect: its function may be
+//! large (`gelu`), and LLVM will not inline a large function called from three loops. So
+//! strided and broadcast runs are first staged into a 256-element buffer, and the function
+//! is applied in a single contiguous loop.
 
 use super::math;
 use super::par::for_each_chunk;
@@ -31,24 +36,39 @@ where
     D: Element,
     F: Fn(S) -> D + Sync + Send + Copy,
 {
+    /// Strided and broadcast runs are staged through a buffer of this many elements.
+    const STAGE: usize = 256;
     let walk = Walk::new(&layout.dims, [&layout.strides], [layout.offset]);
+    let stride = walk.inner_strides()[0];
     for_each_chunk(dst, 1, cost, par, |start, out| {
+        let mut stage = [S::default(); STAGE];
         let mut pos = 0;
         walk.for_each_run(start, out.len(), |[first], len| {
-            let out = &mut out[pos..pos + len];
-            pos += len;
-            match walk.inner_strides()[0] {
-                1 => {
-                    for (d, &s) in out.iter_mut().zip(&src[first..first + len]) {
-                        *d = f(s);
+            let mut done = 0;
+            while done < len {
+                // `f` is called from one loop only, so that it is inlined (and the loop
+                // vectorised) even when it is large, like `gelu`: non-contiguous runs are
+                // first copied into `stage`.
+                let (input, n) = match stride {
+                    1 => (&src[first..first + len], len),
+                    0 => {
+                        let n = (len - done).min(STAGE);
+                        stage[..n].fill(src[first]);
+                        (&stage[..n], n)
                     }
-                }
-                0 => out.fill(f(src[first])),
-                stride => {
-                    for (d, &s) in out.iter_mut().zip(run(src, first, stride, len)) {
-                        *d = f(s);
+                    s => {
+                        let n = (len - done).min(STAGE);
+                        for (t, &x) in stage.iter_mut().zip(run(src, first + done * s, s, n)) {
+                            *t = x;
+                        }
+                        (&stage[..n], n)
                     }
+                };
+                for (d, &x) in out[pos..pos + n].iter_mut().zip(input) {
+                    *d = f(x);
                 }
+                pos += n;
+                done += n;
             }
         });
     });
@@ -58,7 +78,7 @@ where
 ///
 /// `src` is read through `layout`; `dst` receives the result contiguously and must have
 /// exactly `layout.numel()` elements. The functions are those of [`UnaryOp`]; `Gelu` uses
-/// an erf accurate to about 1e-10 (see [`math`](self)), `Affine` computes `x * mul + add`
+/// an erf accurate to about 1e-10 (Chebyshev fits, module `math`), `Affine` computes `x * mul + add`
 /// in f32 and `Powf` is `x.powf(e)`.
 pub fn unary(
     op: UnaryOp,

@@ -11,21 +11,22 @@
 //! Speed comes from three places:
 //!
 //! * **Layout simplification.** Before walking a layout, adjacent dims that are
-//!   contiguous with each other are merged and size-1 dims dropped (see [`strided`]), so a
+//!   contiguous with each other are merged and size-1 dims dropped (module `strided`), so a
 //!   contiguous or row-broadcast input becomes one or two long runs with a tight inner loop
 //!   the compiler vectorises, and only truly strided inputs pay for index arithmetic.
 //! * **Fast paths** for the common shapes: contiguous inputs, scalar broadcast, row
 //!   reductions over the last dim, accumulation of rows over an outer dim.
 //! * **Parallelism** with rayon, bounded by [`Par`]: the output is split into chunks of
-//!   at least [`MIN_TASK_WORK`](self) units of work each, so small tensors stay on the
+//!   at least 64K element operations each (module `par`), so small tensors stay on the
 //!   calling thread and large ones are spread over cache-sized pieces.
 //!
 //! Matrix multiplication is delegated to the `gemm` crate (see [`matmul()`]); that wrapper is
 //! the only place in the module with `unsafe`.
 //!
-//! The modules: [`copy`](self) (fill, strided copy, cast, cat), [`elementwise`](self)
-//! (unary and binary maps), [`reduce`](self) (sum, max, mean, argmax), [`norm`](self)
-//! (softmax, layer norm, RMS norm), [`index`](self) (index select) and [`matmul`](self).
+//! The modules: `copy` (fill, strided copy, cast, cat), `elementwise` (unary and binary
+//! maps), `math` (activation functions, erf, a vectorisable exp), `reduce` (sum, max,
+//! mean, argmax), `norm` (softmax, layer norm, RMS norm), `index` (index select) and
+//! `matmul` (the gemm wrapper).
 
 mod copy;
 mod elementwise;

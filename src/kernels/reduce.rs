@@ -27,12 +27,18 @@ const ROW_LEAF: usize = 16;
 /// Row accumulation works on column tiles of this many outputs.
 const COL_TILE: usize = 1024;
 
-/// A reduction as its combining function and identity.
+/// A reduction as its combining function and identity. `F` is a function *item* (a
+/// zero-sized type such as `T::add`, never a `fn` pointer), so every loop that calls it is
+/// monomorphised and the call inlines and vectorises.
 #[derive(Clone, Copy)]
-struct Fold<T> {
-    f: fn(T, T) -> T,
+struct Fold<T, F> {
+    f: F,
     id: T,
 }
+
+/// What a [`Fold`]'s function must be.
+trait Combine<T>: Fn(T, T) -> T + Copy + Send + Sync {}
+impl<T, F: Fn(T, T) -> T + Copy + Send + Sync> Combine<T> for F {}
 
 /// Reduces `src` (read through `layout`) over `dim`, writing one value per element of the
 /// remaining dims to `dst`, in their row-major order (whether the caller keeps `dim` with
@@ -51,22 +57,12 @@ pub fn reduce<T: Element>(
 ) -> Result<(), KernelError> {
     let kernel = "reduce";
     let shape = Shape::new(kernel, src, layout, dim, dst.len())?;
-    let fold = match op {
-        ReduceOp::Sum | ReduceOp::Mean => Fold {
-            f: T::add,
-            id: T::zero(),
-        },
-        ReduceOp::Max => Fold {
-            f: T::maximum,
-            id: T::min_value(),
-        },
-        ReduceOp::ArgMax => {
-            return Err(error(
-                kernel,
-                "argmax returns u32 indices: call kernels::argmax",
-            ));
-        }
-    };
+    if op == ReduceOp::ArgMax {
+        return Err(error(
+            kernel,
+            "argmax returns u32 indices: call kernels::argmax",
+        ));
+    }
     let n = shape.n;
     if n == 0 {
         match op {
@@ -84,8 +80,36 @@ pub fn reduce<T: Element>(
         }
         return Ok(());
     }
+    let mean = op == ReduceOp::Mean;
+    if op == ReduceOp::Max {
+        let fold = Fold {
+            f: T::maximum,
+            id: T::min_value(),
+        };
+        reduce_with(&shape, src, dst, par, fold, false);
+    } else {
+        let fold = Fold {
+            f: T::add,
+            id: T::zero(),
+        };
+        reduce_with(&shape, src, dst, par, fold, mean);
+    }
+    Ok(())
+}
+
+/// The loops of [`reduce`] for one fold (see the module docs); with `mean`, each result
+/// is divided by the reduced length.
+fn reduce_with<T: Element, F: Combine<T>>(
+    shape: &Shape,
+    src: &[T],
+    dst: &mut [T],
+    par: Par,
+    fold: Fold<T, F>,
+    mean: bool,
+) {
+    let n = shape.n;
     let finish = move |x: T| -> T {
-        if op == ReduceOp::Mean {
+        if mean {
             T::from_f64(x.to_f64() / n as f64)
         } else {
             x
@@ -120,7 +144,6 @@ pub fn reduce<T: Element>(
             }
         });
     });
-    Ok(())
 }
 
 /// The validated geometry of a reduction: the output dims walked in the input, and the
@@ -171,7 +194,7 @@ impl Shape {
 /// Folds a contiguous slice: 16 accumulators over leaves of [`LEAF`] elements, combined
 /// pairwise. With `threads > 1` the two halves of a long slice run in parallel (the split
 /// points, and so the result, are the same as with one thread).
-fn fold_contig<T: Element>(x: &[T], fold: Fold<T>, threads: usize) -> T {
+fn fold_contig<T: Element, F: Combine<T>>(x: &[T], fold: Fold<T, F>, threads: usize) -> T {
     if x.len() <= LEAF {
         return fold_leaf(x, fold);
     }
@@ -188,7 +211,7 @@ fn fold_contig<T: Element>(x: &[T], fold: Fold<T>, threads: usize) -> T {
 
 /// The leaf of [`fold_contig`]: 16 lanes, then a tree over the lanes.
 #[inline]
-fn fold_leaf<T: Element>(x: &[T], fold: Fold<T>) -> T {
+fn fold_leaf<T: Element, F: Combine<T>>(x: &[T], fold: Fold<T, F>) -> T {
     let mut acc = [fold.id; 16];
     let chunks = x.chunks_exact(16);
     let rest = chunks.remainder();
@@ -212,7 +235,13 @@ fn fold_leaf<T: Element>(x: &[T], fold: Fold<T>) -> T {
 
 /// Folds `n` elements `stride` apart starting at `first`, pairwise over leaves of
 /// [`LEAF`].
-fn fold_strided<T: Element>(src: &[T], first: usize, stride: usize, n: usize, fold: Fold<T>) -> T {
+fn fold_strided<T: Element, F: Combine<T>>(
+    src: &[T],
+    first: usize,
+    stride: usize,
+    n: usize,
+    fold: Fold<T, F>,
+) -> T {
     if n <= LEAF {
         if stride == 0 {
             // A broadcast input: the same value n times (exact for max, a product for sums
@@ -229,13 +258,13 @@ fn fold_strided<T: Element>(src: &[T], first: usize, stride: usize, n: usize, fo
 
 /// Folds `n` rows of `out.len()` contiguous elements, rows `rstride` apart starting at
 /// `first`, into `out`: sequentially within [`ROW_LEAF`] rows, pairwise above.
-fn fold_rows<T: Element>(
+fn fold_rows<T: Element, F: Combine<T>>(
     src: &[T],
     first: usize,
     rstride: usize,
     n: usize,
     out: &mut [T],
-    fold: Fold<T>,
+    fold: Fold<T, F>,
 ) {
     let w = out.len();
     if n <= ROW_LEAF {
