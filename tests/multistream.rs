@@ -39,7 +39,11 @@ fn a_shared_tensor_is_not_freed_before_another_streams_pending_read() {
         a.join().unwrap();
         let v = y.to_vec::<f32>().unwrap();
         for (i, got) in v.iter().enumerate() {
-            assert_eq!(*got, 2.0 * (i as f32 + round as f32), "round {round}, element {i}");
+            assert_eq!(
+                *got,
+                2.0 * (i as f32 + round as f32),
+                "round {round}, element {i}"
+            );
         }
     }
 }
@@ -67,7 +71,10 @@ fn eight_readers_and_a_swapper_agree_on_every_generation() {
                     let t = current.read().clone();
                     let v = t.mul(&t).unwrap().sqrt().unwrap().to_vec::<f32>().unwrap();
                     let g = v[0];
-                    assert!(v.iter().all(|&x| x == g), "a torn generation: {g} and others");
+                    assert!(
+                        v.iter().all(|&x| x == g),
+                        "a torn generation: {g} and others"
+                    );
                     assert!(g >= last, "generations go forward: {g} after {last}");
                     last = g;
                 }

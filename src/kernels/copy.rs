@@ -194,8 +194,8 @@ mod tests {
         let mut out = vec![0.0; 6];
         assert!(copy(&buf[..5], &l, &mut out, Par::serial()).is_err());
         let bad = Layout {
-            dims: vec![3, 3],
-            strides: vec![usize::MAX / 2, 1],
+            dims: vec![3, 3].into(),
+            strides: vec![usize::MAX / 2, 1].into(),
             offset: 0,
         };
         assert!(copy(&buf, &bad, &mut out, Par::serial())
@@ -203,8 +203,8 @@ mod tests {
             .0
             .contains("overflows"));
         let ragged = Layout {
-            dims: vec![2, 3],
-            strides: vec![3],
+            dims: vec![2, 3].into(),
+            strides: vec![3].into(),
             offset: 0,
         };
         assert!(copy(&buf, &ragged, &mut out, Par::serial()).is_err());

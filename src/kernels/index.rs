@@ -46,7 +46,7 @@ pub fn index_select<T: Element, I: Element>(
     }
     let size = layout.dims[dim];
     let ids = read_indices(kernel, indices, indices_layout, size, dim)?;
-    let mut out_dims = layout.dims.clone();
+    let mut out_dims = layout.dims;
     out_dims[dim] = ids.len();
     check_dst(kernel, dst.len(), numel_of(kernel, &out_dims)?)?;
     let outer_dims = &layout.dims[..dim];

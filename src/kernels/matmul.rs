@@ -197,7 +197,7 @@ mod tests {
     fn naive(lb: &[f32], l: &Layout, rb: &[f32], r: &Layout) -> Vec<f32> {
         let rank = l.dims.len();
         let k = l.dims[rank - 1];
-        let mut out_dims = l.dims.clone();
+        let mut out_dims = l.dims;
         out_dims[rank - 1] = r.dims[rank - 1];
         indices(&out_dims)
             .iter()
@@ -272,15 +272,12 @@ mod tests {
         assert!(matmul(&a, &l23, &a, &l32, &mut big, Par::serial()).is_err());
         // Layouts that reach past their buffers.
         assert!(matmul(&a[..5], &l23, &a, &l32, &mut out, Par::serial()).is_err());
-        let past = Layout {
-            offset: 1,
-            ..l32.clone()
-        };
+        let past = Layout { offset: 1, ..l32 };
         let e = matmul(&a, &l23, &a, &past, &mut out, Par::serial()).unwrap_err();
         assert!(e.0.contains("rhs") && e.0.contains("index 6"), "{e}");
         let huge = Layout {
-            dims: vec![2, 3],
-            strides: vec![usize::MAX / 2, 1],
+            dims: vec![2, 3].into(),
+            strides: vec![usize::MAX / 2, 1].into(),
             offset: 0,
         };
         assert!(matmul(&a, &huge, &a, &l32, &mut out, Par::serial()).is_err());

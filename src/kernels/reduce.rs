@@ -149,8 +149,8 @@ fn reduce_with<T: Element, F: Combine<T>>(
 /// The validated geometry of a reduction: the output dims walked in the input, and the
 /// length and stride of the reduced dim.
 struct Shape {
-    out_dims: Vec<usize>,
-    out_strides: Vec<usize>,
+    out_dims: crate::ir::Dims,
+    out_strides: crate::ir::Dims,
     offset: usize,
     n: usize,
     rstride: usize,
@@ -172,8 +172,8 @@ impl Shape {
                 format_args!("dim {dim} out of range for dims {:?}", layout.dims),
             ));
         }
-        let mut out_dims = layout.dims.clone();
-        let mut out_strides = layout.strides.clone();
+        let mut out_dims = layout.dims;
+        let mut out_strides = layout.strides;
         let n = out_dims.remove(dim);
         let rstride = out_strides.remove(dim);
         check_dst(kernel, dst_len, numel_of(kernel, &out_dims)?)?;
@@ -390,7 +390,7 @@ mod tests {
 
     /// The reference: every output element folds its inputs in f64 (f32) or exactly.
     fn naive<T: Element>(op: ReduceOp, buf: &[T], l: &Layout, dim: usize) -> Vec<T> {
-        let mut out_dims = l.dims.clone();
+        let mut out_dims = l.dims;
         let n = out_dims.remove(dim);
         indices(&out_dims)
             .iter()
@@ -416,7 +416,7 @@ mod tests {
     }
 
     fn naive_argmax<T: Element>(buf: &[T], l: &Layout, dim: usize) -> Vec<u32> {
-        let mut out_dims = l.dims.clone();
+        let mut out_dims = l.dims;
         let n = out_dims.remove(dim);
         indices(&out_dims)
             .iter()

@@ -73,7 +73,7 @@ pub(crate) fn random_layout<T: Element>(
         .map(|i| if bcast[i] { 0 } else { strides[i] })
         .collect();
     let layout = Layout {
-        dims: dims.to_vec(),
+        dims: dims.into(),
         strides,
         offset,
     };
