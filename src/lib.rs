@@ -1,1 +1,2 @@
 //! streamfuse
+pub mod plan;
