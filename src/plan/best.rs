@@ -80,7 +80,8 @@ pub(crate) fn solve(
         return best;
     }
     // 2. Portfolio.
-    let graph = (n <= EXACT_MAX).then(|| Graph::new(items, &sections));
+    let fine = Sections::elementary(items);
+    let graph = (n <= EXACT_MAX).then(|| Graph::new(items, &fine));
     let orders = orders(items, &sections, graph.as_ref());
     let runs: Vec<(Vec<usize>, Fit)> = orders
         .into_iter()

@@ -148,9 +148,12 @@ struct Searcher<'g, 'a> {
     cap: u64,
     rank_item: Vec<u32>,
     off: Vec<u64>,
+    solution: Vec<u64>,
     minoff: Vec<u64>,
     floor: Vec<u64>,
     total: Vec<u64>,
+    /// `cuts[b]`: unplaced items living in both section `b` and `b + 1`.
+    cuts: Vec<u32>,
     placed: Vec<bool>,
     nodes_left: u64,
     nodes: u64,
@@ -161,6 +164,7 @@ struct Searcher<'g, 'a> {
     floor_log: Vec<(u32, u64)>,
     touched: Vec<u32>,
     stamp: Vec<u64>,
+    no_uf: bool,
 }
 
 const NONE: u64 = u64::MAX;
@@ -175,14 +179,23 @@ impl<'g, 'a> Searcher<'g, 'a> {
         cancel: &'g AtomicBool,
     ) -> Self {
         let n = g.items.len();
+        let count = g.sections.count;
+        let mut cuts = vec![0u32; count];
+        for i in 0..n {
+            for b in g.sections.lo[i]..g.sections.hi[i] - 1 {
+                cuts[b as usize] += 1;
+            }
+        }
         Searcher {
             g,
             cap,
             rank_item: order.to_vec(),
             off: vec![NONE; n],
+            solution: vec![NONE; n],
             minoff: vec![0; n],
-            floor: vec![0; g.sections.count],
+            floor: vec![0; count],
             total: g.load.clone(),
+            cuts,
             placed: vec![false; n],
             nodes_left: u64::MAX,
             nodes: 0,
@@ -192,7 +205,8 @@ impl<'g, 'a> Searcher<'g, 'a> {
             min_log: Vec::new(),
             floor_log: Vec::new(),
             touched: Vec::new(),
-            stamp: vec![0; g.sections.count],
+            stamp: vec![0; count],
+            no_uf: std::env::var_os("PLAN_NO_UF").is_some(),
         }
     }
 
@@ -201,11 +215,60 @@ impl<'g, 'a> Searcher<'g, 'a> {
             return Status::NotFound;
         }
         self.nodes_left = node_limit;
-        let ordering: Vec<(u64, u32)> = (0..self.rank_item.len() as u32).map(|r| (0, r)).collect();
-        self.dfs(&ordering, (0, 0))
+        let all: Vec<(u64, u32)> = (0..self.rank_item.len() as u32).map(|r| (0, r)).collect();
+        let count = self.g.sections.count as u32;
+        let cutpoints: Vec<u32> = (0..count.saturating_sub(1))
+            .filter(|&b| self.cuts[b as usize] == 0)
+            .collect();
+        self.decompose(&all, &cutpoints, (0, count))
     }
 
-    fn dfs(&mut self, parent: &[(u64, u32)], last: (u64, u32)) -> Status {
+    /// Solves the unplaced items of `ordering` as independent parts split after
+    /// each boundary in `cutpoints` (sorted, inside `range`).
+    fn decompose(&mut self, ordering: &[(u64, u32)], cutpoints: &[u32], range: (u32, u32)) -> Status {
+        if cutpoints.is_empty() {
+            return self.dfs(ordering, (0, 0), range);
+        }
+        let mut starts = vec![range.0];
+        starts.extend(cutpoints.iter().map(|&b| b + 1));
+        starts.push(range.1);
+        let s = self.g.sections;
+        let mut solved_any = false;
+        for w in starts.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            let part: Vec<(u64, u32)> = ordering
+                .iter()
+                .copied()
+                .filter(|&(_, r)| {
+                    let i = self.rank_item[r as usize] as usize;
+                    !self.placed[i] && s.lo[i] < b && s.hi[i] > a
+                })
+                .collect();
+            if part.is_empty() {
+                continue;
+            }
+            solved_any = true;
+            match self.dfs(&part, (0, 0), (a, b)) {
+                Status::Found => {}
+                other => return other,
+            }
+        }
+        if !solved_any {
+            self.record();
+        }
+        Status::Found
+    }
+
+    /// Copies the offsets of all placed items into the solution.
+    fn record(&mut self) {
+        for i in 0..self.off.len() {
+            if self.placed[i] {
+                self.solution[i] = self.off[i];
+            }
+        }
+    }
+
+    fn dfs(&mut self, parent: &[(u64, u32)], last: (u64, u32), range: (u32, u32)) -> Status {
         if self.nodes_left == 0 {
             return Status::Limit;
         }
@@ -226,15 +289,18 @@ impl<'g, 'a> Searcher<'g, 'a> {
             }
         }
         if ordering.is_empty() {
+            self.record();
             return Status::Found;
         }
-        ordering.sort();
+        ordering.sort_unstable();
         let items = self.g.items;
+        let s = self.g.sections;
         let min_height = ordering
             .iter()
             .map(|&(o, r)| o + items[self.rank_item[r as usize] as usize].size)
             .min()
             .unwrap_or(NONE);
+        let mut zero_cuts: Vec<u32> = Vec::new();
         for k in 0..ordering.len() {
             let (o, r) = ordering[k];
             if o >= min_height {
@@ -267,7 +333,6 @@ impl<'g, 'a> Searcher<'g, 'a> {
                     if want + items[j].size > self.cap {
                         ok = false;
                     }
-                    let s = self.g.sections;
                     for sec in s.lo[j]..s.hi[j] {
                         if self.stamp[sec as usize] != epoch {
                             self.stamp[sec as usize] = epoch;
@@ -276,7 +341,6 @@ impl<'g, 'a> Searcher<'g, 'a> {
                     }
                 }
             }
-            let s = self.g.sections;
             for sec in s.lo[i]..s.hi[i] {
                 let sec = sec as usize;
                 self.total[sec] -= items[i].size;
@@ -285,7 +349,14 @@ impl<'g, 'a> Searcher<'g, 'a> {
                     self.floor[sec] = top;
                 }
             }
-            if ok {
+            zero_cuts.clear();
+            for b in s.lo[i]..s.hi[i] - 1 {
+                self.cuts[b as usize] -= 1;
+                if self.cuts[b as usize] == 0 && b >= range.0 && b + 1 < range.1 {
+                    zero_cuts.push(b);
+                }
+            }
+            if ok && !self.no_uf {
                 // Unplaced items of a section all go above its lowest minimum offset.
                 for t in 0..self.touched.len() {
                     let sec = self.touched[t] as usize;
@@ -301,39 +372,45 @@ impl<'g, 'a> Searcher<'g, 'a> {
                         }
                     }
                 }
-                ok = self
-                    .floor
+            }
+            if ok {
+                let (a, b) = (range.0 as usize, range.1 as usize);
+                ok = self.floor[a..b]
                     .iter()
-                    .zip(&self.total)
+                    .zip(&self.total[a..b])
                     .all(|(&f, &t)| t == 0 || f.max(o) + t <= self.cap);
             }
-            let status = if ok {
-                self.dfs(&ordering, (o, r))
-            } else {
+            let status = if !ok {
                 Status::NotFound
+            } else if zero_cuts.is_empty() {
+                self.dfs(&ordering, (o, r), range)
+            } else {
+                let cp = std::mem::take(&mut zero_cuts);
+                let st = self.decompose(&ordering, &cp, range);
+                zero_cuts = cp;
+                st
             };
             // Undo.
+            for b in s.lo[i]..s.hi[i] - 1 {
+                self.cuts[b as usize] += 1;
+            }
             for sec in s.lo[i]..s.hi[i] {
                 self.total[sec as usize] += items[i].size;
             }
-            while self.floor_log.len() > floor_mark {
-                let (sec, f) = self.floor_log.pop().unwrap_or_default();
+            while let Some(&(sec, f)) = self.floor_log.get(floor_mark..).and_then(|l| l.last()) {
                 self.floor[sec as usize] = f;
+                self.floor_log.pop();
             }
-            while self.min_log.len() > min_mark {
-                let (j, m) = self.min_log.pop().unwrap_or_default();
+            while let Some(&(j, m)) = self.min_log.get(min_mark..).and_then(|l| l.last()) {
                 self.minoff[j as usize] = m;
+                self.min_log.pop();
             }
             self.placed[i] = false;
+            self.off[i] = NONE;
             match status {
                 Status::NotFound => {}
-                Status::Found => return Status::Found,
-                other => {
-                    self.off[i] = NONE;
-                    return other;
-                }
+                other => return other,
             }
-            self.off[i] = NONE;
             if hatless {
                 break;
             }
@@ -373,10 +450,14 @@ pub(crate) fn search(
                     return;
                 }
                 let mut s = Searcher::new(g, cap, order, deadline, &stop, cancel);
+                let t0 = Instant::now();
                 let status = s.run(limit);
+                if std::env::var_os("PLAN_DEBUG").is_some() {
+                    eprintln!("thread {t} limit {limit} nodes {} in {:?}", s.nodes, t0.elapsed());
+                }
                 let outcome = match status {
                     Status::Found => {
-                        let offs: Vec<u64> = s.off.clone();
+                        let offs: Vec<u64> = s.solution.clone();
                         Outcome::Found(offs)
                     }
                     Status::NotFound => Outcome::Infeasible,
@@ -416,4 +497,94 @@ pub(crate) fn search(
         }
     });
     result.into_inner().unwrap_or(Outcome::Aborted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::place::{place_in_order, Fit};
+    use super::*;
+    use std::time::Duration;
+
+    /// A small deterministic generator (tests need no extra crates).
+    pub(crate) struct Lcg(pub u64);
+    impl Lcg {
+        pub fn below(&mut self, n: u64) -> u64 {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    fn random_items(rng: &mut Lcg, n: usize) -> Vec<Item> {
+        (0..n)
+            .map(|_| {
+                let lower = rng.below(8);
+                let upper = lower + 1 + rng.below(6);
+                let size = 1 + rng.below(9);
+                let align = [1, 1, 1, 2, 4][rng.below(5) as usize];
+                Item { lower, upper, size, align }
+            })
+            .collect()
+    }
+
+    fn permutations(n: usize) -> Vec<Vec<usize>> {
+        if n == 0 {
+            return vec![vec![]];
+        }
+        let mut out = Vec::new();
+        for p in permutations(n - 1) {
+            for k in 0..=p.len() {
+                let mut q = p.clone();
+                q.insert(k, n - 1);
+                out.push(q);
+            }
+        }
+        out
+    }
+
+    /// The optimum by brute force: the lowest first-fit height over all orders.
+    fn brute(items: &[Item]) -> u64 {
+        let s = Sections::new(items);
+        permutations(items.len())
+            .iter()
+            .filter_map(|o| place_in_order(items, &s, o, Fit::First, u64::MAX))
+            .map(|r| r.1)
+            .min()
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn exact_search_matches_brute_force() {
+        let mut rng = Lcg(7);
+        for case in 0..150 {
+            let n = 1 + (case % 7);
+            let items = random_items(&mut rng, n);
+            let opt = brute(&items);
+            let s = Sections::elementary(&items);
+            let g = Graph::new(&items, &s);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let cancel = AtomicBool::new(false);
+            match search(&g, opt, 2, deadline, &cancel) {
+                Outcome::Found(offs) => {
+                    for i in 0..n {
+                        assert_eq!(offs[i] % items[i].align, 0);
+                        assert!(offs[i] + items[i].size <= opt);
+                        for j in 0..i {
+                            if items[i].meets(&items[j]) {
+                                assert!(
+                                    offs[i] + items[i].size <= offs[j] || offs[j] + items[j].size <= offs[i],
+                                    "case {case}: {items:?} {offs:?}"
+                                );
+                            }
+                        }
+                    }
+                }
+                other => panic!("case {case}: optimum {opt} not found: {other:?} {items:?}"),
+            }
+            assert_eq!(
+                search(&g, opt - 1, 1, deadline, &cancel),
+                Outcome::Infeasible,
+                "case {case}: {items:?}"
+            );
+        }
+    }
 }
