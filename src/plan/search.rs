@@ -165,6 +165,7 @@ struct Searcher<'g, 'a> {
     touched: Vec<u32>,
     stamp: Vec<u64>,
     no_uf: bool,
+    epoch: u64,
 }
 
 const NONE: u64 = u64::MAX;
@@ -207,6 +208,7 @@ impl<'g, 'a> Searcher<'g, 'a> {
             touched: Vec::new(),
             stamp: vec![0; count],
             no_uf: std::env::var_os("PLAN_NO_UF").is_some(),
+            epoch: 0,
         }
     }
 
@@ -215,7 +217,7 @@ impl<'g, 'a> Searcher<'g, 'a> {
             return Status::NotFound;
         }
         self.nodes_left = node_limit;
-        let all: Vec<(u64, u32)> = (0..self.rank_item.len() as u32).map(|r| (0, r)).collect();
+        let all: Vec<u32> = (0..self.rank_item.len() as u32).collect();
         let count = self.g.sections.count as u32;
         let cutpoints: Vec<u32> = (0..count.saturating_sub(1))
             .filter(|&b| self.cuts[b as usize] == 0)
@@ -225,7 +227,7 @@ impl<'g, 'a> Searcher<'g, 'a> {
 
     /// Solves the unplaced items of `ordering` as independent parts split after
     /// each boundary in `cutpoints` (sorted, inside `range`).
-    fn decompose(&mut self, ordering: &[(u64, u32)], cutpoints: &[u32], range: (u32, u32)) -> Status {
+    fn decompose(&mut self, ordering: &[u32], cutpoints: &[u32], range: (u32, u32)) -> Status {
         if cutpoints.is_empty() {
             return self.dfs(ordering, (0, 0), range);
         }
@@ -236,10 +238,10 @@ impl<'g, 'a> Searcher<'g, 'a> {
         let mut solved_any = false;
         for w in starts.windows(2) {
             let (a, b) = (w[0], w[1]);
-            let part: Vec<(u64, u32)> = ordering
+            let part: Vec<u32> = ordering
                 .iter()
                 .copied()
-                .filter(|&(_, r)| {
+                .filter(|&r| {
                     let i = self.rank_item[r as usize] as usize;
                     !self.placed[i] && s.lo[i] < b && s.hi[i] > a
                 })
@@ -268,7 +270,7 @@ impl<'g, 'a> Searcher<'g, 'a> {
         }
     }
 
-    fn dfs(&mut self, parent: &[(u64, u32)], last: (u64, u32), range: (u32, u32)) -> Status {
+    fn dfs(&mut self, parent: &[u32], last: (u64, u32), range: (u32, u32)) -> Status {
         if self.nodes_left == 0 {
             return Status::Limit;
         }
@@ -281,34 +283,34 @@ impl<'g, 'a> Searcher<'g, 'a> {
         {
             return Status::Stop;
         }
-        let mut ordering: Vec<(u64, u32)> = Vec::with_capacity(parent.len());
-        for &(_, r) in parent {
+        let items = self.g.items;
+        let s = self.g.sections;
+        // The unplaced items of this part (handed to children) and the lowest
+        // top any of them can have.
+        let mut rest: Vec<u32> = Vec::with_capacity(parent.len());
+        let mut min_height = NONE;
+        for &r in parent {
             let i = self.rank_item[r as usize] as usize;
             if !self.placed[i] {
-                ordering.push((self.minoff[i], r));
+                rest.push(r);
+                min_height = min_height.min(self.minoff[i] + items[i].size);
             }
         }
-        if ordering.is_empty() {
+        if rest.is_empty() {
             self.record();
             return Status::Found;
         }
-        ordering.sort_unstable();
-        let items = self.g.items;
-        let s = self.g.sections;
-        let min_height = ordering
+        // Candidates: canonical (not before the last placement) and not dominated
+        // (below every unplaced item's lowest top), by (offset, rank).
+        let mut ordering: Vec<(u64, u32)> = rest
             .iter()
-            .map(|&(o, r)| o + items[self.rank_item[r as usize] as usize].size)
-            .min()
-            .unwrap_or(NONE);
+            .map(|&r| (self.minoff[self.rank_item[r as usize] as usize], r))
+            .filter(|&c| c.0 < min_height && c >= last)
+            .collect();
+        ordering.sort_unstable();
         let mut zero_cuts: Vec<u32> = Vec::new();
         for k in 0..ordering.len() {
             let (o, r) = ordering[k];
-            if o >= min_height {
-                break;
-            }
-            if (o, r) < last {
-                continue;
-            }
             let i = self.rank_item[r as usize] as usize;
             let top = o + items[i].size;
             // Place i at o.
@@ -319,7 +321,8 @@ impl<'g, 'a> Searcher<'g, 'a> {
             let mut ok = true;
             let mut hatless = true;
             self.touched.clear();
-            let epoch = self.nodes;
+            self.epoch += 1;
+            let epoch = self.epoch;
             for &j in &self.g.adj[i] {
                 let j = j as usize;
                 if self.placed[j] {
@@ -360,6 +363,9 @@ impl<'g, 'a> Searcher<'g, 'a> {
                 // Unplaced items of a section all go above its lowest minimum offset.
                 for t in 0..self.touched.len() {
                     let sec = self.touched[t] as usize;
+                    if self.total[sec] == 0 {
+                        continue;
+                    }
                     let m = self.g.members[sec]
                         .iter()
                         .filter(|&&j| !self.placed[j as usize])
@@ -383,10 +389,10 @@ impl<'g, 'a> Searcher<'g, 'a> {
             let status = if !ok {
                 Status::NotFound
             } else if zero_cuts.is_empty() {
-                self.dfs(&ordering, (o, r), range)
+                self.dfs(&rest, (o, r), range)
             } else {
                 let cp = std::mem::take(&mut zero_cuts);
-                let st = self.decompose(&ordering, &cp, range);
+                let st = self.decompose(&rest, &cp, range);
                 zero_cuts = cp;
                 st
             };
