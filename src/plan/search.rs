@@ -164,7 +164,6 @@ struct Searcher<'g, 'a> {
     floor_log: Vec<(u32, u64)>,
     touched: Vec<u32>,
     stamp: Vec<u64>,
-    no_uf: bool,
     epoch: u64,
 }
 
@@ -207,7 +206,6 @@ impl<'g, 'a> Searcher<'g, 'a> {
             floor_log: Vec::new(),
             touched: Vec::new(),
             stamp: vec![0; count],
-            no_uf: std::env::var_os("PLAN_NO_UF").is_some(),
             epoch: 0,
         }
     }
@@ -359,24 +357,25 @@ impl<'g, 'a> Searcher<'g, 'a> {
                     zero_cuts.push(b);
                 }
             }
-            if ok && !self.no_uf {
-                // Unplaced items of a section all go above its lowest minimum offset.
-                for t in 0..self.touched.len() {
+            if ok {
+                // All unplaced items of a section go above its lowest minimum
+                // offset. Only a section where even that lowest one leaves too
+                // little room matters, so stop at the first item with room.
+                'sections: for t in 0..self.touched.len() {
                     let sec = self.touched[t] as usize;
-                    if self.total[sec] == 0 {
+                    let total = self.total[sec];
+                    if total == 0 {
                         continue;
                     }
-                    let m = self.g.members[sec]
-                        .iter()
-                        .filter(|&&j| !self.placed[j as usize])
-                        .map(|&j| self.minoff[j as usize])
-                        .min();
-                    if let Some(m) = m {
-                        if self.floor[sec] < m {
-                            self.floor_log.push((sec as u32, self.floor[sec]));
-                            self.floor[sec] = m;
+                    let room = self.cap.saturating_sub(total);
+                    for &j in &self.g.members[sec] {
+                        let j = j as usize;
+                        if !self.placed[j] && self.minoff[j] <= room {
+                            continue 'sections;
                         }
                     }
+                    ok = false;
+                    break;
                 }
             }
             if ok {
