@@ -414,4 +414,71 @@ proptest! {
             check_u32(&t.argmax(d).unwrap(), &r.argmax(d as isize));
         }
     }
+
+    /// A random DAG of element-wise ops (what fusion turns into one kernel): leaves of
+    /// random broadcast-compatible shapes, nodes that reuse earlier nodes (several
+    /// consumers), an occasional cast round trip, and several nodes read at the end in
+    /// random order.
+    #[test]
+    fn random_elementwise_dags(out in shape(0, 4), seed in any::<u64>(), n_nodes in 2usize..=12) {
+        let mut rng = Rng::new(seed);
+        let mut nodes: Vec<(Tensor, Ref)> = Vec::new();
+        for i in 0..3 {
+            // a leaf: a suffix of `out` with some dims set to 1
+            let r = out.len();
+            let len = rng.below(r as u64 + 1) as usize;
+            let dims: Vec<usize> = (r - len..r)
+                .map(|d| if rng.below(3) == 0 { 1 } else { out[d] })
+                .collect();
+            nodes.push(rand_pair(&dims, seed.wrapping_add(i), -2.0, 2.0));
+        }
+        let mut trail = Vec::new();
+        for _ in 0..n_nodes {
+            let a = rng.below(nodes.len() as u64) as usize;
+            let b = rng.below(nodes.len() as u64) as usize;
+            let (ta, ra) = (&nodes[a].0, &nodes[a].1);
+            let (tb, rb) = (&nodes[b].0, &nodes[b].1);
+            let op = rng.below(13);
+            trail.push((op, a, b));
+            let node = match op {
+                0 => (ta.add(tb).unwrap(), ra.add(rb)),
+                1 => (ta.sub(tb).unwrap(), ra.sub(rb)),
+                2 => (ta.mul(tb).unwrap(), ra.mul(rb)),
+                3 => (ta.maximum(tb).unwrap(), ra.maximum(rb)),
+                4 => (ta.minimum(tb).unwrap(), ra.minimum(rb)),
+                5 => {
+                    // a / (1 + |b|)
+                    let d = tb.abs().unwrap().affine(1.0, 1.0).unwrap();
+                    (ta.div(&d).unwrap(), ra.div(&rb.abs().affine(1.0, 1.0)))
+                }
+                6 => (ta.tanh().unwrap(), ra.tanh()),
+                7 => (ta.sigmoid().unwrap(), ra.sigmoid()),
+                8 => (ta.affine(0.5, -0.25).unwrap(), ra.affine(0.5, -0.25)),
+                9 => (ta.neg().unwrap().relu().unwrap(), ra.neg().relu()),
+                10 => (ta.abs().unwrap().sqrt().unwrap(), ra.abs().sqrt()),
+                11 => (ta.gelu().unwrap(), ra.gelu()),
+                _ => {
+                    // cast round trip through i64 of a scaled leaf (leaves hold exact
+                    // f32 values, so x * 4 is exact and the truncation is unambiguous)
+                    let (tl, rl) = (&nodes[a % 3].0, &nodes[a % 3].1);
+                    let t = tl.affine(4.0, 0.0).unwrap().to_dtype(streamfuse::DType::I64).unwrap();
+                    let t = t.to_dtype(streamfuse::DType::F32).unwrap();
+                    (t, rl.affine(4.0, 0.0).map(f64::trunc))
+                }
+            };
+            nodes.push(node);
+        }
+        // read the last node and a few others, in random order
+        let mut reads: Vec<usize> = vec![nodes.len() - 1];
+        for _ in 0..3 {
+            reads.push(rng.below(nodes.len() as u64) as usize);
+        }
+        reads.reverse();
+        for &i in &reads {
+            let (t, r) = &nodes[i];
+            prop_assert_eq!(t.dims(), &r.dims[..], "node {} after {:?}", i, trail);
+            let v = read_f32(t);
+            assert_close_tol(&v, &r.data, 1e-4, 1e-4);
+        }
+    }
 }

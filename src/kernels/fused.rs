@@ -68,11 +68,21 @@ impl FusedProgram {
                 Instr::Binary(_, a, b) => (a as usize) < i && (b as usize) < i,
             };
             if !ok {
-                return Err(error("fused", format_args!("instruction {i} ({ins:?}) is malformed")));
+                return Err(error(
+                    "fused",
+                    format_args!("instruction {i} ({ins:?}) is malformed"),
+                ));
             }
         }
-        if let Some(r) = self.outputs.iter().find(|&&r| r as usize >= self.instrs.len()) {
-            return Err(error("fused", format_args!("output register {r} is undefined")));
+        if let Some(r) = self
+            .outputs
+            .iter()
+            .find(|&&r| r as usize >= self.instrs.len())
+        {
+            return Err(error(
+                "fused",
+                format_args!("output register {r} is undefined"),
+            ));
         }
         Ok(())
     }
@@ -126,7 +136,10 @@ pub fn fused(
         if layout.dims != inputs[0].1.dims {
             return Err(error(
                 "fused",
-                format_args!("input {k} has dims {:?}, input 0 {:?}", layout.dims, inputs[0].1.dims),
+                format_args!(
+                    "input {k} has dims {:?}, input 0 {:?}",
+                    layout.dims, inputs[0].1.dims
+                ),
             ));
         }
     }
@@ -282,7 +295,12 @@ mod tests {
     #[test]
     fn matches_single_op_kernels() {
         let mut rng = Rng::new(5);
-        for dims in [vec![3usize, 700], vec![2, 5, 7], vec![1], vec![BLOCK * 3 + 5]] {
+        for dims in [
+            vec![3usize, 700],
+            vec![2, 5, 7],
+            vec![1],
+            vec![BLOCK * 3 + 5],
+        ] {
             let (a, la) = rand_f32(&mut rng, &dims);
             let (b, lb) = rand_f32(&mut rng, &dims);
             let p = FusedProgram {
@@ -303,8 +321,13 @@ mod tests {
                 let (mut o1, mut o2) = (vec![0f32; n], vec![0f32; n]);
                 fused(&p, &[(&a, &la), (&b, &lb)], &mut [&mut o1, &mut o2], par).unwrap();
                 let c = Layout::contiguous(&dims);
-                let (mut ab, mut s, mut g, mut na, mut e) =
-                    (vec![0f32; n], vec![0f32; n], vec![0f32; n], vec![0f32; n], vec![0f32; n]);
+                let (mut ab, mut s, mut g, mut na, mut e) = (
+                    vec![0f32; n],
+                    vec![0f32; n],
+                    vec![0f32; n],
+                    vec![0f32; n],
+                    vec![0f32; n],
+                );
                 binary(BinaryOp::Mul, &a, &la, &b, &lb, &mut ab, par).unwrap();
                 binary(BinaryOp::Add, &ab, &c, &a, &la, &mut s, par).unwrap();
                 unary(UnaryOp::Gelu, &s, &c, &mut g, par).unwrap();

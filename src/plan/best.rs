@@ -46,7 +46,12 @@ fn orders(items: &[Item], sections: &Sections, g: Option<&Graph<'_>>) -> Vec<Vec
         o.sort_by_key(|&i| (std::cmp::Reverse(key(&items[i])), i));
         out.push(o);
     };
-    by(&|it| ((it.upper - it.lower) as u128 * it.size as u128, it.size as u128));
+    by(&|it| {
+        (
+            (it.upper - it.lower) as u128 * it.size as u128,
+            it.size as u128,
+        )
+    });
     by(&|it| ((it.upper - it.lower) as u128, it.size as u128));
     if let Some(g) = g {
         for p in ["TWA", "WAT"] {
@@ -74,8 +79,8 @@ pub(crate) fn solve(
     };
     // 1. Greedy by size.
     let first = size_order(items);
-    let (mut best, mut best_h) = place_in_order(items, &sections, &first, Fit::Best, u64::MAX)
-        .unwrap_or((vec![0; n], 0));
+    let (mut best, mut best_h) =
+        place_in_order(items, &sections, &first, Fit::Best, u64::MAX).unwrap_or((vec![0; n], 0));
     if best_h <= target {
         return best;
     }

@@ -43,12 +43,10 @@ pub fn validate(problem: &Problem, plan: &Plan) -> Result<(), PlanError> {
         }
         match off.checked_add(b.size) {
             Some(end) if end <= plan.arena => {}
-            _ => {
-                return bad(format!(
-                    "buffer {i} (id {}) at offset {off} with size {} ends beyond the arena of {} bytes",
-                    b.id, b.size, plan.arena
-                ))
-            }
+            _ => return bad(format!(
+                "buffer {i} (id {}) at offset {off} with size {} ends beyond the arena of {} bytes",
+                b.id, b.size, plan.arena
+            )),
         }
     }
     let mut source = vec![None; n];
@@ -210,8 +208,15 @@ mod tests {
             Buffer::new(1, 2, 5, 8),
             Buffer::new(2, 4, 7, 4),
         ]);
-        p.in_place = vec![InPlace { input: 0, output: 1 }];
-        p.aliases = vec![Alias { view: 2, source: 1, offset: 4 }];
+        p.in_place = vec![InPlace {
+            input: 0,
+            output: 1,
+        }];
+        p.aliases = vec![Alias {
+            view: 2,
+            source: 1,
+            offset: 4,
+        }];
         assert!(validate(&p, &plan(vec![0, 0, 4], 8)).is_ok());
         assert!(validate(&p, &plan(vec![0, 0, 0], 8)).is_err());
         // Without the pair the same offsets are a clash at step 2.

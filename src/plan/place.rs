@@ -69,7 +69,10 @@ impl<'a> Placer<'a> {
     /// offset order.
     fn occupied(&mut self, i: usize) {
         let (lo, hi) = (self.lo[i], self.hi[i]);
-        let (b0, b1) = ((lo >> self.shift) as usize, ((hi - 1) >> self.shift) as usize);
+        let (b0, b1) = (
+            (lo >> self.shift) as usize,
+            ((hi - 1) >> self.shift) as usize,
+        );
         self.scratch.clear();
         if b0 == b1 {
             for &(off, j) in &self.blocks[b0] {
@@ -175,12 +178,42 @@ mod tests {
         // Three long items at 0..4, 4..10 (dies early), 10..12; then a gap of 6
         // opens when the middle one dies... use time to make gaps.
         let items = vec![
-            Item { lower: 0, upper: 10, size: 4, align: 1 },
-            Item { lower: 0, upper: 2, size: 6, align: 1 },
-            Item { lower: 0, upper: 10, size: 2, align: 1 },
-            Item { lower: 0, upper: 2, size: 3, align: 1 },
-            Item { lower: 0, upper: 10, size: 1, align: 1 },
-            Item { lower: 5, upper: 9, size: 3, align: 1 },
+            Item {
+                lower: 0,
+                upper: 10,
+                size: 4,
+                align: 1,
+            },
+            Item {
+                lower: 0,
+                upper: 2,
+                size: 6,
+                align: 1,
+            },
+            Item {
+                lower: 0,
+                upper: 10,
+                size: 2,
+                align: 1,
+            },
+            Item {
+                lower: 0,
+                upper: 2,
+                size: 3,
+                align: 1,
+            },
+            Item {
+                lower: 0,
+                upper: 10,
+                size: 1,
+                align: 1,
+            },
+            Item {
+                lower: 5,
+                upper: 9,
+                size: 3,
+                align: 1,
+            },
         ];
         let s = Sections::new(&items);
         let mut p = Placer::new(&items, &s);

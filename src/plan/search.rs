@@ -458,7 +458,11 @@ pub(crate) fn search(
                 let t0 = Instant::now();
                 let status = s.run(limit);
                 if std::env::var_os("PLAN_DEBUG").is_some() {
-                    eprintln!("thread {t} limit {limit} nodes {} in {:?}", s.nodes, t0.elapsed());
+                    eprintln!(
+                        "thread {t} limit {limit} nodes {} in {:?}",
+                        s.nodes,
+                        t0.elapsed()
+                    );
                 }
                 let outcome = match status {
                     Status::Found => {
@@ -514,7 +518,10 @@ mod tests {
     pub(crate) struct Lcg(pub u64);
     impl Lcg {
         pub fn below(&mut self, n: u64) -> u64 {
-            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (self.0 >> 33) % n
         }
     }
@@ -526,7 +533,12 @@ mod tests {
                 let upper = lower + 1 + rng.below(6);
                 let size = 1 + rng.below(9);
                 let align = [1, 1, 1, 2, 4][rng.below(5) as usize];
-                Item { lower, upper, size, align }
+                Item {
+                    lower,
+                    upper,
+                    size,
+                    align,
+                }
             })
             .collect()
     }
@@ -576,7 +588,8 @@ mod tests {
                         for j in 0..i {
                             if items[i].meets(&items[j]) {
                                 assert!(
-                                    offs[i] + items[i].size <= offs[j] || offs[j] + items[j].size <= offs[i],
+                                    offs[i] + items[i].size <= offs[j]
+                                        || offs[j] + items[j].size <= offs[i],
                                     "case {case}: {items:?} {offs:?}"
                                 );
                             }

@@ -53,8 +53,34 @@ impl Storage {
     }
 }
 
+/// A borrowed, typed slice of tensor elements: what a kernel reads.
+#[derive(Clone, Copy, Debug)]
+pub enum Data<'a> {
+    /// f32 elements.
+    F32(&'a [f32]),
+    /// u32 elements.
+    U32(&'a [u32]),
+    /// i64 elements.
+    I64(&'a [i64]),
+}
+
+/// A mutably borrowed, typed slice of tensor elements: what a kernel writes.
+#[derive(Debug)]
+pub enum DataMut<'a> {
+    /// f32 elements.
+    F32(&'a mut [f32]),
+    /// u32 elements.
+    U32(&'a mut [u32]),
+    /// i64 elements.
+    I64(&'a mut [i64]),
+}
+
 /// Elements that can be viewed out of a [`Storage`] of their own type.
 pub trait StorageElement: Element {
+    /// The slice if `data` holds this type.
+    fn from_data(data: Data<'_>) -> Option<&[Self]>;
+    /// The slice if `data` holds this type.
+    fn from_data_mut(data: DataMut<'_>) -> Option<&mut [Self]>;
     /// The elements if the storage holds this type.
     fn slice(storage: &Storage) -> Option<&[Self]>;
     /// The elements, mutably, if the storage holds this type.
@@ -66,6 +92,18 @@ pub trait StorageElement: Element {
 macro_rules! storage_element {
     ($t:ty, $variant:ident) => {
         impl StorageElement for $t {
+            fn from_data(data: Data<'_>) -> Option<&[Self]> {
+                match data {
+                    Data::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn from_data_mut(data: DataMut<'_>) -> Option<&mut [Self]> {
+                match data {
+                    DataMut::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
             fn slice(storage: &Storage) -> Option<&[Self]> {
                 match storage {
                     Storage::$variant(v) => Some(v),
@@ -139,6 +177,26 @@ impl Buffer {
     /// Whether the buffer has no elements.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The elements, typed by the buffer's dtype.
+    pub fn data(&self) -> Data<'_> {
+        let n = self.len;
+        match &self.storage {
+            Storage::F32(v) => Data::F32(&v[..n]),
+            Storage::U32(v) => Data::U32(&v[..n]),
+            Storage::I64(v) => Data::I64(&v[..n]),
+        }
+    }
+
+    /// The elements, mutably, typed by the buffer's dtype.
+    pub fn data_mut(&mut self) -> DataMut<'_> {
+        let n = self.len;
+        match &mut self.storage {
+            Storage::F32(v) => DataMut::F32(&mut v[..n]),
+            Storage::U32(v) => DataMut::U32(&mut v[..n]),
+            Storage::I64(v) => DataMut::I64(&mut v[..n]),
+        }
     }
 
     /// The elements as `T`, or `None` if the buffer holds another type.

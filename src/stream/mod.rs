@@ -37,9 +37,20 @@ impl fmt::Display for StreamId {
 
 /// Engine-wide settings.
 pub(crate) mod config {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     static QUEUE_LIMIT: AtomicUsize = AtomicUsize::new(4096);
+    static FUSION: AtomicBool = AtomicBool::new(true);
+
+    /// Whether flushed segments run through fused, planned, cached plans.
+    pub fn fusion() -> bool {
+        FUSION.load(Ordering::Relaxed)
+    }
+
+    /// Turns fusion and planning on or off.
+    pub fn set_fusion(on: bool) {
+        FUSION.store(on, Ordering::Relaxed);
+    }
 
     /// Ops a queue holds before it flushes by itself.
     pub fn queue_limit() -> usize {
@@ -151,6 +162,13 @@ pub fn sync() -> Result<()> {
 /// Sets how many ops a stream queues before it flushes by itself (default 4096).
 pub fn set_queue_limit(n: usize) {
     config::set_queue_limit(n)
+}
+
+/// Turns fusion, the plan cache and planned arenas on (the default) or off for every
+/// stream. Off, each op runs as its own kernel with pooled buffers: the reference the
+/// fused path is tested and measured against.
+pub fn set_fusion(on: bool) {
+    config::set_fusion(on)
 }
 
 /// Sets how many threads the kernels of the calling thread's stream may use: 1 runs

@@ -20,10 +20,11 @@ use parking_lot::Mutex;
 
 use super::{config, StreamId};
 use crate::error::Error;
+use crate::fusion::cache;
 use crate::ir::relative::{RelativeBuilder, RelativeOp};
 use crate::ir::{Op, OpKind, TensorDesc, TensorId};
 use crate::kernels::Par;
-use crate::runtime::{execute, Slot, Task};
+use crate::runtime::{execute, execute_plan, Slot, Task};
 
 /// Why a stream's queue was flushed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -222,9 +223,31 @@ impl StreamCell {
         }
         q.last_flush = Some(info);
         super::count_segment();
-        if let Some(e) = execute(segment.into_iter().map(|o| o.task), par(q.threads)) {
+        let error = if config::fusion() {
+            self.run_planned(segment, key, par(q.threads))
+        } else {
+            execute(segment.into_iter().map(|o| o.task), par(q.threads))
+        };
+        if let Some(e) = error {
             q.error.get_or_insert(e);
         }
+    }
+
+    /// Runs a segment through its cached plan (fused kernels, planned arena).
+    fn run_planned(&self, segment: Vec<QueuedOp>, key: u64, par: Par) -> Option<Error> {
+        let ops: Vec<&Op> = segment.iter().map(|o| &o.task.op).collect();
+        let rels: Vec<&RelativeOp> = segment.iter().map(|o| &o.rel).collect();
+        let (plan, hit) = cache::get_or_build(key, &ops, &rels);
+        if log::log_enabled!(log::Level::Trace) {
+            if hit {
+                log::trace!("{}: plan cache hit for {key:016x}", self.id);
+            } else {
+                log::trace!("{}: plan cache miss for {key:016x}; built {plan}", self.id);
+            }
+        }
+        let (tasks, rels): (Vec<Task>, Vec<RelativeOp>) =
+            segment.into_iter().map(|o| (o.task, o.rel)).unzip();
+        execute_plan(&plan, tasks, &rels, par)
     }
 
     /// Flushes everything and returns (and clears) the first kernel error since the
