@@ -43,10 +43,12 @@ pub fn validate(problem: &Problem, plan: &Plan) -> Result<(), PlanError> {
         }
         match off.checked_add(b.size) {
             Some(end) if end <= plan.arena => {}
-            _ => return bad(format!(
+            _ => {
+                return bad(format!(
                 "buffer {i} (id {}) at offset {off} with size {} ends beyond the arena of {} bytes",
                 b.id, b.size, plan.arena
-            )),
+            ))
+            }
         }
     }
     let mut source = vec![None; n];

@@ -37,20 +37,9 @@ impl fmt::Display for StreamId {
 
 /// Engine-wide settings.
 pub(crate) mod config {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     static QUEUE_LIMIT: AtomicUsize = AtomicUsize::new(4096);
-    static FUSION: AtomicBool = AtomicBool::new(true);
-
-    /// Whether flushed segments run through fused, planned, cached plans.
-    pub fn fusion() -> bool {
-        FUSION.load(Ordering::Relaxed)
-    }
-
-    /// Turns fusion and planning on or off.
-    pub fn set_fusion(on: bool) {
-        FUSION.store(on, Ordering::Relaxed);
-    }
 
     /// Ops a queue holds before it flushes by itself.
     pub fn queue_limit() -> usize {
@@ -164,11 +153,11 @@ pub fn set_queue_limit(n: usize) {
     config::set_queue_limit(n)
 }
 
-/// Turns fusion, the plan cache and planned arenas on (the default) or off for every
-/// stream. Off, each op runs as its own kernel with pooled buffers: the reference the
-/// fused path is tested and measured against.
+/// Turns fusion, the plan cache and planned arenas on (the default) or off for the
+/// calling thread's stream. Off, each op runs as its own kernel with pooled buffers:
+/// the reference the fused path is tested and measured against.
 pub fn set_fusion(on: bool) {
-    config::set_fusion(on)
+    with_current(|c| c.set_fusion(on))
 }
 
 /// Sets how many threads the kernels of the calling thread's stream may use: 1 runs
