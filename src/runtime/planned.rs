@@ -36,16 +36,19 @@ fn take_arena(len: usize) -> Vec<f32> {
         .filter(|(_, a)| a.len() >= len)
         .min_by_key(|(_, a)| a.len())
         .map(|(i, _)| i);
-    match best {
+    let arena = match best {
         Some(i) => free.swap_remove(i),
         None => vec![0.0; len],
-    }
+    };
+    super::storage::add_live_bytes(arena.len() * 4);
+    arena
 }
 
 fn give_back_arena(arena: Vec<f32>) {
     if arena.is_empty() {
         return;
     }
+    super::storage::sub_live_bytes(arena.len() * 4);
     let mut free = ARENAS.lock();
     if free.len() < MAX_FREE_ARENAS {
         free.push(arena);

@@ -137,6 +137,30 @@ pub struct Buffer {
 
 static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
 static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Adds `delta` bytes to the tensor memory in use (buffers and arenas) and updates the
+/// peak.
+pub(crate) fn add_live_bytes(delta: usize) {
+    let now = LIVE_BYTES.fetch_add(delta, Ordering::Relaxed) + delta;
+    PEAK_BYTES.fetch_max(now, Ordering::Relaxed);
+}
+
+/// Removes `delta` bytes from the tensor memory in use.
+pub(crate) fn sub_live_bytes(delta: usize) {
+    LIVE_BYTES.fetch_sub(delta, Ordering::Relaxed);
+}
+
+/// The most tensor memory (buffers and arenas, in bytes) in use at once since the
+/// last [`reset_peak_bytes`].
+pub fn peak_bytes() -> usize {
+    PEAK_BYTES.load(Ordering::Relaxed)
+}
+
+/// Starts a new peak measurement from the memory in use now.
+pub fn reset_peak_bytes() {
+    PEAK_BYTES.store(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
+}
 
 impl Buffer {
     /// A buffer of `len` elements of `dtype`, from the pool when one of its class is free.
@@ -157,10 +181,7 @@ impl Buffer {
 
     fn track(storage: Storage, len: usize) -> Buffer {
         LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
-        LIVE_BYTES.fetch_add(
-            storage.capacity_len() * storage.dtype().size_in_bytes(),
-            Ordering::Relaxed,
-        );
+        add_live_bytes(storage.capacity_len() * storage.dtype().size_in_bytes());
         Buffer { storage, len }
     }
 
@@ -215,10 +236,7 @@ impl Drop for Buffer {
     fn drop(&mut self) {
         let storage = std::mem::replace(&mut self.storage, Storage::F32(Vec::new()));
         LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
-        LIVE_BYTES.fetch_sub(
-            storage.capacity_len() * storage.dtype().size_in_bytes(),
-            Ordering::Relaxed,
-        );
+        sub_live_bytes(storage.capacity_len() * storage.dtype().size_in_bytes());
         POOL.give_back(storage);
     }
 }
@@ -229,7 +247,8 @@ pub fn live_buffers() -> usize {
     LIVE_BUFFERS.load(Ordering::Relaxed)
 }
 
-/// Bytes held by live buffers (including their size-class slack).
+/// Bytes of tensor memory in use: live buffers (with their size-class slack) and
+/// arenas of running segments.
 pub fn live_bytes() -> usize {
     LIVE_BYTES.load(Ordering::Relaxed)
 }

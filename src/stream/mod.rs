@@ -186,8 +186,12 @@ pub struct EngineStats {
     pub live_buffers: usize,
     /// Bytes held by live buffers.
     pub live_bytes: usize,
-    /// Bytes of free storage kept by the pool for reuse.
+    /// The most tensor memory in use at once since the last `reset_peak_bytes`.
+    pub peak_bytes: usize,
+    /// Bytes of free storage kept by the pool for reuse (buffers and arenas).
     pub pooled_bytes: usize,
+    /// Plan-cache counters.
+    pub plan_cache: crate::fusion::cache::CacheStats,
     /// Streams open now (threads that recorded ops and have not ended).
     pub live_streams: usize,
     /// Ops recorded since the process started.
@@ -196,12 +200,19 @@ pub struct EngineStats {
     pub segments: usize,
 }
 
+/// Starts a new peak-memory measurement (see [`EngineStats::peak_bytes`]).
+pub fn reset_peak_bytes() {
+    crate::runtime::reset_peak_bytes()
+}
+
 /// A snapshot of the engine's counters.
 pub fn stats() -> EngineStats {
     EngineStats {
         live_buffers: crate::runtime::live_buffers(),
         live_bytes: crate::runtime::live_bytes(),
-        pooled_bytes: crate::runtime::pooled_bytes(),
+        peak_bytes: crate::runtime::peak_bytes(),
+        pooled_bytes: crate::runtime::pooled_bytes() + crate::runtime::pooled_arena_bytes(),
+        plan_cache: crate::fusion::cache::stats(),
         live_streams: REGISTRY.lock().as_ref().map_or(0, |m| m.len()),
         ops_recorded: OPS.load(Ordering::Relaxed),
         segments: SEGMENTS.load(Ordering::Relaxed),
