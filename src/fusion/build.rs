@@ -46,7 +46,7 @@ pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> ExecutionPlan {
             _ => kernels.push(Kernel::Op {
                 op: i,
                 inputs: rel.inputs.clone(),
-                output: rel.output.expect("ops other than Drop have an output"),
+                output: [rel.output.expect("ops other than Drop have an output")],
             }),
         }
     }
@@ -255,21 +255,23 @@ fn fused_kernel(
         }
     }
     program.inputs = inputs.len();
+    let input_ids = inputs.iter().map(|(v, _)| *v).collect();
     Kernel::Fused {
         program,
         inputs,
+        input_ids,
         outputs,
         dims,
     }
 }
 
 /// The values a kernel reads and writes.
-pub fn kernel_io(k: &Kernel) -> (Vec<u32>, Vec<u32>) {
+pub fn kernel_io(k: &Kernel) -> (&[u32], &[u32]) {
     match k {
-        Kernel::Op { inputs, output, .. } => (inputs.clone(), vec![*output]),
+        Kernel::Op { inputs, output, .. } => (inputs, output),
         Kernel::Fused {
-            inputs, outputs, ..
-        } => (inputs.iter().map(|(v, _)| *v).collect(), outputs.clone()),
+            input_ids, outputs, ..
+        } => (input_ids, outputs),
     }
 }
 
@@ -284,7 +286,7 @@ fn levels(kernels: &[Kernel], facts: &[Facts], n_values: usize) -> Vec<u32> {
             .map(|&v| level_of_root[facts[v as usize].root as usize])
             .max()
             .map_or(0, |l| l + 1);
-        for v in outs {
+        for &v in outs {
             level_of_root[v as usize] = lvl;
         }
         levels.push(lvl);
@@ -306,11 +308,11 @@ fn place(
     let mut last = vec![0u32; n];
     for (k, &lvl) in kernels.iter().zip(levels) {
         let (ins, outs) = kernel_io(k);
-        for v in outs {
+        for &v in outs {
             born[v as usize] = lvl;
             last[v as usize] = last[v as usize].max(lvl);
         }
-        for v in ins {
+        for &v in ins {
             let r = facts[v as usize].root as usize;
             last[r] = last[r].max(lvl);
         }

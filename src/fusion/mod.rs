@@ -78,8 +78,8 @@ pub enum Kernel {
         op: usize,
         /// Relative ids of its inputs.
         inputs: Vec<u32>,
-        /// Relative id of its output.
-        output: u32,
+        /// Relative id of its output (a one-element list).
+        output: [u32; 1],
     },
     /// A fused element-wise chain.
     Fused {
@@ -87,6 +87,8 @@ pub enum Kernel {
         program: FusedProgram,
         /// External inputs (relative ids) with their layouts broadcast to `dims`.
         inputs: Vec<(u32, Layout)>,
+        /// The relative ids of `inputs`, alone.
+        input_ids: Vec<u32>,
         /// Values written (relative ids), in the program's output order.
         outputs: Vec<u32>,
         /// The dims of every value of the chain.
@@ -149,7 +151,7 @@ impl fmt::Display for ExecutionPlan {
                         f,
                         "  L{lvl} op#{op}({}) -> {}",
                         ins.join(", "),
-                        home(*output)
+                        home(output[0])
                     )?;
                 }
                 Kernel::Fused {
@@ -157,6 +159,7 @@ impl fmt::Display for ExecutionPlan {
                     inputs,
                     outputs,
                     dims,
+                    ..
                 } => {
                     let ins: Vec<String> = inputs.iter().map(|(v, _)| home(*v)).collect();
                     let outs: Vec<String> = outputs.iter().map(|&v| home(v)).collect();

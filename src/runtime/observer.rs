@@ -102,11 +102,11 @@ pub(crate) fn record(
     let mut last = vec![0u32; plan.values.len()];
     for (kernel, &lvl) in plan.kernels.iter().zip(&plan.levels) {
         let (i, o) = kernel_io(kernel);
-        for v in o {
+        for &v in o {
             born[v as usize] = born[v as usize].min(lvl);
             last[v as usize] = last[v as usize].max(lvl);
         }
-        for v in i {
+        for &v in i {
             let r = root(v) as usize;
             last[r] = last[r].max(lvl);
         }

@@ -190,7 +190,7 @@ pub fn execute_plan(
     for (k, kernel) in plan.kernels.iter().enumerate() {
         let (ins, outs) = crate::fusion::kernel_io(kernel);
         if let Some(e) = ins.iter().find_map(|&v| run.failed[run.root(v)].clone()) {
-            for o in outs {
+            for &o in outs {
                 run.failed[o as usize] = Some(e.clone());
             }
             continue;
@@ -207,7 +207,7 @@ pub fn execute_plan(
             let e = Error::Kernel { op: name, msg: e.0 };
             log::debug!("kernel error: {e}");
             first_error.get_or_insert_with(|| e.clone());
-            for o in outs {
+            for &o in outs {
                 run.failed[o as usize] = Some(e.clone());
             }
         }
@@ -264,7 +264,7 @@ fn run_kernel(
                 let dst = match pooled.first_mut() {
                     Some((_, b)) => b.data_mut(),
                     None => DataMut::F32(arena_outs.pop().ok_or_else(|| {
-                        KernelError(format!("no place for r{output} (engine bug)"))
+                        KernelError(format!("no place for r{} (engine bug)", output[0]))
                     })?),
                 };
                 run_into(&tasks[*op].op, &data, dst, par)?;

@@ -108,18 +108,19 @@ pub(crate) fn with_current<R>(f: impl FnOnce(&Arc<StreamCell>) -> R) -> R {
     }
 }
 
-/// Records `op` (reading `inputs`, homed in `homes`) on the calling thread's stream and
-/// returns the stream and the output's slot. Inputs still pending in another stream are
-/// made first, by draining that stream up to the op that makes them.
-pub(crate) fn record(
+/// Records `op` (reading the tensors of `inputs`: slot and home stream) on the calling
+/// thread's stream and returns the stream and the output's slot. Inputs still pending
+/// in another stream are made first, by draining that stream up to the op that makes
+/// them.
+pub(crate) fn record<'a>(
     op: Op,
-    inputs: Vec<Arc<Slot>>,
-    homes: &[&Arc<StreamCell>],
+    inputs: impl Iterator<Item = (&'a Arc<Slot>, &'a Arc<StreamCell>)>,
 ) -> (Arc<StreamCell>, Arc<Slot>) {
     OPS.fetch_add(1, Ordering::Relaxed);
     with_current(|cell| {
-        for ((slot, home), desc) in inputs.iter().zip(homes).zip(&op.inputs) {
-            if home.id() != cell.id() && slot.is_pending() {
+        let mut slots = Vec::with_capacity(op.inputs.len());
+        for ((slot, home), desc) in inputs.zip(&op.inputs) {
+            if slot.is_pending() && home.id() != cell.id() {
                 log::trace!("{}: drains {} for {}", cell.id(), home.id(), desc.id);
                 home.flush(
                     slot.producer(),
@@ -129,9 +130,10 @@ pub(crate) fn record(
                     },
                 );
             }
+            slots.push(slot.clone());
         }
         let out = Slot::pending(op.output.as_ref().expect("ops record an output").id);
-        cell.push(op, inputs, Some(out.clone()));
+        cell.push(op, slots, Some(out.clone()));
         (cell.clone(), out)
     })
 }
