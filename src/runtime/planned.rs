@@ -170,9 +170,9 @@ pub fn execute_plan(
         bufs: vec![None; n],
         failed: vec![None; n],
     };
-    for v in 0..n {
+    for (v, slot) in slots.iter().enumerate() {
         if plan.values[v].home == Home::Input {
-            match slots[v].as_ref().map(|s| s.state()) {
+            match slot.as_ref().map(|s| s.state()) {
                 Some(SlotState::Ready(b)) => run.bufs[v] = Some(b),
                 Some(SlotState::Failed(e)) => run.failed[v] = Some(e),
                 _ => {
@@ -196,7 +196,7 @@ pub fn execute_plan(
             continue;
         }
         if observe {
-            observer::record(plan, k, &ins, &outs, |v| run.root(v) as u32);
+            observer::record(plan, k, ins, outs, |v| run.root(v) as u32);
         }
         let result = run_kernel(&mut run, kernel, &tasks, &mut arena, par);
         if let Err(e) = result {
