@@ -187,19 +187,31 @@ pub fn execute_plan(
     let mut arena = take_arena(plan.arena_len);
     let mut first_error = None;
     let observe = observer::enabled();
-    for (k, kernel) in plan.kernels.iter().enumerate() {
-        let (ins, outs) = crate::fusion::kernel_io(kernel);
-        if let Some(e) = ins.iter().find_map(|&v| run.failed[run.root(v)].clone()) {
-            for &o in outs {
-                run.failed[o as usize] = Some(e.clone());
+    let mut k = 0;
+    while k < plan.kernels.len() {
+        // One level: kernels that depend only on earlier levels.
+        let mut end = k + 1;
+        while end < plan.kernels.len() && plan.levels[end] == plan.levels[k] {
+            end += 1;
+        }
+        let mut runnable = Vec::with_capacity(end - k);
+        for (i, kernel) in plan.kernels[k..end].iter().enumerate() {
+            let (ins, outs) = crate::fusion::kernel_io(kernel);
+            if let Some(e) = ins.iter().find_map(|&v| run.failed[run.root(v)].clone()) {
+                for &o in outs {
+                    run.failed[o as usize] = Some(e.clone());
+                }
+                continue;
             }
-            continue;
+            if observe {
+                observer::record(plan, k + i, ins, outs, |v| run.root(v) as u32);
+            }
+            runnable.push(k + i);
         }
-        if observe {
-            observer::record(plan, k, ins, outs, |v| run.root(v) as u32);
-        }
-        let result = run_kernel(&mut run, kernel, &tasks, &mut arena, par);
-        if let Err(e) = result {
+        let results = run_level(&mut run, &runnable, &tasks, &mut arena, par);
+        for (&ki, result) in runnable.iter().zip(results) {
+            let Err(e) = result else { continue };
+            let kernel = &plan.kernels[ki];
             let name = match kernel {
                 Kernel::Op { op, .. } => tasks[*op].op.kind.name(),
                 Kernel::Fused { .. } => "fused",
@@ -207,10 +219,11 @@ pub fn execute_plan(
             let e = Error::Kernel { op: name, msg: e.0 };
             log::debug!("kernel error: {e}");
             first_error.get_or_insert_with(|| e.clone());
-            for &o in outs {
+            for &o in crate::fusion::kernel_io(kernel).1 {
                 run.failed[o as usize] = Some(e.clone());
             }
         }
+        k = end;
     }
     give_back_arena(arena);
     for (v, slot) in slots.iter().enumerate() {
@@ -231,81 +244,141 @@ pub fn execute_plan(
     first_error
 }
 
-fn run_kernel(
+/// One kernel of a level, ready to run: its index, its arena outputs and its pooled
+/// outputs.
+type Job<'a, 'b> = (usize, Vec<&'a mut [f32]>, &'b mut Vec<(u32, Buffer)>);
+
+/// Runs the kernels `ks` of one level: carves the arena once for all their outputs,
+/// then runs them one after the other, or at once on rayon when the stream may use
+/// several threads. Returns one result per kernel.
+fn run_level(
     run: &mut Run<'_>,
-    kernel: &Kernel,
+    ks: &[usize],
     tasks: &[Task],
     arena: &mut [f32],
     par: Par,
-) -> Result<(), KernelError> {
-    let (_, outs) = crate::fusion::kernel_io(kernel);
-    // Outputs in the arena are carved out; the others get pooled buffers.
-    let writes: Vec<(usize, usize)> = outs
-        .iter()
-        .filter_map(|&o| run.region(o as usize))
-        .collect();
-    let mut pooled: Vec<(u32, Buffer)> = outs
-        .iter()
-        .filter(|&&o| run.region(o as usize).is_none())
-        .map(|&o| {
-            let val = &run.plan.values[o as usize];
-            (o, Buffer::alloc(val.dtype, val.layout.numel()))
-        })
-        .collect();
-    {
-        let (mut arena_outs, gaps) = carve(arena, &writes)?;
-        let run_ref = &*run;
-        match kernel {
-            Kernel::Op { op, inputs, output } => {
-                let data = inputs
-                    .iter()
-                    .map(|&v| run_ref.data(v, &gaps))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let dst = match pooled.first_mut() {
-                    Some((_, b)) => b.data_mut(),
-                    None => DataMut::F32(arena_outs.pop().ok_or_else(|| {
-                        KernelError(format!("no place for r{} (engine bug)", output[0]))
-                    })?),
-                };
-                run_into(&tasks[*op].op, &data, dst, par)?;
-            }
-            Kernel::Fused {
-                program,
-                inputs,
-                outputs,
-                ..
-            } => {
-                let data = inputs
-                    .iter()
-                    .map(|(v, l)| match run_ref.data(*v, &gaps)? {
-                        Data::F32(s) => Ok((s, l)),
-                        _ => Err(KernelError("fused input is not f32 (engine bug)".into())),
+) -> Vec<Result<(), KernelError>> {
+    let plan = run.plan;
+    // Arena outputs are carved out; the others get pooled buffers.
+    let mut writes = Vec::new();
+    let mut counts = Vec::with_capacity(ks.len());
+    let mut pooled: Vec<Vec<(u32, Buffer)>> = Vec::with_capacity(ks.len());
+    for &k in ks {
+        let outs = crate::fusion::kernel_io(&plan.kernels[k]).1;
+        let before = writes.len();
+        writes.extend(outs.iter().filter_map(|&o| run.region(o as usize)));
+        counts.push(writes.len() - before);
+        pooled.push(
+            outs.iter()
+                .filter(|&&o| run.region(o as usize).is_none())
+                .map(|&o| {
+                    let val = &plan.values[o as usize];
+                    (o, Buffer::alloc(val.dtype, val.layout.numel()))
+                })
+                .collect(),
+        );
+    }
+    let results = match carve(arena, &writes) {
+        Err(e) => ks.iter().map(|_| Err(e.clone())).collect(),
+        Ok((arena_outs, gaps)) => {
+            let mut arena_outs = arena_outs.into_iter();
+            let jobs: Vec<Job<'_, '_>> = ks
+                .iter()
+                .zip(&counts)
+                .zip(pooled.iter_mut())
+                .map(|((&k, &n), p)| (k, arena_outs.by_ref().take(n).collect(), p))
+                .collect();
+            let run_ref = &*run;
+            if jobs.len() > 1 && par.threads > 1 {
+                let mut results: Vec<Result<(), KernelError>> =
+                    (0..jobs.len()).map(|_| Ok(())).collect();
+                rayon::scope(|s| {
+                    for ((k, outs, p), r) in jobs.into_iter().zip(results.iter_mut()) {
+                        let gaps = &gaps;
+                        s.spawn(move |_| {
+                            *r = run_kernel(
+                                run_ref,
+                                &plan.kernels[k],
+                                tasks,
+                                outs,
+                                p,
+                                gaps,
+                                Par::serial(),
+                            )
+                        });
+                    }
+                });
+                results
+            } else {
+                jobs.into_iter()
+                    .map(|(k, outs, p)| {
+                        run_kernel(run_ref, &plan.kernels[k], tasks, outs, p, &gaps, par)
                     })
-                    .collect::<Result<Vec<_>, _>>()?;
-                // Destinations in program output order.
-                let mut arena_iter = arena_outs.into_iter();
-                let mut pooled_iter = pooled.iter_mut();
-                let mut dsts: Vec<&mut [f32]> = Vec::with_capacity(outputs.len());
-                for &o in outputs {
-                    let d = if run_ref.region(o as usize).is_some() {
-                        arena_iter.next()
-                    } else {
-                        pooled_iter
-                            .next()
-                            .and_then(|(_, b)| b.as_mut_slice::<f32>())
-                    };
-                    dsts.push(
-                        d.ok_or_else(|| KernelError(format!("no place for r{o} (engine bug)")))?,
-                    );
-                }
-                kernels::fused(program, &data, &mut dsts, par)?;
+                    .collect()
             }
         }
+    };
+    for p in pooled {
+        for (o, b) in p {
+            run.bufs[o as usize] = Some(Arc::new(b));
+        }
     }
-    for (o, b) in pooled {
-        run.bufs[o as usize] = Some(Arc::new(b));
+    results
+}
+
+/// Runs one kernel: reads its inputs from buffers or the arena's read-only `gaps`,
+/// writes its arena outputs into `arena_outs` and the others into `pooled`.
+fn run_kernel(
+    run: &Run<'_>,
+    kernel: &Kernel,
+    tasks: &[Task],
+    arena_outs: Vec<&mut [f32]>,
+    pooled: &mut [(u32, Buffer)],
+    gaps: &[(usize, &[f32])],
+    par: Par,
+) -> Result<(), KernelError> {
+    let mut arena_outs = arena_outs.into_iter();
+    let mut pooled = pooled.iter_mut();
+    // Destinations in the kernel's output order.
+    let mut dst = |o: u32| -> Result<DataMut<'_>, KernelError> {
+        let d = if run.region(o as usize).is_some() {
+            arena_outs.next().map(DataMut::F32)
+        } else {
+            pooled.next().map(|(_, b)| b.data_mut())
+        };
+        d.ok_or_else(|| KernelError(format!("no place for r{o} (engine bug)")))
+    };
+    match kernel {
+        Kernel::Op { op, inputs, output } => {
+            let data = inputs
+                .iter()
+                .map(|&v| run.data(v, gaps))
+                .collect::<Result<Vec<_>, _>>()?;
+            run_into(&tasks[*op].op, &data, dst(output[0])?, par)
+        }
+        Kernel::Fused {
+            program,
+            inputs,
+            outputs,
+            ..
+        } => {
+            let data = inputs
+                .iter()
+                .map(|(v, l)| match run.data(*v, gaps)? {
+                    Data::F32(s) => Ok((s, l)),
+                    _ => Err(KernelError("fused input is not f32 (engine bug)".into())),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut dsts: Vec<&mut [f32]> = Vec::with_capacity(outputs.len());
+            for &o in outputs {
+                match dst(o)? {
+                    DataMut::F32(d) => dsts.push(d),
+                    _ => return Err(KernelError("fused output is not f32 (engine bug)".into())),
+                }
+            }
+            kernels::fused(program, &data, &mut dsts, par)
+        }
     }
-    Ok(())
 }
 
 #[cfg(test)]
