@@ -15,18 +15,20 @@
 //!
 //! The result is never worse than greedy by size.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use rayon::prelude::*;
 
 use super::greedy::{breadth_order, size_order};
 use super::instance::{Item, Sections};
-use super::place::{place_in_order, Fit};
+use super::place::{place_in_order, place_racing, Fit};
 use super::search::{search, Graph, Outcome};
 
 /// Problems with at most this many items get the exact search.
 const EXACT_MAX: usize = 4000;
+/// Problems with at most this many items count as small.
+const SMALL: usize = 1000;
 
 fn height(items: &[Item], offsets: &[u64]) -> u64 {
     items
@@ -39,7 +41,7 @@ fn height(items: &[Item], offsets: &[u64]) -> u64 {
 
 /// Orders for the portfolio, by name.
 fn orders(items: &[Item], sections: &Sections, g: Option<&Graph<'_>>) -> Vec<Vec<usize>> {
-    let mut out = vec![size_order(items), breadth_order(items, sections)];
+    let mut out = vec![breadth_order(items, sections), size_order(items)];
     let n = items.len();
     let mut by = |key: &dyn Fn(&Item) -> (u128, u128)| {
         let mut o: Vec<usize> = (0..n).collect();
@@ -72,32 +74,55 @@ pub(crate) fn solve(
     } else {
         threads
     };
-    // 1. Greedy by size.
-    let first = size_order(items);
-    let (mut best, mut best_h) = place_in_order(items, &sections, &first, Fit::Best, u64::MAX)
-        .unwrap_or((vec![0; n], 0));
-    if best_h <= target {
-        return best;
+    // 1. Greedy by size alone on small problems: the engine's common case.
+    let mut best: Vec<u64> = vec![0; n];
+    let mut best_h = u64::MAX;
+    if n <= SMALL {
+        let first = size_order(items);
+        if let Some((offs, h)) = place_in_order(items, &sections, &first, Fit::Best, u64::MAX) {
+            if h <= target {
+                return offs;
+            }
+            (best, best_h) = (offs, h);
+        }
     }
-    // 2. Portfolio.
     let fine = Sections::elementary(items);
     let graph = (n <= EXACT_MAX).then(|| Graph::new(items, &fine));
+    // 2. Portfolio, raced: every run stops once it is above the best height
+    // found, and all stop once one reaches the target.
     let orders = orders(items, &sections, graph.as_ref());
-    let runs: Vec<(Vec<usize>, Fit)> = orders
-        .into_iter()
-        .flat_map(|o| [(o.clone(), Fit::Best), (o, Fit::First)])
-        .skip(1) // size order with best fit was stage 1
+    let runs: Vec<(&Vec<usize>, Fit)> = orders
+        .iter()
+        .flat_map(|o| [(o, Fit::Best), (o, Fit::First)])
+        .filter(|&(_, f)| f == Fit::Best || n <= SMALL * 4)
         .collect();
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build();
-    let run = |(o, f): &(Vec<usize>, Fit)| place_in_order(items, &sections, o, *f, best_h);
-    let results: Vec<Option<(Vec<u64>, u64)>> = match &pool {
-        Ok(pool) => pool.install(|| runs.par_iter().map(run).collect()),
-        Err(_) => runs.iter().map(run).collect(),
+    let cutoff = AtomicU64::new(best_h.saturating_sub(1));
+    let winner = parking_lot::Mutex::new(None::<(Vec<u64>, u64)>);
+    let run = |&(o, f): &(&Vec<usize>, Fit)| {
+        if cutoff.load(Ordering::Relaxed) < target {
+            return; // someone reached the target
+        }
+        let t0 = Instant::now();
+        let r = place_racing(items, &sections, o, f, &cutoff);
+        if std::env::var_os("PLAN_DEBUG").is_some() {
+            eprintln!("portfolio {f:?}: {:?} in {:?}", r.as_ref().map(|r| r.1), t0.elapsed());
+        }
+        if let Some((offs, h)) = r {
+            let mut w = winner.lock();
+            if w.as_ref().is_none_or(|w| h < w.1) {
+                cutoff.fetch_min(h.saturating_sub(1), Ordering::Relaxed);
+                *w = Some((offs, h));
+            }
+        }
     };
-    for (offs, h) in results.into_iter().flatten() {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build();
+    match &pool {
+        Ok(pool) => pool.install(|| runs.par_iter().with_max_len(1).for_each(run)),
+        Err(_) => runs.iter().for_each(run),
+    }
+    if let Some((offs, h)) = winner.into_inner() {
         if h < best_h {
-            best = offs;
-            best_h = h;
+            (best, best_h) = (offs, h);
         }
     }
     log::trace!("plan best: portfolio height {best_h}, lower bound {lb}");

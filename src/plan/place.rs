@@ -16,6 +16,8 @@
 //! Either way it sees the occupied byte ranges in offset order and finds the gaps
 //! in one pass.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::instance::{align_up, Item, Sections};
 
 /// How to choose among the gaps an item fits in.
@@ -27,19 +29,27 @@ pub(crate) enum Fit {
     First,
 }
 
+/// A placed item as a block stores it: its byte range and its sections, inline,
+/// so a scan streams through memory.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    off: u64,
+    end: u64,
+    lo: u32,
+    hi: u32,
+}
+
 /// Incremental placement of items at gaps among placed items that meet them.
 pub(crate) struct Placer<'a> {
     items: &'a [Item],
     lo: &'a [u32],
     hi: &'a [u32],
     shift: u32,
-    blocks: Vec<Vec<(u64, u32)>>,
+    blocks: Vec<Vec<Entry>>,
     /// Offset of every placed item (`u64::MAX` until placed).
     pub offsets: Vec<u64>,
     /// The highest end of any placed item.
     pub height: u64,
-    stamp: Vec<u32>,
-    epoch: u32,
     scratch: Vec<(u64, u64)>,
 }
 
@@ -59,8 +69,6 @@ impl<'a> Placer<'a> {
             blocks: vec![Vec::new(); nblocks],
             offsets: vec![u64::MAX; items.len()],
             height: 0,
-            stamp: vec![0; items.len()],
-            epoch: 0,
             scratch: Vec::new(),
         }
     }
@@ -72,26 +80,24 @@ impl<'a> Placer<'a> {
         let (b0, b1) = ((lo >> self.shift) as usize, ((hi - 1) >> self.shift) as usize);
         self.scratch.clear();
         if b0 == b1 {
-            for &(off, j) in &self.blocks[b0] {
-                let j = j as usize;
-                if self.lo[j] < hi && lo < self.hi[j] {
-                    self.scratch.push((off, off + self.items[j].size));
-                }
-            }
+            self.scratch.extend(
+                self.blocks[b0]
+                    .iter()
+                    .filter(|e| e.lo < hi && lo < e.hi)
+                    .map(|e| (e.off, e.end)),
+            );
         } else {
-            self.epoch = self.epoch.wrapping_add(1);
-            if self.epoch == 0 {
-                self.stamp.iter_mut().for_each(|s| *s = 0);
-                self.epoch = 1;
-            }
+            // An item stored in several of these blocks is taken from the first.
             for b in b0..=b1 {
-                for &(off, j) in &self.blocks[b] {
-                    let ju = j as usize;
-                    if self.stamp[ju] != self.epoch && self.lo[ju] < hi && lo < self.hi[ju] {
-                        self.stamp[ju] = self.epoch;
-                        self.scratch.push((off, off + self.items[ju].size));
-                    }
-                }
+                let shift = self.shift;
+                self.scratch.extend(
+                    self.blocks[b]
+                        .iter()
+                        .filter(|e| {
+                            e.lo < hi && lo < e.hi && ((e.lo >> shift) as usize).max(b0) == b
+                        })
+                        .map(|e| (e.off, e.end)),
+                );
             }
             self.scratch.sort_unstable();
         }
@@ -132,10 +138,16 @@ impl<'a> Placer<'a> {
             (self.lo[i] >> self.shift) as usize,
             ((self.hi[i] - 1) >> self.shift) as usize,
         );
+        let e = Entry {
+            off: offset,
+            end: offset + self.items[i].size,
+            lo: self.lo[i],
+            hi: self.hi[i],
+        };
         for b in b0..=b1 {
             let v = &mut self.blocks[b];
-            let pos = v.partition_point(|&(o, _)| o < offset);
-            v.insert(pos, (offset, i as u32));
+            let pos = v.partition_point(|x| x.off < offset);
+            v.insert(pos, e);
         }
     }
 
@@ -156,10 +168,22 @@ pub(crate) fn place_in_order(
     fit: Fit,
     cutoff: u64,
 ) -> Option<(Vec<u64>, u64)> {
+    place_racing(items, sections, order, fit, &AtomicU64::new(cutoff))
+}
+
+/// [`place_in_order`] with a cutoff that other threads may lower while it runs
+/// (the best height found so far, minus one).
+pub(crate) fn place_racing(
+    items: &[Item],
+    sections: &Sections,
+    order: &[usize],
+    fit: Fit,
+    cutoff: &AtomicU64,
+) -> Option<(Vec<u64>, u64)> {
     let mut p = Placer::new(items, sections);
     for &i in order {
         p.place(i, fit);
-        if p.height > cutoff {
+        if p.height > cutoff.load(Ordering::Relaxed) {
             return None;
         }
     }

@@ -97,23 +97,24 @@ impl<'a> Graph<'a> {
     /// largest section total, `Z` size, `O` overlap count, `C` sections spanned,
     /// `L`/`U` later start/end.
     pub fn preorder(&self, keys: &str) -> Vec<u32> {
-        let n = self.items.len();
+        let mut order: Vec<u32> = (0..self.items.len() as u32).collect();
+        self.sort_by_keys(&mut order, keys, &self.load);
+        order
+    }
+
+    /// Sorts `order` by the preorder `keys`, with `T` taken from `load`.
+    fn sort_by_keys(&self, order: &mut [u32], keys: &str, load: &[u64]) {
         let s = self.sections;
-        let total: Vec<u64> = (0..n)
-            .map(|i| {
-                (s.lo[i]..s.hi[i])
-                    .map(|k| self.load[k as usize])
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
         let key = |i: usize, c: char| -> u128 {
             let it = &self.items[i];
             let w = (it.upper - it.lower) as u128;
             match c {
                 'W' => w,
                 'A' => w * it.size as u128,
-                'T' => total[i] as u128,
+                'T' => (s.lo[i]..s.hi[i])
+                    .map(|k| load[k as usize])
+                    .max()
+                    .unwrap_or(0) as u128,
                 'Z' => it.size as u128,
                 'O' => self.adj[i].len() as u128,
                 'C' => (s.hi[i] - s.lo[i]) as u128,
@@ -122,17 +123,15 @@ impl<'a> Graph<'a> {
                 _ => 0,
             }
         };
-        let mut order: Vec<u32> = (0..n as u32).collect();
-        order.sort_by(|&a, &b| {
-            for c in keys.chars() {
-                let (ka, kb) = (key(a as usize, c), key(b as usize, c));
-                if ka != kb {
-                    return kb.cmp(&ka);
-                }
-            }
-            a.cmp(&b)
-        });
-        order
+        let chars: Vec<char> = keys.chars().collect();
+        let mut keyed: Vec<(Vec<u128>, u32)> = order
+            .iter()
+            .map(|&i| (chars.iter().map(|&c| key(i as usize, c)).collect(), i))
+            .collect();
+        keyed.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        for (slot, (_, i)) in order.iter_mut().zip(keyed) {
+            *slot = i;
+        }
     }
 }
 
@@ -145,6 +144,7 @@ enum Status {
 
 struct Searcher<'g, 'a> {
     g: &'g Graph<'a>,
+    keys: String,
     cap: u64,
     rank_item: Vec<u32>,
     off: Vec<u64>,
@@ -162,9 +162,8 @@ struct Searcher<'g, 'a> {
     cancel: &'g AtomicBool,
     min_log: Vec<(u32, u64)>,
     floor_log: Vec<(u32, u64)>,
-    touched: Vec<u32>,
-    stamp: Vec<u64>,
-    epoch: u64,
+    touched: Vec<(u32, u32)>,
+    rel: Vec<(u64, u64)>,
 }
 
 const NONE: u64 = u64::MAX;
@@ -172,6 +171,7 @@ const NONE: u64 = u64::MAX;
 impl<'g, 'a> Searcher<'g, 'a> {
     fn new(
         g: &'g Graph<'a>,
+        keys: &str,
         cap: u64,
         order: &[u32],
         deadline: Instant,
@@ -188,6 +188,7 @@ impl<'g, 'a> Searcher<'g, 'a> {
         }
         Searcher {
             g,
+            keys: keys.to_string(),
             cap,
             rank_item: order.to_vec(),
             off: vec![NONE; n],
@@ -205,8 +206,7 @@ impl<'g, 'a> Searcher<'g, 'a> {
             min_log: Vec::new(),
             floor_log: Vec::new(),
             touched: Vec::new(),
-            stamp: vec![0; count],
-            epoch: 0,
+            rel: Vec::new(),
         }
     }
 
@@ -248,7 +248,21 @@ impl<'g, 'a> Searcher<'g, 'a> {
                 continue;
             }
             solved_any = true;
-            match self.dfs(&part, (0, 0), (a, b)) {
+            // Re-rank the part by the preorder with the totals left now, as
+            // if it were a problem of its own; restore the ranks afterwards.
+            let mut slots = part.clone();
+            slots.sort_unstable();
+            let saved: Vec<u32> = slots.iter().map(|&r| self.rank_item[r as usize]).collect();
+            let mut local = saved.clone();
+            self.g.sort_by_keys(&mut local, &self.keys, &self.total);
+            for (&r, &i) in slots.iter().zip(&local) {
+                self.rank_item[r as usize] = i;
+            }
+            let status = self.dfs(&slots, (0, 0), (a, b));
+            for (&r, &i) in slots.iter().zip(&saved) {
+                self.rank_item[r as usize] = i;
+            }
+            match status {
                 Status::Found => {}
                 other => return other,
             }
@@ -319,8 +333,6 @@ impl<'g, 'a> Searcher<'g, 'a> {
             let mut ok = true;
             let mut hatless = true;
             self.touched.clear();
-            self.epoch += 1;
-            let epoch = self.epoch;
             for &j in &self.g.adj[i] {
                 let j = j as usize;
                 if self.placed[j] {
@@ -334,12 +346,7 @@ impl<'g, 'a> Searcher<'g, 'a> {
                     if want + items[j].size > self.cap {
                         ok = false;
                     }
-                    for sec in s.lo[j]..s.hi[j] {
-                        if self.stamp[sec as usize] != epoch {
-                            self.stamp[sec as usize] = epoch;
-                            self.touched.push(sec);
-                        }
-                    }
+                    self.touched.push((s.lo[j], s.hi[j]));
                 }
             }
             for sec in s.lo[i]..s.hi[i] {
@@ -361,21 +368,47 @@ impl<'g, 'a> Searcher<'g, 'a> {
                 // All unplaced items of a section go above its lowest minimum
                 // offset. Only a section where even that lowest one leaves too
                 // little room matters, so stop at the first item with room.
+                self.touched.sort_unstable();
+                let mut next = 0u32;
                 'sections: for t in 0..self.touched.len() {
-                    let sec = self.touched[t] as usize;
-                    let total = self.total[sec];
-                    if total == 0 {
-                        continue;
-                    }
-                    let room = self.cap.saturating_sub(total);
-                    for &j in &self.g.members[sec] {
-                        let j = j as usize;
-                        if !self.placed[j] && self.minoff[j] <= room {
-                            continue 'sections;
+                    let (a, b) = self.touched[t];
+                    for sec in a.max(next)..b {
+                        let sec = sec as usize;
+                        let total = self.total[sec];
+                        if total == 0 {
+                            continue;
+                        }
+                        // The unplaced items of a section all meet each other, so
+                        // they stack: with release offsets r_j = max(minoff_j,
+                        // floor, o), the lowest possible top is the largest
+                        // r_j + (sizes of items released at or after r_j).
+                        let base = self.floor[sec].max(o);
+                        if base + total > self.cap {
+                            ok = false;
+                            break 'sections;
+                        }
+                        let room = self.cap - total;
+                        self.rel.clear();
+                        for &j in &self.g.members[sec] {
+                            let j = j as usize;
+                            if !self.placed[j] && self.minoff[j] > room.max(base) {
+                                self.rel.push((self.minoff[j], items[j].size));
+                            }
+                        }
+                        if self.rel.is_empty() {
+                            continue;
+                        }
+                        self.rel.sort_unstable_by(|x, y| y.0.cmp(&x.0));
+                        let mut above = 0u64;
+                        for &(r, size) in &self.rel {
+                            above += size;
+                            if r + above > self.cap {
+                                ok = false;
+                                break 'sections;
+                            }
                         }
                     }
-                    ok = false;
-                    break;
+                    next = next.max(b);
                 }
             }
             if ok {
@@ -443,18 +476,24 @@ pub(crate) fn search(
         return Outcome::Found(Vec::new());
     }
     let threads = threads.clamp(1, PREORDERS.len());
-    let orders: Vec<Vec<u32>> = PREORDERS.iter().map(|p| g.preorder(p)).collect();
+    let env = std::env::var("PLAN_PREORDERS").ok();
+    let names: Vec<String> = match &env {
+        Some(e) => e.split(',').map(String::from).collect(),
+        None => PREORDERS.iter().map(|s| s.to_string()).collect(),
+    };
+    let threads = threads.min(names.len());
+    let orders: Vec<(String, Vec<u32>)> = names.iter().map(|p| (p.clone(), g.preorder(p))).collect();
     let stop = AtomicBool::new(false);
     let result = parking_lot::Mutex::new(None::<Outcome>);
     let worker = |t: usize| {
-        let mine: Vec<&Vec<u32>> = orders.iter().skip(t).step_by(threads).collect();
+        let mine: Vec<&(String, Vec<u32>)> = orders.iter().skip(t).step_by(threads).collect();
         let mut limit = (n as u64).max(64);
         loop {
-            for order in &mine {
+            for (keys, order) in mine.iter().map(|x| (&x.0, &x.1)) {
                 if stop.load(Ordering::Relaxed) || cancel.load(Ordering::Relaxed) {
                     return;
                 }
-                let mut s = Searcher::new(g, cap, order, deadline, &stop, cancel);
+                let mut s = Searcher::new(g, keys, cap, order, deadline, &stop, cancel);
                 let t0 = Instant::now();
                 let status = s.run(limit);
                 if std::env::var_os("PLAN_DEBUG").is_some() {
