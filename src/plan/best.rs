@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::greedy::{breadth_order, size_order};
+use super::greedy::{breadth_order, heaviest_section, section_loads, size_order};
 use super::instance::{Item, Sections};
 use super::place::{place_in_order, place_racing, Fit};
 use super::search::{search, Graph, Outcome};
@@ -39,21 +39,30 @@ fn height(items: &[Item], offsets: &[u64]) -> u64 {
         .unwrap_or(0)
 }
 
-/// Orders for the portfolio, by name.
-fn orders(items: &[Item], sections: &Sections, g: Option<&Graph<'_>>) -> Vec<Vec<usize>> {
-    let mut out = vec![breadth_order(items, sections), size_order(items)];
+/// Orders for the portfolio, each with a name for the logs.
+fn orders(items: &[Item], sections: &Sections) -> Vec<(&'static str, Vec<usize>)> {
     let n = items.len();
-    let mut by = |key: &dyn Fn(&Item) -> (u128, u128)| {
+    let loads = section_loads(items, sections);
+    let heavy = heaviest_section(items, sections, &loads);
+    let mut out = vec![("breadth", breadth_order(items, sections))];
+    type Key<'k> = &'k dyn Fn(usize) -> (u128, u128, u128);
+    let mut by = |name: &'static str, key: Key<'_>| {
         let mut o: Vec<usize> = (0..n).collect();
-        o.sort_by_key(|&i| (std::cmp::Reverse(key(&items[i])), i));
-        out.push(o);
+        o.sort_by_key(|&i| (std::cmp::Reverse(key(i)), i));
+        out.push((name, o));
     };
-    by(&|it| ((it.upper - it.lower) as u128 * it.size as u128, it.size as u128));
-    by(&|it| ((it.upper - it.lower) as u128, it.size as u128));
-    if let Some(g) = g {
-        for p in ["TWA", "WAT"] {
-            out.push(g.preorder(p).into_iter().map(|i| i as usize).collect());
-        }
+    let w = |i: usize| (items[i].upper - items[i].lower) as u128;
+    let z = |i: usize| items[i].size as u128;
+    let t = |i: usize| heavy[i].0 as u128;
+    by("total-width", &|i| (t(i), w(i), z(i)));
+    by("size", &|i| (z(i), w(i), 0));
+    by("total-size", &|i| (t(i), z(i), w(i)));
+    by("area", &|i| (w(i) * z(i), z(i), 0));
+    by("width", &|i| (w(i), z(i), 0));
+    by("width-area-total", &|i| (w(i), w(i) * z(i), t(i)));
+    by("total-width-area", &|i| (t(i), w(i), w(i) * z(i)));
+    if let Ok(keep) = std::env::var("PLAN_ORDERS") {
+        out.retain(|(name, _)| keep.split(',').any(|k| k == *name));
     }
     out
 }
@@ -86,26 +95,30 @@ pub(crate) fn solve(
             (best, best_h) = (offs, h);
         }
     }
-    let fine = Sections::elementary(items);
-    let graph = (n <= EXACT_MAX).then(|| Graph::new(items, &fine));
     // 2. Portfolio, raced: every run stops once it is above the best height
     // found, and all stop once one reaches the target.
-    let orders = orders(items, &sections, graph.as_ref());
-    let runs: Vec<(&Vec<usize>, Fit)> = orders
-        .iter()
-        .flat_map(|o| [(o, Fit::Best), (o, Fit::First)])
-        .filter(|&(_, f)| f == Fit::Best || n <= SMALL * 4)
+    let orders = orders(items, &sections);
+    // Best fit for every order first, then first fit on problems of moderate size.
+    let runs: Vec<(&str, &Vec<usize>, Fit)> = [Fit::Best, Fit::First]
+        .into_iter()
+        .filter(|&f| f == Fit::Best || n <= SMALL * 4)
+        .flat_map(|f| orders.iter().map(move |(name, o)| (*name, o, f)))
         .collect();
+    let started = AtomicU64::new(0);
     let cutoff = AtomicU64::new(best_h.saturating_sub(1));
     let winner = parking_lot::Mutex::new(None::<(Vec<u64>, u64)>);
-    let run = |&(o, f): &(&Vec<usize>, Fit)| {
+    let run = |&(name, o, f): &(&str, &Vec<usize>, Fit)| {
         if cutoff.load(Ordering::Relaxed) < target {
             return; // someone reached the target
+        }
+        // Past the deadline, only the first two runs (one per core) go ahead.
+        if started.fetch_add(1, Ordering::Relaxed) >= 2 && Instant::now() >= deadline {
+            return;
         }
         let t0 = Instant::now();
         let r = place_racing(items, &sections, o, f, &cutoff);
         if std::env::var_os("PLAN_DEBUG").is_some() {
-            eprintln!("portfolio {f:?}: {:?} in {:?}", r.as_ref().map(|r| r.1), t0.elapsed());
+            eprintln!("portfolio {name} {f:?}: {:?} in {:?}", r.as_ref().map(|r| r.1), t0.elapsed());
         }
         if let Some((offs, h)) = r {
             let mut w = winner.lock();
@@ -130,6 +143,8 @@ pub(crate) fn solve(
         return best;
     }
     // 3. Exact search.
+    let fine = (n <= EXACT_MAX).then(|| Sections::elementary(items));
+    let graph = fine.as_ref().map(|f| Graph::new(items, f));
     if let Some(g) = &graph {
         let cancel = AtomicBool::new(false);
         if capacity.is_some() {

@@ -39,6 +39,54 @@ struct Entry {
     hi: u32,
 }
 
+/// The gap search: fed occupied ranges in offset order, it tracks the best
+/// (or first) gap that fits.
+struct Gaps {
+    size: u64,
+    align: u64,
+    fit: Fit,
+    reach: u64,
+    best: Option<(u64, u64)>,
+}
+
+impl Gaps {
+    fn new(size: u64, align: u64, fit: Fit) -> Gaps {
+        Gaps {
+            size,
+            align,
+            fit,
+            reach: 0,
+            best: None,
+        }
+    }
+
+    /// Takes the next occupied range; true when the answer is final.
+    #[inline]
+    fn next(&mut self, s: u64, e: u64) -> bool {
+        if s > self.reach {
+            let cand = align_up(self.reach, self.align);
+            if cand + self.size <= s {
+                let gap = s - self.reach;
+                if self.best.is_none_or(|(g, _)| gap < g) {
+                    self.best = Some((gap, cand));
+                }
+                if self.fit == Fit::First {
+                    return true;
+                }
+            }
+        }
+        self.reach = self.reach.max(e);
+        false
+    }
+
+    fn finish(&self) -> u64 {
+        match self.best {
+            Some((_, off)) => off,
+            None => align_up(self.reach, self.align),
+        }
+    }
+}
+
 /// Incremental placement of items at gaps among placed items that meet them.
 pub(crate) struct Placer<'a> {
     items: &'a [Item],
@@ -79,14 +127,7 @@ impl<'a> Placer<'a> {
         let (lo, hi) = (self.lo[i], self.hi[i]);
         let (b0, b1) = ((lo >> self.shift) as usize, ((hi - 1) >> self.shift) as usize);
         self.scratch.clear();
-        if b0 == b1 {
-            self.scratch.extend(
-                self.blocks[b0]
-                    .iter()
-                    .filter(|e| e.lo < hi && lo < e.hi)
-                    .map(|e| (e.off, e.end)),
-            );
-        } else {
+        {
             // An item stored in several of these blocks is taken from the first.
             for b in b0..=b1 {
                 let shift = self.shift;
@@ -99,35 +140,33 @@ impl<'a> Placer<'a> {
                         .map(|e| (e.off, e.end)),
                 );
             }
-            self.scratch.sort_unstable();
+            // Each block gave a sorted run: a stable sort merges runs.
+            self.scratch.sort();
         }
     }
 
     /// The offset `fit` chooses for item `i` (which is not placed yet).
     pub fn choose(&mut self, i: usize, fit: Fit) -> u64 {
-        self.occupied(i);
+        let (lo, hi) = (self.lo[i], self.hi[i]);
         let (size, align) = (self.items[i].size, self.items[i].align);
-        let mut reach = 0u64;
-        let mut best: Option<(u64, u64)> = None; // (gap, offset)
-        for &(s, e) in &self.scratch {
-            if s > reach {
-                let cand = align_up(reach, align);
-                if cand + size <= s {
-                    let gap = s - reach;
-                    if fit == Fit::First {
-                        return cand;
-                    }
-                    if best.is_none_or(|(g, _)| gap < g) {
-                        best = Some((gap, cand));
-                    }
+        let mut gaps = Gaps::new(size, align, fit);
+        let (b0, b1) = ((lo >> self.shift) as usize, ((hi - 1) >> self.shift) as usize);
+        if b0 == b1 {
+            // One block: its list is already in offset order.
+            for e in &self.blocks[b0] {
+                if e.lo < hi && lo < e.hi && gaps.next(e.off, e.end) {
+                    break;
                 }
             }
-            reach = reach.max(e);
+        } else {
+            self.occupied(i);
+            for &(s, e) in &self.scratch {
+                if gaps.next(s, e) {
+                    break;
+                }
+            }
         }
-        match best {
-            Some((_, off)) => off,
-            None => align_up(reach, align),
-        }
+        gaps.finish()
     }
 
     /// Records item `i` at `offset`.
