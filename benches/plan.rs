@@ -13,7 +13,9 @@ use streamfuse::plan::{self, Buffer, Options, Problem, Strategy};
 fn trace(n: usize, seed: u64) -> Problem {
     let mut s = seed;
     let mut next = move |m: u64| {
-        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (s >> 33) % m
     };
     let buffers = (0..n)
@@ -25,7 +27,13 @@ fn trace(n: usize, seed: u64) -> Problem {
                 _ => 40 + next(n as u64 / 4 + 1),
             };
             let size = 64 << next(14);
-            Buffer { id, lower, upper: lower + width, size, alignment: 64 }
+            Buffer {
+                id,
+                lower,
+                upper: lower + width,
+                size,
+                alignment: 64,
+            }
         })
         .collect();
     Problem::new(buffers)
@@ -37,7 +45,11 @@ fn bench(c: &mut Criterion) {
     for n in [1_000, 10_000, 60_000] {
         let p = trace(n, 42);
         for s in [Strategy::GreedySize, Strategy::Best] {
-            let o = Options { strategy: s, time_limit: Duration::from_secs(2), ..Options::default() };
+            let o = Options {
+                strategy: s,
+                time_limit: Duration::from_secs(2),
+                ..Options::default()
+            };
             g.bench_with_input(BenchmarkId::new(s.name(), n), &p, |b, p| {
                 b.iter(|| plan::solve(p, &o).unwrap().arena)
             });
@@ -46,7 +58,9 @@ fn bench(c: &mut Criterion) {
     // The engine's case: a couple of hundred buffers per segment.
     let p = trace(200, 7);
     let o = Options::default();
-    g.bench_function("best/200", |b| b.iter(|| plan::solve(&p, &o).unwrap().arena));
+    g.bench_function("best/200", |b| {
+        b.iter(|| plan::solve(&p, &o).unwrap().arena)
+    });
     g.finish();
 }
 

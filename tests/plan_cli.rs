@@ -18,7 +18,11 @@ fn temp(name: &str, text: &str) -> PathBuf {
 const EXAMPLE: &str = "id,lower,upper,size\nb1,0,3,4\nb2,3,9,4\nb3,0,9,4\nb4,9,21,4\nb5,0,21,4\n";
 
 fn last_line(out: &[u8]) -> String {
-    String::from_utf8_lossy(out).lines().last().unwrap_or("").to_string()
+    String::from_utf8_lossy(out)
+        .lines()
+        .last()
+        .unwrap_or("")
+        .to_string()
 }
 
 fn field<'a>(line: &'a str, key: &str) -> &'a str {
@@ -32,10 +36,28 @@ fn plans_writes_offsets_and_summarises() {
     let input = temp("example.csv", EXAMPLE);
     let out = input.with_file_name("example.out.csv");
     let r = bin().arg(&input).arg("--out").arg(&out).output().unwrap();
-    assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
     let line = last_line(&r.stdout);
-    let keys: Vec<&str> = line.split(' ').map(|kv| kv.split('=').next().unwrap()).collect();
-    assert_eq!(keys, ["buffers", "lower_bound", "arena", "ratio", "strategy", "millis"]);
+    let keys: Vec<&str> = line
+        .split(' ')
+        .map(|kv| kv.split('=').next().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "buffers",
+            "lower_bound",
+            "arena",
+            "ratio",
+            "strategy",
+            "millis"
+        ]
+    );
     assert_eq!(field(&line, "buffers"), "5");
     assert_eq!(field(&line, "lower_bound"), "12");
     assert_eq!(field(&line, "arena"), "12");
@@ -44,7 +66,10 @@ fn plans_writes_offsets_and_summarises() {
     let written = std::fs::read_to_string(&out).unwrap();
     let rows: Vec<&str> = written.lines().collect();
     assert_eq!(rows[0], "id,lower,upper,size,offset");
-    let ids: Vec<&str> = rows[1..].iter().map(|r| r.split(',').next().unwrap()).collect();
+    let ids: Vec<&str> = rows[1..]
+        .iter()
+        .map(|r| r.split(',').next().unwrap())
+        .collect();
     assert_eq!(ids, ["b1", "b2", "b3", "b4", "b5"]);
     // The written plan reads back and validates.
     let t = streamfuse::plan::csv::read(&written).unwrap();
@@ -61,7 +86,13 @@ fn plans_writes_offsets_and_summarises() {
 #[test]
 fn every_strategy_and_flag_forms() {
     let input = temp("strategies.csv", EXAMPLE);
-    for s in ["naive", "linear-scan", "greedy-size", "greedy-breadth", "best"] {
+    for s in [
+        "naive",
+        "linear-scan",
+        "greedy-size",
+        "greedy-breadth",
+        "best",
+    ] {
         let r = bin()
             .arg(&input)
             .args(["--strategy", s, "--time-limit", "0.5"])
@@ -70,7 +101,11 @@ fn every_strategy_and_flag_forms() {
         assert_eq!(r.status.code(), Some(0));
         assert_eq!(field(&last_line(&r.stdout), "strategy"), s);
     }
-    let r = bin().arg(&input).arg("--strategy=greedy-size").output().unwrap();
+    let r = bin()
+        .arg(&input)
+        .arg("--strategy=greedy-size")
+        .output()
+        .unwrap();
     assert_eq!(r.status.code(), Some(0));
 }
 
@@ -83,7 +118,11 @@ fn capacity_miss_exits_3() {
         .output()
         .unwrap();
     assert_eq!(r.status.code(), Some(3));
-    let r = bin().arg(&input).args(["--capacity", "12"]).output().unwrap();
+    let r = bin()
+        .arg(&input)
+        .args(["--capacity", "12"])
+        .output()
+        .unwrap();
     assert_eq!(r.status.code(), Some(0));
 }
 
@@ -94,7 +133,11 @@ fn bad_input_exits_2_with_the_reason() {
     assert_eq!(r.status.code(), Some(2));
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(err.contains("line 3"), "{err}");
-    let r = bin().arg(&input).args(["--strategy", "magic"]).output().unwrap();
+    let r = bin()
+        .arg(&input)
+        .args(["--strategy", "magic"])
+        .output()
+        .unwrap();
     assert_eq!(r.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&r.stderr).contains("greedy-breadth"));
     let r = bin().arg("/nonexistent/trace.csv").output().unwrap();
@@ -127,7 +170,12 @@ fn shared_data_traces() {
             cmd.args(["--capacity", "1048576"]);
         }
         let r = cmd.output().unwrap();
-        assert_eq!(r.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&r.stderr));
+        assert_eq!(
+            r.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
         println!("{name}: {}", last_line(&r.stdout));
     }
 }

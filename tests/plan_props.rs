@@ -170,7 +170,11 @@ proptest! {
 fn brute_force(p: &Problem) -> u64 {
     fn go(p: &Problem, placed: &mut Vec<(usize, u64)>, best: &mut u64) {
         let n = p.buffers.len();
-        let height = placed.iter().map(|&(i, o)| o + p.buffers[i].size).max().unwrap_or(0);
+        let height = placed
+            .iter()
+            .map(|&(i, o)| o + p.buffers[i].size)
+            .max()
+            .unwrap_or(0);
         if height >= *best {
             return;
         }
@@ -212,7 +216,9 @@ fn brute_force(p: &Problem) -> u64 {
 fn best_is_optimal_on_small_random_instances() {
     let mut state = 12345u64;
     let mut next = |n: u64| {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (state >> 33) % n
     };
     for case in 0..60 {
@@ -276,7 +282,10 @@ fn alternating_chains_reach_the_lower_bound() {
         let p = alternating_chain(blocks);
         let lb = lower_bound(&p);
         let greedy = plan::solve(&p, &opts(Strategy::GreedySize)).unwrap();
-        assert!(greedy.arena * 2 >= lb * 3, "greedy by size should waste a third here");
+        assert!(
+            greedy.arena * 2 >= lb * 3,
+            "greedy by size should waste a third here"
+        );
         let best = plan::solve(&p, &opts(Strategy::Best)).unwrap();
         check(&p, &best).unwrap();
         assert_eq!(best.arena, lb, "{blocks} blocks");
@@ -287,10 +296,19 @@ fn alternating_chains_reach_the_lower_bound() {
 fn capacity_is_searched_for_and_missed_cleanly() {
     let p = alternating_chain(2);
     let lb = lower_bound(&p);
-    let o = Options { capacity: Some(lb), ..opts(Strategy::Best) };
+    let o = Options {
+        capacity: Some(lb),
+        ..opts(Strategy::Best)
+    };
     assert_eq!(plan::solve(&p, &o).unwrap().arena, lb);
-    let o = Options { capacity: Some(lb - 1), ..opts(Strategy::Best) };
-    assert!(matches!(plan::solve(&p, &o), Err(PlanError::CapacityExceeded { .. })));
+    let o = Options {
+        capacity: Some(lb - 1),
+        ..opts(Strategy::Best)
+    };
+    assert!(matches!(
+        plan::solve(&p, &o),
+        Err(PlanError::CapacityExceeded { .. })
+    ));
 }
 
 #[test]
@@ -305,6 +323,20 @@ fn input_errors_name_the_culprit() {
     assert!(matches!(e, Err(PlanError::Overflow { .. })), "{e:?}");
     let mut p = alternating_chain(1);
     p.buffers[2].size = p.buffers[1].size;
-    p.aliases = vec![Alias { view: 1, source: 2, offset: 0 }, Alias { view: 2, source: 1, offset: 0 }];
-    assert!(matches!(plan::solve(&p, &Options::default()), Err(PlanError::AliasCycle { .. })));
+    p.aliases = vec![
+        Alias {
+            view: 1,
+            source: 2,
+            offset: 0,
+        },
+        Alias {
+            view: 2,
+            source: 1,
+            offset: 0,
+        },
+    ];
+    assert!(matches!(
+        plan::solve(&p, &Options::default()),
+        Err(PlanError::AliasCycle { .. })
+    ));
 }

@@ -89,7 +89,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 }
 
 fn summary(buffers: usize, lb: u64, arena: u64, strategy: Strategy, millis: u128) -> String {
-    let ratio = if lb == 0 { 1.0 } else { arena as f64 / lb as f64 };
+    let ratio = if lb == 0 {
+        1.0
+    } else {
+        arena as f64 / lb as f64
+    };
     format!("buffers={buffers} lower_bound={lb} arena={arena} ratio={ratio:.6} strategy={strategy} millis={millis}")
 }
 
@@ -131,7 +135,11 @@ fn main() -> ExitCode {
                 args.input,
                 p.arena,
                 p.lower_bound,
-                if p.arena == p.lower_bound { " (optimal)" } else { "" }
+                if p.arena == p.lower_bound {
+                    " (optimal)"
+                } else {
+                    ""
+                }
             );
             println!("{}", summary(n, p.lower_bound, p.arena, strategy, millis));
             ExitCode::SUCCESS

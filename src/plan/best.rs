@@ -61,9 +61,6 @@ fn orders(items: &[Item], sections: &Sections) -> Vec<(&'static str, Vec<usize>)
     by("width", &|i| (w(i), z(i), 0));
     by("width-area-total", &|i| (w(i), w(i) * z(i), t(i)));
     by("total-width-area", &|i| (t(i), w(i), w(i) * z(i)));
-    if let Ok(keep) = std::env::var("PLAN_ORDERS") {
-        out.retain(|(name, _)| keep.split(',').any(|k| k == *name));
-    }
     out
 }
 
@@ -117,12 +114,14 @@ pub(crate) fn solve(
         }
         let t0 = Instant::now();
         let r = place_racing(items, &sections, o, f, &cutoff);
-        if std::env::var_os("PLAN_DEBUG").is_some() {
-            eprintln!("portfolio {name} {f:?}: {:?} in {:?}", r.as_ref().map(|r| r.1), t0.elapsed());
-        }
+        log::trace!(
+            "plan portfolio: order {name}, {f:?} fit: height {:?} in {:?}",
+            r.as_ref().map(|r| r.1),
+            t0.elapsed()
+        );
         if let Some((offs, h)) = r {
             let mut w = winner.lock();
-            if w.as_ref().is_none_or(|w| h < w.1) {
+            if w.as_ref().map_or(true, |w| h < w.1) {
                 cutoff.fetch_min(h.saturating_sub(1), Ordering::Relaxed);
                 *w = Some((offs, h));
             }
@@ -171,7 +170,9 @@ pub(crate) fn solve(
                 Outcome::Found(offs) => {
                     let h = height(items, &offs);
                     best = offs;
-                    best_h = h;
+                    log::trace!(
+                        "plan best: exact search found height {h} (cap {mid}, lower bound {lb})"
+                    );
                     if h == lb {
                         break;
                     }

@@ -45,9 +45,9 @@ pub fn validate(problem: &Problem, plan: &Plan) -> Result<(), PlanError> {
             Some(end) if end <= plan.arena => {}
             _ => {
                 return bad(format!(
-                    "buffer {i} (id {}) at offset {off} with size {} ends beyond the arena of {} bytes",
-                    b.id, b.size, plan.arena
-                ))
+                "buffer {i} (id {}) at offset {off} with size {} ends beyond the arena of {} bytes",
+                b.id, b.size, plan.arena
+            ))
             }
         }
     }
@@ -63,14 +63,15 @@ pub fn validate(problem: &Problem, plan: &Plan) -> Result<(), PlanError> {
         }
     }
     // Root of every buffer; a root's lifetime covers its views'.
-    let mut root: Vec<usize> = (0..n).collect();
-    for v in 0..n {
-        let mut r = v;
-        while let Some(s) = source[r] {
-            r = s;
-        }
-        root[v] = r;
-    }
+    let root: Vec<usize> = (0..n)
+        .map(|v| {
+            let mut r = v;
+            while let Some(s) = source[r] {
+                r = s;
+            }
+            r
+        })
+        .collect();
     let mut span: Vec<(u64, u64)> = bufs.iter().map(|b| (b.lower, b.upper)).collect();
     for v in 0..n {
         let r = root[v];
@@ -210,8 +211,15 @@ mod tests {
             Buffer::new(1, 2, 5, 8),
             Buffer::new(2, 4, 7, 4),
         ]);
-        p.in_place = vec![InPlace { input: 0, output: 1 }];
-        p.aliases = vec![Alias { view: 2, source: 1, offset: 4 }];
+        p.in_place = vec![InPlace {
+            input: 0,
+            output: 1,
+        }];
+        p.aliases = vec![Alias {
+            view: 2,
+            source: 1,
+            offset: 4,
+        }];
         assert!(validate(&p, &plan(vec![0, 0, 4], 8)).is_ok());
         assert!(validate(&p, &plan(vec![0, 0, 0], 8)).is_err());
         // Without the pair the same offsets are a clash at step 2.

@@ -37,7 +37,10 @@ pub struct Trace {
 
 /// Parses a trace from CSV text.
 pub fn read(text: &str) -> Result<Trace, PlanError> {
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
     let Some((h, header)) = lines.next() else {
         return Err(PlanError::Csv {
             line: 1,
@@ -171,7 +174,16 @@ mod tests {
     fn reads_minimalloc_format_with_text_ids() {
         let t = read("id,lower,upper,size\nb1,0,3,4\nb2,3,9,4\n").unwrap();
         assert_eq!(t.ids, vec!["b1", "b2"]);
-        assert_eq!(t.problem.buffers[1], Buffer { id: 1, lower: 3, upper: 9, size: 4, alignment: 1 });
+        assert_eq!(
+            t.problem.buffers[1],
+            Buffer {
+                id: 1,
+                lower: 3,
+                upper: 9,
+                size: 4,
+                alignment: 1
+            }
+        );
         assert_eq!(
             write(&t, &[0, 4]),
             "id,lower,upper,size,offset\nb1,0,3,4,0\nb2,3,9,4,4\n"
@@ -181,14 +193,26 @@ mod tests {
     #[test]
     fn columns_in_any_order_and_optional_alignment() {
         let t = read("size,id,upper,lower,alignment\r\n8,17,5,1,16\r\n").unwrap();
-        assert_eq!(t.problem.buffers[0], Buffer { id: 17, lower: 1, upper: 5, size: 8, alignment: 16 });
+        assert_eq!(
+            t.problem.buffers[0],
+            Buffer {
+                id: 17,
+                lower: 1,
+                upper: 5,
+                size: 8,
+                alignment: 16
+            }
+        );
         assert!(t.has_alignment);
     }
 
     #[test]
     fn bad_rows_name_their_line() {
         let e = read("id,lower,upper,size\n0,0,3,4\n1,5,5,4\n").unwrap_err();
-        assert_eq!(e.to_string(), "line 3: buffer 1: upper 5 must be greater than lower 5");
+        assert_eq!(
+            e.to_string(),
+            "line 3: buffer 1: upper 5 must be greater than lower 5"
+        );
         let e = read("id,lower,upper,size\n0,0,3,x\n").unwrap_err();
         assert!(e.to_string().starts_with("line 2:"), "{e}");
         let e = read("id,lower,upper,size\n0,0,3\n").unwrap_err();

@@ -68,7 +68,7 @@ pub(crate) fn linear_scan(items: &[Item]) -> Vec<u64> {
         let mut best: Option<(u64, u64, u64)> = None; // (len, block offset, start)
         for (&fo, &fl) in &free {
             let start = align_up(fo, it.align);
-            if start + it.size <= fo + fl && best.is_none_or(|b| fl < b.0) {
+            if start + it.size <= fo + fl && best.map_or(true, |b| fl < b.0) {
                 best = Some((fl, fo, start));
             }
         }
@@ -143,16 +143,25 @@ pub(crate) fn section_loads(items: &[Item], sections: &Sections) -> Vec<u64> {
 
 /// For each item, the heaviest section it lives in (earliest on ties) and that
 /// section's load.
-pub(crate) fn heaviest_section(items: &[Item], sections: &Sections, loads: &[u64]) -> Vec<(u64, u32)> {
+pub(crate) fn heaviest_section(
+    items: &[Item],
+    sections: &Sections,
+    loads: &[u64],
+) -> Vec<(u64, u32)> {
     // Sparse table of (load, Reverse(section)) maxima.
     let m = loads.len();
-    let mut table: Vec<Vec<(u64, Reverse<u32>)>> =
-        vec![loads.iter().enumerate().map(|(s, &l)| (l, Reverse(s as u32))).collect()];
+    let mut table: Vec<Vec<(u64, Reverse<u32>)>> = vec![loads
+        .iter()
+        .enumerate()
+        .map(|(s, &l)| (l, Reverse(s as u32)))
+        .collect()];
     let mut k = 1;
     while (1 << k) <= m {
         let prev = &table[k - 1];
         let half = 1 << (k - 1);
-        let row: Vec<_> = (0..=m - (1 << k)).map(|s| prev[s].max(prev[s + half])).collect();
+        let row: Vec<_> = (0..=m - (1 << k))
+            .map(|s| prev[s].max(prev[s + half]))
+            .collect();
         table.push(row);
         k += 1;
     }

@@ -34,7 +34,7 @@ pub(crate) struct Item {
 
 impl Item {
     /// True when the two lifetimes share a step.
-    #[inline]
+    #[cfg(test)]
     pub fn meets(&self, other: &Item) -> bool {
         self.lower < other.upper && other.lower < self.upper
     }
@@ -117,7 +117,7 @@ impl Instance {
             }
             let (v, s) = (&bufs[a.view], &bufs[a.source]);
             let end = a.offset.checked_add(v.size);
-            if end.is_none_or(|end| end > s.size) {
+            if end.map_or(true, |end| end > s.size) {
                 return Err(PlanError::BadAlias {
                     entry,
                     message: format!(
@@ -189,7 +189,10 @@ impl Instance {
             }
         }
         // Roots with lifetimes and alignments extended by their views.
-        let mut ext: Vec<(u64, u64, u64)> = bufs.iter().map(|b| (b.lower, b.upper, b.alignment)).collect();
+        let mut ext: Vec<(u64, u64, u64)> = bufs
+            .iter()
+            .map(|b| (b.lower, b.upper, b.alignment))
+            .collect();
         for v in 0..n {
             let (r, _) = root[v];
             if r != v {
@@ -226,10 +229,16 @@ impl Instance {
                 }
             }
             if std::mem::replace(&mut is_input[p.input], true) {
-                return bad(format!("buffer {} (id {}) is the input of two pairs", p.input, bufs[p.input].id));
+                return bad(format!(
+                    "buffer {} (id {}) is the input of two pairs",
+                    p.input, bufs[p.input].id
+                ));
             }
             if std::mem::replace(&mut is_output[p.output], true) {
-                return bad(format!("buffer {} (id {}) is the output of two pairs", p.output, bufs[p.output].id));
+                return bad(format!(
+                    "buffer {} (id {}) is the output of two pairs",
+                    p.output, bufs[p.output].id
+                ));
             }
             let (i_up, o_low) = (ext[p.input].1, ext[p.output].0);
             if i_up == o_low {
@@ -411,7 +420,12 @@ mod tests {
     fn sections_are_maximal_cliques() {
         let items: Vec<Item> = [(0, 4), (1, 2), (2, 3), (5, 6)]
             .iter()
-            .map(|&(lower, upper)| Item { lower, upper, size: 1, align: 1 })
+            .map(|&(lower, upper)| Item {
+                lower,
+                upper,
+                size: 1,
+                align: 1,
+            })
             .collect();
         let s = Sections::new(&items);
         assert_eq!(s.count, 3);
@@ -429,8 +443,16 @@ mod tests {
             Buffer::new(2, 4, 9, 8),
         ]);
         p.aliases = vec![
-            Alias { view: 2, source: 1, offset: 8 },
-            Alias { view: 1, source: 0, offset: 32 },
+            Alias {
+                view: 2,
+                source: 1,
+                offset: 8,
+            },
+            Alias {
+                view: 1,
+                source: 0,
+                offset: 32,
+            },
         ];
         let inst = Instance::new(&p).unwrap();
         assert_eq!(inst.items.len(), 1);
@@ -442,7 +464,10 @@ mod tests {
     #[test]
     fn equal_in_place_pairs_merge() {
         let mut p = Problem::new(vec![Buffer::new(0, 0, 3, 8), Buffer::new(1, 2, 5, 8)]);
-        p.in_place = vec![InPlace { input: 0, output: 1 }];
+        p.in_place = vec![InPlace {
+            input: 0,
+            output: 1,
+        }];
         let inst = Instance::new(&p).unwrap();
         assert_eq!(inst.items.len(), 1);
         assert_eq!(peak(&inst.items), 8);

@@ -108,8 +108,13 @@ impl Strategy {
         Strategy::Best,
     ];
     /// Their names, in the order of [`Strategy::ALL`].
-    pub const NAMES: [&'static str; 5] =
-        ["naive", "linear-scan", "greedy-size", "greedy-breadth", "best"];
+    pub const NAMES: [&'static str; 5] = [
+        "naive",
+        "linear-scan",
+        "greedy-size",
+        "greedy-breadth",
+        "best",
+    ];
 
     /// The name of the strategy.
     pub fn name(self) -> &'static str {
@@ -130,7 +135,9 @@ impl FromStr for Strategy {
             .iter()
             .position(|&n| n == s)
             .map(|k| Strategy::ALL[k])
-            .ok_or_else(|| PlanError::UnknownStrategy { name: s.to_string() })
+            .ok_or_else(|| PlanError::UnknownStrategy {
+                name: s.to_string(),
+            })
     }
 }
 
@@ -248,7 +255,10 @@ pub fn solve(problem: &Problem, options: &Options) -> Result<Plan, PlanError> {
     };
     validate(problem, &plan).map_err(|e| match e {
         PlanError::InvalidPlan { message } => PlanError::InvalidPlan {
-            message: format!("strategy {} produced a bad plan (a bug): {message}", options.strategy),
+            message: format!(
+                "strategy {} produced a bad plan (a bug): {message}",
+                options.strategy
+            ),
         },
         other => other,
     })?;
@@ -297,7 +307,14 @@ mod tests {
             Buffer::new(4, 0, 21, 4),
         ]);
         for s in Strategy::ALL {
-            let plan = solve(&p, &Options { strategy: s, ..Options::default() }).unwrap();
+            let plan = solve(
+                &p,
+                &Options {
+                    strategy: s,
+                    ..Options::default()
+                },
+            )
+            .unwrap();
             assert!(plan.arena >= 12);
             if s != Strategy::Naive {
                 assert_eq!(plan.arena, 12, "{s}");
@@ -308,9 +325,18 @@ mod tests {
     #[test]
     fn capacity_miss_is_its_own_error() {
         let p = Problem::new(vec![Buffer::new(0, 0, 3, 4), Buffer::new(1, 0, 3, 4)]);
-        let o = Options { capacity: Some(7), ..Options::default() };
-        assert!(matches!(solve(&p, &o), Err(PlanError::CapacityExceeded { capacity: 7, .. })));
-        let o = Options { capacity: Some(8), ..Options::default() };
+        let o = Options {
+            capacity: Some(7),
+            ..Options::default()
+        };
+        assert!(matches!(
+            solve(&p, &o),
+            Err(PlanError::CapacityExceeded { capacity: 7, .. })
+        ));
+        let o = Options {
+            capacity: Some(8),
+            ..Options::default()
+        };
         assert_eq!(solve(&p, &o).unwrap().arena, 8);
     }
 

@@ -67,7 +67,7 @@ impl Gaps {
             let cand = align_up(self.reach, self.align);
             if cand + self.size <= s {
                 let gap = s - self.reach;
-                if self.best.is_none_or(|(g, _)| gap < g) {
+                if self.best.map_or(true, |(g, _)| gap < g) {
                     self.best = Some((gap, cand));
                 }
                 if self.fit == Fit::First {
@@ -125,7 +125,10 @@ impl<'a> Placer<'a> {
     /// offset order.
     fn occupied(&mut self, i: usize) {
         let (lo, hi) = (self.lo[i], self.hi[i]);
-        let (b0, b1) = ((lo >> self.shift) as usize, ((hi - 1) >> self.shift) as usize);
+        let (b0, b1) = (
+            (lo >> self.shift) as usize,
+            ((hi - 1) >> self.shift) as usize,
+        );
         self.scratch.clear();
         {
             // An item stored in several of these blocks is taken from the first.
@@ -150,7 +153,10 @@ impl<'a> Placer<'a> {
         let (lo, hi) = (self.lo[i], self.hi[i]);
         let (size, align) = (self.items[i].size, self.items[i].align);
         let mut gaps = Gaps::new(size, align, fit);
-        let (b0, b1) = ((lo >> self.shift) as usize, ((hi - 1) >> self.shift) as usize);
+        let (b0, b1) = (
+            (lo >> self.shift) as usize,
+            ((hi - 1) >> self.shift) as usize,
+        );
         if b0 == b1 {
             // One block: its list is already in offset order.
             for e in &self.blocks[b0] {
@@ -238,12 +244,42 @@ mod tests {
         // Three long items at 0..4, 4..10 (dies early), 10..12; then a gap of 6
         // opens when the middle one dies... use time to make gaps.
         let items = vec![
-            Item { lower: 0, upper: 10, size: 4, align: 1 },
-            Item { lower: 0, upper: 2, size: 6, align: 1 },
-            Item { lower: 0, upper: 10, size: 2, align: 1 },
-            Item { lower: 0, upper: 2, size: 3, align: 1 },
-            Item { lower: 0, upper: 10, size: 1, align: 1 },
-            Item { lower: 5, upper: 9, size: 3, align: 1 },
+            Item {
+                lower: 0,
+                upper: 10,
+                size: 4,
+                align: 1,
+            },
+            Item {
+                lower: 0,
+                upper: 2,
+                size: 6,
+                align: 1,
+            },
+            Item {
+                lower: 0,
+                upper: 10,
+                size: 2,
+                align: 1,
+            },
+            Item {
+                lower: 0,
+                upper: 2,
+                size: 3,
+                align: 1,
+            },
+            Item {
+                lower: 0,
+                upper: 10,
+                size: 1,
+                align: 1,
+            },
+            Item {
+                lower: 5,
+                upper: 9,
+                size: 3,
+                align: 1,
+            },
         ];
         let s = Sections::new(&items);
         let mut p = Placer::new(&items, &s);

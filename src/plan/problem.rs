@@ -141,7 +141,10 @@ mod tests {
         let e = p.validate().unwrap_err();
         assert!(e.to_string().contains("buffer 1 (id 9)"), "{e}");
         let p = Problem::new(vec![Buffer::new(4, 0, 2, 0)]);
-        assert_eq!(p.validate().unwrap_err(), PlanError::ZeroSize { index: 0, id: 4 });
+        assert_eq!(
+            p.validate().unwrap_err(),
+            PlanError::ZeroSize { index: 0, id: 4 }
+        );
         let mut b = Buffer::new(5, 0, 2, 8);
         b.alignment = 0;
         assert_eq!(
@@ -158,15 +161,41 @@ mod tests {
             Buffer::new(2, 0, 2, 8),
         ]);
         p.aliases = vec![
-            Alias { view: 0, source: 1, offset: 0 },
-            Alias { view: 1, source: 0, offset: 0 },
+            Alias {
+                view: 0,
+                source: 1,
+                offset: 0,
+            },
+            Alias {
+                view: 1,
+                source: 0,
+                offset: 0,
+            },
         ];
         assert!(matches!(p.validate(), Err(PlanError::AliasCycle { .. })));
-        p.aliases = vec![Alias { view: 0, source: 2, offset: 4 }];
-        assert!(matches!(p.validate(), Err(PlanError::BadAlias { entry: 0, .. })));
-        p.aliases = vec![Alias { view: 0, source: 5, offset: 0 }];
-        assert!(matches!(p.validate(), Err(PlanError::NoSuchBuffer { index: 5, .. })));
-        p.aliases = vec![Alias { view: 0, source: 2, offset: 0 }];
+        p.aliases = vec![Alias {
+            view: 0,
+            source: 2,
+            offset: 4,
+        }];
+        assert!(matches!(
+            p.validate(),
+            Err(PlanError::BadAlias { entry: 0, .. })
+        ));
+        p.aliases = vec![Alias {
+            view: 0,
+            source: 5,
+            offset: 0,
+        }];
+        assert!(matches!(
+            p.validate(),
+            Err(PlanError::NoSuchBuffer { index: 5, .. })
+        ));
+        p.aliases = vec![Alias {
+            view: 0,
+            source: 2,
+            offset: 0,
+        }];
         assert!(p.validate().is_ok());
     }
 
@@ -182,9 +211,15 @@ mod tests {
     #[test]
     fn in_place_needs_the_input_to_die_where_the_output_is_born() {
         let mut p = Problem::new(vec![Buffer::new(0, 0, 3, 8), Buffer::new(1, 2, 5, 8)]);
-        p.in_place = vec![InPlace { input: 0, output: 1 }];
+        p.in_place = vec![InPlace {
+            input: 0,
+            output: 1,
+        }];
         assert!(p.validate().is_ok());
         p.buffers[1].lower = 1;
-        assert!(matches!(p.validate(), Err(PlanError::BadInPlace { entry: 0, .. })));
+        assert!(matches!(
+            p.validate(),
+            Err(PlanError::BadInPlace { entry: 0, .. })
+        ));
     }
 }

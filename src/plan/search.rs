@@ -61,10 +61,10 @@ impl<'a> Graph<'a> {
         let n = items.len();
         let mut members = vec![Vec::new(); sections.count];
         let mut load = vec![0u64; sections.count];
-        for i in 0..n {
+        for (i, it) in items.iter().enumerate() {
             for s in sections.lo[i]..sections.hi[i] {
                 members[s as usize].push(i as u32);
-                load[s as usize] += items[i].size;
+                load[s as usize] += it.size;
             }
         }
         // Overlaps by a sweep over sections: i meets j iff their ranges intersect.
@@ -321,8 +321,7 @@ impl<'g, 'a> Searcher<'g, 'a> {
             .collect();
         ordering.sort_unstable();
         let mut zero_cuts: Vec<u32> = Vec::new();
-        for k in 0..ordering.len() {
-            let (o, r) = ordering[k];
+        for &(o, r) in &ordering {
             let i = self.rank_item[r as usize] as usize;
             let top = o + items[i].size;
             // Place i at o.
@@ -398,7 +397,7 @@ impl<'g, 'a> Searcher<'g, 'a> {
                         if self.rel.is_empty() {
                             continue;
                         }
-                        self.rel.sort_unstable_by(|x, y| y.0.cmp(&x.0));
+                        self.rel.sort_unstable_by_key(|x| std::cmp::Reverse(x.0));
                         let mut above = 0u64;
                         for &(r, size) in &self.rel {
                             above += size;
@@ -476,13 +475,10 @@ pub(crate) fn search(
         return Outcome::Found(Vec::new());
     }
     let threads = threads.clamp(1, PREORDERS.len());
-    let env = std::env::var("PLAN_PREORDERS").ok();
-    let names: Vec<String> = match &env {
-        Some(e) => e.split(',').map(String::from).collect(),
-        None => PREORDERS.iter().map(|s| s.to_string()).collect(),
-    };
-    let threads = threads.min(names.len());
-    let orders: Vec<(String, Vec<u32>)> = names.iter().map(|p| (p.clone(), g.preorder(p))).collect();
+    let orders: Vec<(String, Vec<u32>)> = PREORDERS
+        .iter()
+        .map(|p| (p.to_string(), g.preorder(p)))
+        .collect();
     let stop = AtomicBool::new(false);
     let result = parking_lot::Mutex::new(None::<Outcome>);
     let worker = |t: usize| {
@@ -496,9 +492,11 @@ pub(crate) fn search(
                 let mut s = Searcher::new(g, keys, cap, order, deadline, &stop, cancel);
                 let t0 = Instant::now();
                 let status = s.run(limit);
-                if std::env::var_os("PLAN_DEBUG").is_some() {
-                    eprintln!("thread {t} limit {limit} nodes {} in {:?}", s.nodes, t0.elapsed());
-                }
+                log::trace!(
+                    "plan search: capacity {cap}, preorder {keys}, thread {t}, node limit {limit}: {} nodes in {:?}",
+                    s.nodes,
+                    t0.elapsed()
+                );
                 let outcome = match status {
                     Status::Found => {
                         let offs: Vec<u64> = s.solution.clone();
@@ -553,7 +551,10 @@ mod tests {
     pub(crate) struct Lcg(pub u64);
     impl Lcg {
         pub fn below(&mut self, n: u64) -> u64 {
-            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (self.0 >> 33) % n
         }
     }
@@ -565,7 +566,12 @@ mod tests {
                 let upper = lower + 1 + rng.below(6);
                 let size = 1 + rng.below(9);
                 let align = [1, 1, 1, 2, 4][rng.below(5) as usize];
-                Item { lower, upper, size, align }
+                Item {
+                    lower,
+                    upper,
+                    size,
+                    align,
+                }
             })
             .collect()
     }
@@ -615,7 +621,8 @@ mod tests {
                         for j in 0..i {
                             if items[i].meets(&items[j]) {
                                 assert!(
-                                    offs[i] + items[i].size <= offs[j] || offs[j] + items[j].size <= offs[i],
+                                    offs[i] + items[i].size <= offs[j]
+                                        || offs[j] + items[j].size <= offs[i],
                                     "case {case}: {items:?} {offs:?}"
                                 );
                             }
