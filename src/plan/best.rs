@@ -11,9 +11,12 @@
 //!    it: with a capacity, a plan within it; without, first the lower bound, then
 //!    a bisection between the lower bound and the best arena known, each attempt
 //!    time-boxed.
-//! 4. **Local search** for large problems (see [`improve`](super::improve)).
 //!
-//! The result is never worse than greedy by size.
+//! Large problems (above 4,000 items) skip the exact search: the portfolio is
+//! their answer. The three orders that matter most on real traces (breadth,
+//! section total then lifetime, size) always run, even past the time limit; the
+//! rest run while time remains. So the result is never worse than greedy by
+//! size.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
@@ -75,6 +78,7 @@ pub(crate) fn solve(
     let n = items.len();
     let sections = Sections::new(items);
     let target = capacity.unwrap_or(lb).max(lb);
+    let threads_asked = threads;
     let threads = if threads == 0 {
         std::thread::available_parallelism().map_or(1, |p| p.get())
     } else {
@@ -108,8 +112,8 @@ pub(crate) fn solve(
         if cutoff.load(Ordering::Relaxed) < target {
             return; // someone reached the target
         }
-        // Past the deadline, only the first two runs (one per core) go ahead.
-        if started.fetch_add(1, Ordering::Relaxed) >= 2 && Instant::now() >= deadline {
+        // Past the deadline, only the first three runs go ahead.
+        if started.fetch_add(1, Ordering::Relaxed) >= 3 && Instant::now() >= deadline {
             return;
         }
         let t0 = Instant::now();
@@ -127,10 +131,15 @@ pub(crate) fn solve(
             }
         }
     };
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build();
-    match &pool {
-        Ok(pool) => pool.install(|| runs.par_iter().with_max_len(1).for_each(run)),
-        Err(_) => runs.iter().for_each(run),
+    if n <= SMALL || threads == 1 {
+        runs.iter().for_each(run);
+    } else if threads_asked == 0 {
+        runs.par_iter().with_max_len(1).for_each(run);
+    } else {
+        match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+            Ok(pool) => pool.install(|| runs.par_iter().with_max_len(1).for_each(run)),
+            Err(_) => runs.iter().for_each(run),
+        }
     }
     if let Some((offs, h)) = winner.into_inner() {
         if h < best_h {

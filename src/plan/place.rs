@@ -99,6 +99,8 @@ pub(crate) struct Placer<'a> {
     /// The highest end of any placed item.
     pub height: u64,
     scratch: Vec<(u64, u64)>,
+    merged: Vec<(u64, u64)>,
+    runs: Vec<usize>,
 }
 
 impl<'a> Placer<'a> {
@@ -118,33 +120,57 @@ impl<'a> Placer<'a> {
             offsets: vec![u64::MAX; items.len()],
             height: 0,
             scratch: Vec::new(),
+            merged: Vec::new(),
+            runs: Vec::new(),
         }
     }
 
     /// Fills `scratch` with the byte ranges of placed items meeting item `i`, in
-    /// offset order.
+    /// offset order, for an item that spans several blocks: each block gives a
+    /// run already in offset order, and the runs are merged pairwise.
     fn occupied(&mut self, i: usize) {
         let (lo, hi) = (self.lo[i], self.hi[i]);
-        let (b0, b1) = (
-            (lo >> self.shift) as usize,
-            ((hi - 1) >> self.shift) as usize,
-        );
+        let (b0, b1) = ((lo >> self.shift) as usize, ((hi - 1) >> self.shift) as usize);
         self.scratch.clear();
-        {
+        self.runs.clear();
+        self.runs.push(0);
+        let shift = self.shift;
+        for b in b0..=b1 {
             // An item stored in several of these blocks is taken from the first.
-            for b in b0..=b1 {
-                let shift = self.shift;
-                self.scratch.extend(
-                    self.blocks[b]
-                        .iter()
-                        .filter(|e| {
-                            e.lo < hi && lo < e.hi && ((e.lo >> shift) as usize).max(b0) == b
-                        })
-                        .map(|e| (e.off, e.end)),
-                );
+            self.scratch.extend(
+                self.blocks[b]
+                    .iter()
+                    .filter(|e| e.lo < hi && lo < e.hi && ((e.lo >> shift) as usize).max(b0) == b)
+                    .map(|e| (e.off, e.end)),
+            );
+            if self.scratch.len() > *self.runs.last().unwrap_or(&0) {
+                self.runs.push(self.scratch.len());
             }
-            // Each block gave a sorted run: a stable sort merges runs.
-            self.scratch.sort();
+        }
+        while self.runs.len() > 2 {
+            self.merged.clear();
+            let mut bounds = vec![0];
+            let mut k = 0;
+            while k + 1 < self.runs.len() {
+                let (s0, s1) = (self.runs[k], self.runs[k + 1]);
+                let s2 = self.runs.get(k + 2).copied().unwrap_or(s1);
+                let (mut x, mut y) = (s0, s1);
+                while x < s1 && y < s2 {
+                    if self.scratch[y] < self.scratch[x] {
+                        self.merged.push(self.scratch[y]);
+                        y += 1;
+                    } else {
+                        self.merged.push(self.scratch[x]);
+                        x += 1;
+                    }
+                }
+                self.merged.extend_from_slice(&self.scratch[x..s1]);
+                self.merged.extend_from_slice(&self.scratch[y..s2]);
+                bounds.push(self.merged.len());
+                k += 2;
+            }
+            std::mem::swap(&mut self.scratch, &mut self.merged);
+            self.runs = bounds;
         }
     }
 
