@@ -340,3 +340,49 @@ fn input_errors_name_the_culprit() {
         Err(PlanError::AliasCycle { .. })
     ));
 }
+
+/// Timing probe for the engine's small case (run with `--ignored --nocapture`).
+#[test]
+#[ignore]
+fn small_problem_timing() {
+    let mut s = 7u64;
+    let mut next = move |m: u64| {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (s >> 33) % m
+    };
+    let n = 200;
+    let buffers: Vec<Buffer> = (0..n)
+        .map(|id| {
+            let lower = id as u64 / 2;
+            let width = match next(100) {
+                0..=79 => 1 + next(4),
+                80..=97 => 4 + next(40),
+                _ => 40 + next(n as u64 / 4 + 1),
+            };
+            Buffer {
+                id,
+                lower,
+                upper: lower + width,
+                size: 64 << next(14),
+                alignment: 64,
+            }
+        })
+        .collect();
+    let p = Problem::new(buffers);
+    for s in [Strategy::GreedySize, Strategy::Best] {
+        let t = std::time::Instant::now();
+        let mut plan = None;
+        for _ in 0..100 {
+            plan = Some(plan::solve(&p, &opts(s)).unwrap());
+        }
+        let plan = plan.unwrap();
+        println!(
+            "{s}: arena {} lb {} {:?}/solve",
+            plan.arena,
+            plan.lower_bound,
+            t.elapsed() / 100
+        );
+    }
+}

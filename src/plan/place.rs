@@ -130,7 +130,10 @@ impl<'a> Placer<'a> {
     /// run already in offset order, and the runs are merged pairwise.
     fn occupied(&mut self, i: usize) {
         let (lo, hi) = (self.lo[i], self.hi[i]);
-        let (b0, b1) = ((lo >> self.shift) as usize, ((hi - 1) >> self.shift) as usize);
+        let (b0, b1) = (
+            (lo >> self.shift) as usize,
+            ((hi - 1) >> self.shift) as usize,
+        );
         self.scratch.clear();
         self.runs.clear();
         self.runs.push(0);
