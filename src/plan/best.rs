@@ -8,9 +8,9 @@
 //!    lifetime, section total) with best-fit and first-fit gaps, raced on all
 //!    cores. The smallest arena wins.
 //! 3. **Exact search** ([`search`](super::search)) for problems small enough for
-//!    it: with a capacity, a plan within it; without, first the lower bound, then
-//!    a bisection between the lower bound and the best arena known, each attempt
-//!    time-boxed.
+//!    it: with a capacity, a short try at the lower bound and then a plan within
+//!    the capacity; without, first the lower bound, then a bisection between the
+//!    lower bound and the best arena known, each attempt time-boxed.
 //!
 //! Large problems (above 4,000 items) skip the exact search: the portfolio is
 //! their answer. The three orders that matter most on real traces (breadth,
@@ -156,6 +156,15 @@ pub(crate) fn solve(
     if let Some(g) = &graph {
         let cancel = AtomicBool::new(false);
         if capacity.is_some() {
+            // A short try at the lower bound first: when it works, the plan is
+            // optimal, not merely within the capacity.
+            if target > lb {
+                let now = Instant::now();
+                let slice = deadline.saturating_duration_since(now) / 20;
+                if let Outcome::Found(offs) = search(g, lb, threads, now + slice, &cancel) {
+                    return offs;
+                }
+            }
             if let Outcome::Found(offs) = search(g, target, threads, deadline, &cancel) {
                 return offs;
             }
