@@ -160,7 +160,7 @@ pub(crate) fn solve(
             // optimal, not merely within the capacity.
             if target > lb {
                 let now = Instant::now();
-                let slice = deadline.saturating_duration_since(now) / 20;
+                let slice = deadline.saturating_duration_since(now) / 40;
                 if let Outcome::Found(offs) = search(g, lb, threads, now + slice, &cancel) {
                     return offs;
                 }

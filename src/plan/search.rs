@@ -164,6 +164,7 @@ struct Searcher<'g, 'a> {
     floor_log: Vec<(u32, u64)>,
     touched: Vec<(u32, u32)>,
     rel: Vec<(u64, u64)>,
+    cover: Vec<i32>,
 }
 
 const NONE: u64 = u64::MAX;
@@ -207,6 +208,7 @@ impl<'g, 'a> Searcher<'g, 'a> {
             floor_log: Vec::new(),
             touched: Vec::new(),
             rel: Vec::new(),
+            cover: vec![0; count + 1],
         }
     }
 
@@ -363,59 +365,84 @@ impl<'g, 'a> Searcher<'g, 'a> {
                     zero_cuts.push(b);
                 }
             }
-            if ok {
-                // All unplaced items of a section go above its lowest minimum
-                // offset. Only a section where even that lowest one leaves too
-                // little room matters, so stop at the first item with room.
-                self.touched.sort_unstable();
-                let mut next = 0u32;
-                'sections: for t in 0..self.touched.len() {
-                    let (a, b) = self.touched[t];
-                    for sec in a.max(next)..b {
-                        let sec = sec as usize;
-                        let total = self.total[sec];
-                        if total == 0 {
-                            continue;
-                        }
-                        // The unplaced items of a section all meet each other, so
-                        // they stack: with release offsets r_j = max(minoff_j,
-                        // floor, o), the lowest possible top is the largest
-                        // r_j + (sizes of items released at or after r_j).
-                        let base = self.floor[sec].max(o);
-                        if base + total > self.cap {
-                            ok = false;
-                            break 'sections;
-                        }
-                        let room = self.cap - total;
-                        self.rel.clear();
-                        for &j in &self.g.members[sec] {
-                            let j = j as usize;
-                            if !self.placed[j] && self.minoff[j] > room.max(base) {
-                                self.rel.push((self.minoff[j], items[j].size));
-                            }
-                        }
-                        if self.rel.is_empty() {
-                            continue;
-                        }
-                        self.rel.sort_unstable_by_key(|x| std::cmp::Reverse(x.0));
-                        let mut above = 0u64;
-                        for &(r, size) in &self.rel {
-                            above += size;
-                            if r + above > self.cap {
-                                ok = false;
-                                break 'sections;
-                            }
-                        }
-                    }
-                    next = next.max(b);
-                }
-            }
+            // Monotonic floor and section inference, cheap and vectorized first.
             if ok {
                 let (a, b) = (range.0 as usize, range.1 as usize);
                 ok = self.floor[a..b]
                     .iter()
                     .zip(&self.total[a..b])
                     .all(|(&f, &t)| t == 0 || f.max(o) + t <= self.cap);
+            }
+            if ok {
+                // All unplaced items of a section go above its lowest minimum
+                // offset. Only a section where even that lowest one leaves too
+                // little room matters, so stop at the first item with room.
+                // Sections where a minimum offset rose: a coverage count over
+                // the intervals of the items whose minimum offset changed.
+                let (ra, rb) = (range.0 as usize, range.1 as usize);
+                for &(a, b) in &self.touched {
+                    let (a, b) = ((a as usize).max(ra), (b as usize).min(rb));
+                    if a < b {
+                        self.cover[a] += 1;
+                        self.cover[b] -= 1;
+                    }
+                }
+                let mut depth = 0i32;
+                'sections: for sec in ra..rb {
+                    depth += self.cover[sec];
+                    if depth == 0 {
+                        continue;
+                    }
+                    let total = self.total[sec];
+                    if total == 0 {
+                        continue;
+                    }
+                    // The unplaced items of a section all meet each other, so
+                    // they stack: with release offsets r_j = max(minoff_j,
+                    // floor, o), the lowest possible top is the largest
+                    // r_j + (sizes of items released at or after r_j).
+                    let base = self.floor[sec].max(o);
+                    if base + total > self.cap {
+                        ok = false;
+                        break 'sections;
+                    }
+                    let room = self.cap - total;
+                    self.rel.clear();
+                    for &j in &self.g.members[sec] {
+                        let j = j as usize;
+                        if !self.placed[j] && self.minoff[j] > room.max(base) {
+                            self.rel.push((self.minoff[j], items[j].size));
+                        }
+                    }
+                    if self.rel.is_empty() {
+                        continue;
+                    }
+                    // Cheap bounds on the stack first: it is at least the lowest
+                    // release plus all these sizes, and at most the highest plus.
+                    let (mut r_min, mut r_max, mut sum) = (NONE, 0u64, 0u64);
+                    for &(r, size) in &self.rel {
+                        r_min = r_min.min(r);
+                        r_max = r_max.max(r);
+                        sum += size;
+                    }
+                    if r_min + sum > self.cap {
+                        ok = false;
+                        break 'sections;
+                    }
+                    if r_max + sum <= self.cap {
+                        continue;
+                    }
+                    self.rel.sort_unstable_by_key(|x| std::cmp::Reverse(x.0));
+                    let mut above = 0u64;
+                    for &(r, size) in &self.rel {
+                        above += size;
+                        if r + above > self.cap {
+                            ok = false;
+                            break 'sections;
+                        }
+                    }
+                }
+                self.cover[ra..=rb].iter_mut().for_each(|c| *c = 0);
             }
             let status = if !ok {
                 Status::NotFound
@@ -458,7 +485,7 @@ impl<'g, 'a> Searcher<'g, 'a> {
 
 /// Preorders tried by the search, split over threads: thread `t` of `k` takes
 /// every `k`-th one.
-pub(crate) const PREORDERS: [&str; 6] = ["WAT", "TAW", "TWA", "AWT", "ZWT", "CAT"];
+pub(crate) const PREORDERS: [&str; 6] = ["TWA", "TAW", "WAT", "AWT", "WTA", "ATW"];
 
 /// Searches for a plan of height at most `cap`, racing the preorders over
 /// `threads` threads until one finds a plan or a proof, the deadline passes or
