@@ -19,17 +19,29 @@
 //! * **Monotonic floor and section inference.** Items live in the same
 //!   [section](super::instance::Sections) all meet each other, so every unplaced
 //!   item of a section must go above the section's *floor* (the highest placed
-//!   top there, the current offset, and the lowest minimum offset among its
-//!   unplaced items). If floor + the unplaced sizes of the section exceed the
-//!   capacity, no completion exists.
+//!   top there, and the current offset). If floor + the unplaced sizes of the
+//!   section exceed the capacity, no completion exists.
+//! * **Release dates.** Sharper, for the sections where a minimum offset just
+//!   rose: the unplaced items of a section form one stack, each item no lower
+//!   than its minimum offset. That is one machine with release dates, whose
+//!   shortest schedule is known: the largest of (release + sizes released at or
+//!   after it). MiniMalloc uses the smallest release only; this bound is at least
+//!   as strong, and is computed only when two O(n) bounds on it disagree.
 //! * **Hatless pruning.** If the item just placed meets no unplaced item, placing
 //!   another item first instead cannot help; when its subtree fails, the node fails.
+//! * **Dynamic decomposition.** When no unplaced item crosses a section boundary
+//!   any more, the two sides are independent problems, solved one after the
+//!   other. Each part is re-ranked by the preorder with the section totals left
+//!   in it (as MiniMalloc does when it solves a part on its own); on the
+//!   challenging benchmarks this is what makes the hard cases fall.
 //!
-//! The order in which candidates are tried is a *preorder* (for example WAT:
-//! longest lifetime, then largest area, then largest section total) with ties
+//! The order in which candidates are tried is a *preorder* (for example TWA:
+//! largest section total, then longest lifetime, then largest area) with ties
 //! broken by minimum offset. No single preorder is best everywhere, so
 //! [`search`] runs several in round robin with a node limit that doubles each
-//! round, split over threads, and the first that finishes wins.
+//! round, split over threads, and the first that finishes wins. The cheap checks
+//! run before the expensive ones, which matters more than anything else for
+//! speed: most candidates fail, and a failed candidate costs only the range scan.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
