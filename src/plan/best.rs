@@ -2,8 +2,9 @@
 //!
 //! It works in stages and stops at the first one that ends the question:
 //!
-//! 1. **Greedy by size** alone. On most real segments it reaches the lower bound,
-//!    which proves it optimal; this keeps the common small case in microseconds.
+//! 1. **Greedy by size** alone (problems of up to 1,000 items). On most real
+//!    segments it reaches the lower bound, which proves it optimal; this keeps
+//!    the engine's common case in tens of microseconds.
 //! 2. **A portfolio of greedy placements**: several orders (size, breadth, area,
 //!    lifetime, section total) with best-fit and first-fit gaps, raced on all
 //!    cores. The smallest arena wins.
@@ -17,6 +18,10 @@
 //! section total then lifetime, size) always run, even past the time limit; the
 //! rest run while time remains. So the result is never worse than greedy by
 //! size.
+//!
+//! With more than one thread, which of two equally good plans is returned can
+//! differ from run to run (threads race); the arena of the portfolio stage does
+//! not (unless the time limit cut it short), and every plan is validated.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
@@ -30,6 +35,8 @@ use super::search::{search, Graph, Outcome};
 
 /// Problems with at most this many items get the exact search.
 const EXACT_MAX: usize = 4000;
+/// ... and at most this many (item, section) pairs.
+const INCIDENCE_MAX: u64 = 20_000_000;
 /// Problems with at most this many items count as small.
 const SMALL: usize = 1000;
 
@@ -151,7 +158,14 @@ pub(crate) fn solve(
         return best;
     }
     // 3. Exact search.
-    let fine = (n <= EXACT_MAX).then(|| Sections::elementary(items));
+    let fine = (n <= EXACT_MAX)
+        .then(|| Sections::elementary(items))
+        .filter(|f| {
+            // The search keeps every item's section list: skip it when that
+            // would be huge (thousands of long-lived items over thousands of steps).
+            let incidence: u64 = (0..n).map(|i| u64::from(f.hi[i] - f.lo[i])).sum();
+            incidence <= INCIDENCE_MAX
+        });
     let graph = fine.as_ref().map(|f| Graph::new(items, f));
     if let Some(g) = &graph {
         let cancel = AtomicBool::new(false);
