@@ -8,17 +8,18 @@
 //! 2. **A portfolio of greedy placements**: several orders (size, breadth, area,
 //!    lifetime, section total) with best-fit and first-fit gaps, raced on all
 //!    cores. The smallest arena wins.
-//! 3. **Exact search** ([`search`](super::search)) for problems small enough for
+//! 3. **Exact search** ([`search`](super::search), after the repair below) for problems small enough for
 //!    it: with a capacity, a short try at the lower bound and then a plan within
 //!    the capacity; without, first the lower bound, then a bisection between the
 //!    lower bound and the best arena known, each attempt time-boxed.
 //!
-//! 4. **Repair**, for large problems (above 4,000 items), which skip the exact
-//!    search: the winning order is re-run with the items at the top of the arena
-//!    moved to its front (then the items in wider and wider bands below the
-//!    top), keeping every order that lowers the arena, for at most a dozen runs
-//!    or until the time limit. On pangu 2.6B this takes the portfolio's 1.0076
-//!    to the lower bound; on S_1, 1.0026 to 1.0010.
+//! 4. **Repair** (before the exact search, which needs it less, and as the last
+//!    word on large problems, which skip the exact search): the winning order
+//!    is re-run with the items at the top of the arena moved to its front (then
+//!    the items in wider and wider bands below the top), keeping every order that
+//!    lowers the arena, for at most a dozen runs or until the time limit. On
+//!    pangu 2.6B this takes the portfolio's 1.0076 to the lower bound; on S_1,
+//!    1.0026 to 1.0010.
 //!
 //! The three portfolio orders that matter most on real traces (breadth, section
 //! total then lifetime, size) always run, even past the time limit; the rest run
@@ -88,7 +89,7 @@ fn repair(
     sections: &Sections,
     order: &[usize],
     fit: Fit,
-    lb: u64,
+    target: u64,
     deadline: Instant,
     best: &mut Vec<u64>,
     best_h: &mut u64,
@@ -97,12 +98,12 @@ fn repair(
     let mut band = 0;
     const BANDS: [u64; 5] = [0, 8, 4, 2, 1];
     let mut tries = 0;
-    while band < BANDS.len() && tries < 12 && Instant::now() < deadline && *best_h > lb {
+    while band < BANDS.len() && tries < 12 && Instant::now() < deadline && *best_h > target {
         tries += 1;
         let h = *best_h;
         // Band 0: only the items that touch the top; then the top 1/8, 1/4,
         // 1/2 and all of the gap between the lower bound and the arena.
-        let floor = (h - lb).checked_div(BANDS[band]).map_or(h, |d| h - d);
+        let floor = (h - target).checked_div(BANDS[band]).map_or(h, |d| h - d);
         let hot = |i: usize| best[i] + items[i].size >= floor;
         let mut next: Vec<usize> = order.iter().copied().filter(|&i| hot(i)).collect();
         next.extend(order.iter().copied().filter(|&i| !hot(i)));
