@@ -8,18 +8,16 @@
 //! 2. **A portfolio of greedy placements**: several orders (size, breadth, area,
 //!    lifetime, section total) with best-fit and first-fit gaps, raced on all
 //!    cores. The smallest arena wins.
-//! 3. **Exact search** ([`search`](super::search), after the repair below) for problems small enough for
-//!    it: with a capacity, a short try at the lower bound and then a plan within
-//!    the capacity; without, first the lower bound, then a bisection between the
-//!    lower bound and the best arena known, each attempt time-boxed.
-//!
-//! 4. **Repair** (before the exact search, which needs it less, and as the last
-//!    word on large problems, which skip the exact search): the winning order
-//!    is re-run with the items at the top of the arena moved to its front (then
-//!    the items in wider and wider bands below the top), keeping every order that
-//!    lowers the arena, for at most a dozen runs or until the time limit. On
-//!    pangu 2.6B this takes the portfolio's 1.0076 to the lower bound; on S_1,
-//!    1.0026 to 1.0010.
+//! 3. **Repair**: the winning order is re-run with the items at the top of the
+//!    arena moved to its front (then the items in wider and wider bands below
+//!    the top), keeping every order that lowers the arena, for at most a dozen
+//!    runs or until the time limit. On pangu 2.6B this takes the portfolio's
+//!    1.0076 to the lower bound; on S_1, 1.0026 to 1.0010. It is the last word on
+//!    large problems.
+//! 4. **Exact search** ([`search`](super::search)) for problems of up to 4,000
+//!    items: with a capacity, a short try at the lower bound and then a plan
+//!    within the capacity; without, first the lower bound, then a bisection
+//!    between the lower bound and the best arena known, each attempt time-boxed.
 //!
 //! The three portfolio orders that matter most on real traces (breadth, section
 //! total then lifetime, size) always run, even past the time limit; the rest run
