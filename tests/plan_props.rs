@@ -386,3 +386,39 @@ fn small_problem_timing() {
         );
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Buffers used by kernels of one parallel group never share bytes once
+    /// their lifetimes are converted to group steps.
+    #[test]
+    fn concurrent_kernels_never_share_bytes(
+        widths in prop::collection::vec(1usize..4, 1..12),
+        uses in prop::collection::vec((0u64..30, 1u64..5, 1u64..100), 1..30),
+    ) {
+        // Kernels in groups of the given widths, in order.
+        let group_of: Vec<usize> = widths.iter().enumerate().flat_map(|(g, &w)| std::iter::repeat(g).take(w)).collect();
+        let k = group_of.len() as u64;
+        let bufs: Vec<Buffer> = uses
+            .iter()
+            .enumerate()
+            .map(|(id, &(l, w, size))| {
+                let lower = l % k;
+                Buffer { id, lower, upper: (lower + w).min(k), size, alignment: 1 }
+            })
+            .collect();
+        let p = Problem::new(plan::groups::lifetimes(&bufs, &group_of).unwrap());
+        let plan = plan::solve(&p, &opts(Strategy::Best)).unwrap();
+        for (i, a) in bufs.iter().enumerate() {
+            for (j, b) in bufs.iter().enumerate().take(i) {
+                let together = (a.lower..a.upper).any(|ka| {
+                    (b.lower..b.upper).any(|kb| group_of[ka as usize] == group_of[kb as usize])
+                });
+                let (oa, ob) = (plan.offsets[i], plan.offsets[j]);
+                let share = oa < ob + b.size && ob < oa + a.size;
+                prop_assert!(!(together && share), "buffers {i} and {j} share bytes in one group");
+            }
+        }
+    }
+}
