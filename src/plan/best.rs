@@ -190,12 +190,24 @@ pub(crate) fn solve(
     };
     if n <= SMALL || threads == 1 {
         runs.iter().enumerate().for_each(run);
-    } else if threads_asked == 0 {
-        runs.par_iter().enumerate().with_max_len(1).for_each(run);
     } else {
-        match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
-            Ok(pool) => pool.install(|| runs.par_iter().enumerate().with_max_len(1).for_each(run)),
-            Err(_) => runs.iter().enumerate().for_each(run),
+        // The first order (breadth) alone: on real traces it often reaches the
+        // lower bound, and then nothing else needs to run. Then the rest, raced.
+        run((0, &runs[0]));
+        let rest = || {
+            runs.par_iter()
+                .enumerate()
+                .skip(1)
+                .with_max_len(1)
+                .for_each(run)
+        };
+        if threads_asked == 0 {
+            rest();
+        } else {
+            match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+                Ok(pool) => pool.install(rest),
+                Err(_) => runs.iter().enumerate().skip(1).for_each(run),
+            }
         }
     }
     let mut won = None;
@@ -242,7 +254,8 @@ pub(crate) fn solve(
             // optimal, not merely within the capacity.
             if target > lb {
                 let now = Instant::now();
-                let slice = deadline.saturating_duration_since(now) / 40;
+                let slice = (deadline.saturating_duration_since(now) / 40)
+                    .min(std::time::Duration::from_millis(100));
                 if let Outcome::Found(offs) = search(g, lb, threads, now + slice, &cancel) {
                     return offs;
                 }
