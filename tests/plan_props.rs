@@ -340,3 +340,85 @@ fn input_errors_name_the_culprit() {
         Err(PlanError::AliasCycle { .. })
     ));
 }
+
+/// Timing probe for the engine's small case (run with `--ignored --nocapture`).
+#[test]
+#[ignore]
+fn small_problem_timing() {
+    let mut s = 7u64;
+    let mut next = move |m: u64| {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (s >> 33) % m
+    };
+    let n = 200;
+    let buffers: Vec<Buffer> = (0..n)
+        .map(|id| {
+            let lower = id as u64 / 2;
+            let width = match next(100) {
+                0..=79 => 1 + next(4),
+                80..=97 => 4 + next(40),
+                _ => 40 + next(n as u64 / 4 + 1),
+            };
+            Buffer {
+                id,
+                lower,
+                upper: lower + width,
+                size: 64 << next(14),
+                alignment: 64,
+            }
+        })
+        .collect();
+    let p = Problem::new(buffers);
+    for s in [Strategy::GreedySize, Strategy::Best] {
+        let t = std::time::Instant::now();
+        let mut plan = None;
+        for _ in 0..100 {
+            plan = Some(plan::solve(&p, &opts(s)).unwrap());
+        }
+        let plan = plan.unwrap();
+        println!(
+            "{s}: arena {} lb {} {:?}/solve",
+            plan.arena,
+            plan.lower_bound,
+            t.elapsed() / 100
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Buffers used by kernels of one parallel group never share bytes once
+    /// their lifetimes are converted to group steps.
+    #[test]
+    fn concurrent_kernels_never_share_bytes(
+        widths in prop::collection::vec(1usize..4, 1..12),
+        uses in prop::collection::vec((0u64..30, 1u64..5, 1u64..100), 1..30),
+    ) {
+        // Kernels in groups of the given widths, in order.
+        let group_of: Vec<usize> = widths.iter().enumerate().flat_map(|(g, &w)| std::iter::repeat(g).take(w)).collect();
+        let k = group_of.len() as u64;
+        let bufs: Vec<Buffer> = uses
+            .iter()
+            .enumerate()
+            .map(|(id, &(l, w, size))| {
+                let lower = l % k;
+                Buffer { id, lower, upper: (lower + w).min(k), size, alignment: 1 }
+            })
+            .collect();
+        let p = Problem::new(plan::groups::lifetimes(&bufs, &group_of).unwrap());
+        let plan = plan::solve(&p, &opts(Strategy::Best)).unwrap();
+        for (i, a) in bufs.iter().enumerate() {
+            for (j, b) in bufs.iter().enumerate().take(i) {
+                let together = (a.lower..a.upper).any(|ka| {
+                    (b.lower..b.upper).any(|kb| group_of[ka as usize] == group_of[kb as usize])
+                });
+                let (oa, ob) = (plan.offsets[i], plan.offsets[j]);
+                let share = oa < ob + b.size && ob < oa + a.size;
+                prop_assert!(!(together && share), "buffers {i} and {j} share bytes in one group");
+            }
+        }
+    }
+}

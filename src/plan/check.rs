@@ -63,14 +63,15 @@ pub fn validate(problem: &Problem, plan: &Plan) -> Result<(), PlanError> {
         }
     }
     // Root of every buffer; a root's lifetime covers its views'.
-    let mut root: Vec<usize> = (0..n).collect();
-    for v in 0..n {
-        let mut r = v;
-        while let Some(s) = source[r] {
-            r = s;
-        }
-        root[v] = r;
-    }
+    let root: Vec<usize> = (0..n)
+        .map(|v| {
+            let mut r = v;
+            while let Some(s) = source[r] {
+                r = s;
+            }
+            r
+        })
+        .collect();
     let mut span: Vec<(u64, u64)> = bufs.iter().map(|b| (b.lower, b.upper)).collect();
     for v in 0..n {
         let r = root[v];

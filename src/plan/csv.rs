@@ -13,7 +13,7 @@
 //! is a non-negative integer and the row's position otherwise. A row that cannot
 //! be read is an error naming its line (the header is line 1).
 //!
-//! [`write`] produces the input rows, in input order, with an `offset` column
+//! [`write()`] produces the input rows, in input order, with an `offset` column
 //! added (or replaced).
 
 use std::fmt::Write as _;
@@ -31,7 +31,7 @@ pub struct Trace {
     pub ids: Vec<String>,
     /// The `offset` column, if the trace had one (a plan written earlier).
     pub offsets: Option<Vec<u64>>,
-    /// Whether the trace had an `alignment` column (then [`write`] keeps it).
+    /// Whether the trace had an `alignment` column (then [`write()`] keeps it).
     pub has_alignment: bool,
 }
 
@@ -153,7 +153,7 @@ pub fn write(trace: &Trace, offsets: &[u64]) -> String {
     out
 }
 
-/// Writes [`write`]'s output to a file.
+/// Writes [`write()`]'s output to a file.
 pub fn write_file(
     path: impl AsRef<std::path::Path>,
     trace: &Trace,

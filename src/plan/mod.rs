@@ -31,12 +31,12 @@
 //! | `greedy-breadth` | busiest step first, then largest first (same paper) |
 //! | `best` | the default: a race of orders and fits, then an exact search |
 //!
-//! `best` first runs a portfolio of greedy placements on both cores and keeps the
-//! smallest arena. If that is above the lower bound (or above the capacity asked
-//! for), it runs a branch and bound over *canonical* solutions in the style of
-//! MiniMalloc (Moffitt, ASPLOS 2023) on problems small enough for it, and on large
-//! ones improves the greedy plan by local search, until the plan is provably
-//! optimal, fits the capacity, or the time limit ends.
+//! `best` first runs greedy by size, then a portfolio of greedy placements in
+//! several orders raced on all cores, and keeps the smallest arena. If that is
+//! above the lower bound (or above the capacity asked for) and the problem has at
+//! most a few thousand buffers, it runs a branch and bound over *canonical*
+//! solutions in the style of MiniMalloc (Moffitt, ASPLOS 2023) until the plan is
+//! provably optimal, fits the capacity, or the time limit ends.
 //!
 //! # Checking
 //!
@@ -152,7 +152,8 @@ pub struct Options {
     /// The largest acceptable arena; overrides [`Problem::capacity`]. A plan above
     /// it is returned as [`PlanError::CapacityExceeded`].
     pub capacity: Option<u64>,
-    /// Threads `best` may use; 0 means one per core.
+    /// Threads `best` may use; 0 means one per core (rayon's global pool for the
+    /// portfolio).
     pub threads: usize,
 }
 

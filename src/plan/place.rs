@@ -16,6 +16,8 @@
 //! Either way it sees the occupied byte ranges in offset order and finds the gaps
 //! in one pass.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::instance::{align_up, Item, Sections};
 
 /// How to choose among the gaps an item fits in.
@@ -27,20 +29,78 @@ pub(crate) enum Fit {
     First,
 }
 
+/// A placed item as a block stores it: its byte range and its sections, inline,
+/// so a scan streams through memory.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    off: u64,
+    end: u64,
+    lo: u32,
+    hi: u32,
+}
+
+/// The gap search: fed occupied ranges in offset order, it tracks the best
+/// (or first) gap that fits.
+struct Gaps {
+    size: u64,
+    align: u64,
+    fit: Fit,
+    reach: u64,
+    best: Option<(u64, u64)>,
+}
+
+impl Gaps {
+    fn new(size: u64, align: u64, fit: Fit) -> Gaps {
+        Gaps {
+            size,
+            align,
+            fit,
+            reach: 0,
+            best: None,
+        }
+    }
+
+    /// Takes the next occupied range; true when the answer is final.
+    #[inline]
+    fn next(&mut self, s: u64, e: u64) -> bool {
+        if s > self.reach {
+            let cand = align_up(self.reach, self.align);
+            if cand + self.size <= s {
+                let gap = s - self.reach;
+                if self.best.map_or(true, |(g, _)| gap < g) {
+                    self.best = Some((gap, cand));
+                }
+                if self.fit == Fit::First {
+                    return true;
+                }
+            }
+        }
+        self.reach = self.reach.max(e);
+        false
+    }
+
+    fn finish(&self) -> u64 {
+        match self.best {
+            Some((_, off)) => off,
+            None => align_up(self.reach, self.align),
+        }
+    }
+}
+
 /// Incremental placement of items at gaps among placed items that meet them.
 pub(crate) struct Placer<'a> {
     items: &'a [Item],
     lo: &'a [u32],
     hi: &'a [u32],
     shift: u32,
-    blocks: Vec<Vec<(u64, u32)>>,
+    blocks: Vec<Vec<Entry>>,
     /// Offset of every placed item (`u64::MAX` until placed).
     pub offsets: Vec<u64>,
     /// The highest end of any placed item.
     pub height: u64,
-    stamp: Vec<u32>,
-    epoch: u32,
     scratch: Vec<(u64, u64)>,
+    merged: Vec<(u64, u64)>,
+    runs: Vec<usize>,
 }
 
 impl<'a> Placer<'a> {
@@ -59,14 +119,15 @@ impl<'a> Placer<'a> {
             blocks: vec![Vec::new(); nblocks],
             offsets: vec![u64::MAX; items.len()],
             height: 0,
-            stamp: vec![0; items.len()],
-            epoch: 0,
             scratch: Vec::new(),
+            merged: Vec::new(),
+            runs: Vec::new(),
         }
     }
 
     /// Fills `scratch` with the byte ranges of placed items meeting item `i`, in
-    /// offset order.
+    /// offset order, for an item that spans several blocks: each block gives a
+    /// run already in offset order, and the runs are merged pairwise.
     fn occupied(&mut self, i: usize) {
         let (lo, hi) = (self.lo[i], self.hi[i]);
         let (b0, b1) = (
@@ -74,57 +135,73 @@ impl<'a> Placer<'a> {
             ((hi - 1) >> self.shift) as usize,
         );
         self.scratch.clear();
-        if b0 == b1 {
-            for &(off, j) in &self.blocks[b0] {
-                let j = j as usize;
-                if self.lo[j] < hi && lo < self.hi[j] {
-                    self.scratch.push((off, off + self.items[j].size));
-                }
+        self.runs.clear();
+        self.runs.push(0);
+        let shift = self.shift;
+        for b in b0..=b1 {
+            // An item stored in several of these blocks is taken from the first.
+            self.scratch.extend(
+                self.blocks[b]
+                    .iter()
+                    .filter(|e| e.lo < hi && lo < e.hi && ((e.lo >> shift) as usize).max(b0) == b)
+                    .map(|e| (e.off, e.end)),
+            );
+            if self.scratch.len() > *self.runs.last().unwrap_or(&0) {
+                self.runs.push(self.scratch.len());
             }
-        } else {
-            self.epoch = self.epoch.wrapping_add(1);
-            if self.epoch == 0 {
-                self.stamp.iter_mut().for_each(|s| *s = 0);
-                self.epoch = 1;
-            }
-            for b in b0..=b1 {
-                for &(off, j) in &self.blocks[b] {
-                    let ju = j as usize;
-                    if self.stamp[ju] != self.epoch && self.lo[ju] < hi && lo < self.hi[ju] {
-                        self.stamp[ju] = self.epoch;
-                        self.scratch.push((off, off + self.items[ju].size));
+        }
+        while self.runs.len() > 2 {
+            self.merged.clear();
+            let mut bounds = vec![0];
+            let mut k = 0;
+            while k + 1 < self.runs.len() {
+                let (s0, s1) = (self.runs[k], self.runs[k + 1]);
+                let s2 = self.runs.get(k + 2).copied().unwrap_or(s1);
+                let (mut x, mut y) = (s0, s1);
+                while x < s1 && y < s2 {
+                    if self.scratch[y] < self.scratch[x] {
+                        self.merged.push(self.scratch[y]);
+                        y += 1;
+                    } else {
+                        self.merged.push(self.scratch[x]);
+                        x += 1;
                     }
                 }
+                self.merged.extend_from_slice(&self.scratch[x..s1]);
+                self.merged.extend_from_slice(&self.scratch[y..s2]);
+                bounds.push(self.merged.len());
+                k += 2;
             }
-            self.scratch.sort_unstable();
+            std::mem::swap(&mut self.scratch, &mut self.merged);
+            self.runs = bounds;
         }
     }
 
     /// The offset `fit` chooses for item `i` (which is not placed yet).
     pub fn choose(&mut self, i: usize, fit: Fit) -> u64 {
-        self.occupied(i);
+        let (lo, hi) = (self.lo[i], self.hi[i]);
         let (size, align) = (self.items[i].size, self.items[i].align);
-        let mut reach = 0u64;
-        let mut best: Option<(u64, u64)> = None; // (gap, offset)
-        for &(s, e) in &self.scratch {
-            if s > reach {
-                let cand = align_up(reach, align);
-                if cand + size <= s {
-                    let gap = s - reach;
-                    if fit == Fit::First {
-                        return cand;
-                    }
-                    if best.is_none_or(|(g, _)| gap < g) {
-                        best = Some((gap, cand));
-                    }
+        let mut gaps = Gaps::new(size, align, fit);
+        let (b0, b1) = (
+            (lo >> self.shift) as usize,
+            ((hi - 1) >> self.shift) as usize,
+        );
+        if b0 == b1 {
+            // One block: its list is already in offset order.
+            for e in &self.blocks[b0] {
+                if e.lo < hi && lo < e.hi && gaps.next(e.off, e.end) {
+                    break;
                 }
             }
-            reach = reach.max(e);
+        } else {
+            self.occupied(i);
+            for &(s, e) in &self.scratch {
+                if gaps.next(s, e) {
+                    break;
+                }
+            }
         }
-        match best {
-            Some((_, off)) => off,
-            None => align_up(reach, align),
-        }
+        gaps.finish()
     }
 
     /// Records item `i` at `offset`.
@@ -135,10 +212,16 @@ impl<'a> Placer<'a> {
             (self.lo[i] >> self.shift) as usize,
             ((self.hi[i] - 1) >> self.shift) as usize,
         );
+        let e = Entry {
+            off: offset,
+            end: offset + self.items[i].size,
+            lo: self.lo[i],
+            hi: self.hi[i],
+        };
         for b in b0..=b1 {
             let v = &mut self.blocks[b];
-            let pos = v.partition_point(|&(o, _)| o < offset);
-            v.insert(pos, (offset, i as u32));
+            let pos = v.partition_point(|x| x.off < offset);
+            v.insert(pos, e);
         }
     }
 
@@ -159,10 +242,22 @@ pub(crate) fn place_in_order(
     fit: Fit,
     cutoff: u64,
 ) -> Option<(Vec<u64>, u64)> {
+    place_racing(items, sections, order, fit, &AtomicU64::new(cutoff))
+}
+
+/// [`place_in_order`] with a cutoff that other threads may lower while it runs
+/// (the best height found so far, minus one).
+pub(crate) fn place_racing(
+    items: &[Item],
+    sections: &Sections,
+    order: &[usize],
+    fit: Fit,
+    cutoff: &AtomicU64,
+) -> Option<(Vec<u64>, u64)> {
     let mut p = Placer::new(items, sections);
     for &i in order {
         p.place(i, fit);
-        if p.height > cutoff {
+        if p.height > cutoff.load(Ordering::Relaxed) {
             return None;
         }
     }

@@ -97,8 +97,8 @@ pub struct Problem {
     pub aliases: Vec<Alias>,
     /// Outputs that may be written over dying inputs.
     pub in_place: Vec<InPlace>,
-    /// The largest arena the caller can afford, if any. [`Options::capacity`]
-    /// (super::Options::capacity), when set, takes precedence.
+    /// The largest arena the caller can afford, if any.
+    /// [`Options::capacity`](super::Options::capacity), when set, takes precedence.
     pub capacity: Option<u64>,
 }
 

@@ -19,17 +19,29 @@
 //! * **Monotonic floor and section inference.** Items live in the same
 //!   [section](super::instance::Sections) all meet each other, so every unplaced
 //!   item of a section must go above the section's *floor* (the highest placed
-//!   top there, the current offset, and the lowest minimum offset among its
-//!   unplaced items). If floor + the unplaced sizes of the section exceed the
-//!   capacity, no completion exists.
+//!   top there, and the current offset). If floor + the unplaced sizes of the
+//!   section exceed the capacity, no completion exists.
+//! * **Release dates.** Sharper, for the sections where a minimum offset just
+//!   rose: the unplaced items of a section form one stack, each item no lower
+//!   than its minimum offset. That is one machine with release dates, whose
+//!   shortest schedule is known: the largest of (release + sizes released at or
+//!   after it). MiniMalloc uses the smallest release only; this bound is at least
+//!   as strong, and is computed only when two O(n) bounds on it disagree.
 //! * **Hatless pruning.** If the item just placed meets no unplaced item, placing
 //!   another item first instead cannot help; when its subtree fails, the node fails.
+//! * **Dynamic decomposition.** When no unplaced item crosses a section boundary
+//!   any more, the two sides are independent problems, solved one after the
+//!   other. Each part is re-ranked by the preorder with the section totals left
+//!   in it (as MiniMalloc does when it solves a part on its own); on the
+//!   challenging benchmarks this is what makes the hard cases fall.
 //!
-//! The order in which candidates are tried is a *preorder* (for example WAT:
-//! longest lifetime, then largest area, then largest section total) with ties
+//! The order in which candidates are tried is a *preorder* (for example TWA:
+//! largest section total, then longest lifetime, then largest area) with ties
 //! broken by minimum offset. No single preorder is best everywhere, so
 //! [`search`] runs several in round robin with a node limit that doubles each
-//! round, split over threads, and the first that finishes wins.
+//! round, split over threads, and the first that finishes wins. The cheap checks
+//! run before the expensive ones, which matters more than anything else for
+//! speed: most candidates fail, and a failed candidate costs only the range scan.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -61,10 +73,10 @@ impl<'a> Graph<'a> {
         let n = items.len();
         let mut members = vec![Vec::new(); sections.count];
         let mut load = vec![0u64; sections.count];
-        for i in 0..n {
+        for (i, it) in items.iter().enumerate() {
             for s in sections.lo[i]..sections.hi[i] {
                 members[s as usize].push(i as u32);
-                load[s as usize] += items[i].size;
+                load[s as usize] += it.size;
             }
         }
         // Overlaps by a sweep over sections: i meets j iff their ranges intersect.
@@ -97,23 +109,24 @@ impl<'a> Graph<'a> {
     /// largest section total, `Z` size, `O` overlap count, `C` sections spanned,
     /// `L`/`U` later start/end.
     pub fn preorder(&self, keys: &str) -> Vec<u32> {
-        let n = self.items.len();
+        let mut order: Vec<u32> = (0..self.items.len() as u32).collect();
+        self.sort_by_keys(&mut order, keys, &self.load);
+        order
+    }
+
+    /// Sorts `order` by the preorder `keys`, with `T` taken from `load`.
+    fn sort_by_keys(&self, order: &mut [u32], keys: &str, load: &[u64]) {
         let s = self.sections;
-        let total: Vec<u64> = (0..n)
-            .map(|i| {
-                (s.lo[i]..s.hi[i])
-                    .map(|k| self.load[k as usize])
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
         let key = |i: usize, c: char| -> u128 {
             let it = &self.items[i];
             let w = (it.upper - it.lower) as u128;
             match c {
                 'W' => w,
                 'A' => w * it.size as u128,
-                'T' => total[i] as u128,
+                'T' => (s.lo[i]..s.hi[i])
+                    .map(|k| load[k as usize])
+                    .max()
+                    .unwrap_or(0) as u128,
                 'Z' => it.size as u128,
                 'O' => self.adj[i].len() as u128,
                 'C' => (s.hi[i] - s.lo[i]) as u128,
@@ -122,17 +135,15 @@ impl<'a> Graph<'a> {
                 _ => 0,
             }
         };
-        let mut order: Vec<u32> = (0..n as u32).collect();
-        order.sort_by(|&a, &b| {
-            for c in keys.chars() {
-                let (ka, kb) = (key(a as usize, c), key(b as usize, c));
-                if ka != kb {
-                    return kb.cmp(&ka);
-                }
-            }
-            a.cmp(&b)
-        });
-        order
+        let chars: Vec<char> = keys.chars().collect();
+        let mut keyed: Vec<(Vec<u128>, u32)> = order
+            .iter()
+            .map(|&i| (chars.iter().map(|&c| key(i as usize, c)).collect(), i))
+            .collect();
+        keyed.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        for (slot, (_, i)) in order.iter_mut().zip(keyed) {
+            *slot = i;
+        }
     }
 }
 
@@ -145,6 +156,7 @@ enum Status {
 
 struct Searcher<'g, 'a> {
     g: &'g Graph<'a>,
+    keys: String,
     cap: u64,
     rank_item: Vec<u32>,
     off: Vec<u64>,
@@ -162,9 +174,9 @@ struct Searcher<'g, 'a> {
     cancel: &'g AtomicBool,
     min_log: Vec<(u32, u64)>,
     floor_log: Vec<(u32, u64)>,
-    touched: Vec<u32>,
-    stamp: Vec<u64>,
-    epoch: u64,
+    touched: Vec<(u32, u32)>,
+    rel: Vec<(u64, u64)>,
+    cover: Vec<i32>,
 }
 
 const NONE: u64 = u64::MAX;
@@ -172,6 +184,7 @@ const NONE: u64 = u64::MAX;
 impl<'g, 'a> Searcher<'g, 'a> {
     fn new(
         g: &'g Graph<'a>,
+        keys: &str,
         cap: u64,
         order: &[u32],
         deadline: Instant,
@@ -188,6 +201,7 @@ impl<'g, 'a> Searcher<'g, 'a> {
         }
         Searcher {
             g,
+            keys: keys.to_string(),
             cap,
             rank_item: order.to_vec(),
             off: vec![NONE; n],
@@ -205,8 +219,8 @@ impl<'g, 'a> Searcher<'g, 'a> {
             min_log: Vec::new(),
             floor_log: Vec::new(),
             touched: Vec::new(),
-            stamp: vec![0; count],
-            epoch: 0,
+            rel: Vec::new(),
+            cover: vec![0; count + 1],
         }
     }
 
@@ -248,7 +262,21 @@ impl<'g, 'a> Searcher<'g, 'a> {
                 continue;
             }
             solved_any = true;
-            match self.dfs(&part, (0, 0), (a, b)) {
+            // Re-rank the part by the preorder with the totals left now, as
+            // if it were a problem of its own; restore the ranks afterwards.
+            let mut slots = part.clone();
+            slots.sort_unstable();
+            let saved: Vec<u32> = slots.iter().map(|&r| self.rank_item[r as usize]).collect();
+            let mut local = saved.clone();
+            self.g.sort_by_keys(&mut local, &self.keys, &self.total);
+            for (&r, &i) in slots.iter().zip(&local) {
+                self.rank_item[r as usize] = i;
+            }
+            let status = self.dfs(&slots, (0, 0), (a, b));
+            for (&r, &i) in slots.iter().zip(&saved) {
+                self.rank_item[r as usize] = i;
+            }
+            match status {
                 Status::Found => {}
                 other => return other,
             }
@@ -307,8 +335,7 @@ impl<'g, 'a> Searcher<'g, 'a> {
             .collect();
         ordering.sort_unstable();
         let mut zero_cuts: Vec<u32> = Vec::new();
-        for k in 0..ordering.len() {
-            let (o, r) = ordering[k];
+        for &(o, r) in &ordering {
             let i = self.rank_item[r as usize] as usize;
             let top = o + items[i].size;
             // Place i at o.
@@ -319,8 +346,6 @@ impl<'g, 'a> Searcher<'g, 'a> {
             let mut ok = true;
             let mut hatless = true;
             self.touched.clear();
-            self.epoch += 1;
-            let epoch = self.epoch;
             for &j in &self.g.adj[i] {
                 let j = j as usize;
                 if self.placed[j] {
@@ -334,12 +359,7 @@ impl<'g, 'a> Searcher<'g, 'a> {
                     if want + items[j].size > self.cap {
                         ok = false;
                     }
-                    for sec in s.lo[j]..s.hi[j] {
-                        if self.stamp[sec as usize] != epoch {
-                            self.stamp[sec as usize] = epoch;
-                            self.touched.push(sec);
-                        }
-                    }
+                    self.touched.push((s.lo[j], s.hi[j]));
                 }
             }
             for sec in s.lo[i]..s.hi[i] {
@@ -357,33 +377,84 @@ impl<'g, 'a> Searcher<'g, 'a> {
                     zero_cuts.push(b);
                 }
             }
-            if ok {
-                // All unplaced items of a section go above its lowest minimum
-                // offset. Only a section where even that lowest one leaves too
-                // little room matters, so stop at the first item with room.
-                'sections: for t in 0..self.touched.len() {
-                    let sec = self.touched[t] as usize;
-                    let total = self.total[sec];
-                    if total == 0 {
-                        continue;
-                    }
-                    let room = self.cap.saturating_sub(total);
-                    for &j in &self.g.members[sec] {
-                        let j = j as usize;
-                        if !self.placed[j] && self.minoff[j] <= room {
-                            continue 'sections;
-                        }
-                    }
-                    ok = false;
-                    break;
-                }
-            }
+            // Monotonic floor and section inference, cheap and vectorized first.
             if ok {
                 let (a, b) = (range.0 as usize, range.1 as usize);
                 ok = self.floor[a..b]
                     .iter()
                     .zip(&self.total[a..b])
                     .all(|(&f, &t)| t == 0 || f.max(o) + t <= self.cap);
+            }
+            if ok {
+                // All unplaced items of a section go above its lowest minimum
+                // offset. Only a section where even that lowest one leaves too
+                // little room matters, so stop at the first item with room.
+                // Sections where a minimum offset rose: a coverage count over
+                // the intervals of the items whose minimum offset changed.
+                let (ra, rb) = (range.0 as usize, range.1 as usize);
+                for &(a, b) in &self.touched {
+                    let (a, b) = ((a as usize).max(ra), (b as usize).min(rb));
+                    if a < b {
+                        self.cover[a] += 1;
+                        self.cover[b] -= 1;
+                    }
+                }
+                let mut depth = 0i32;
+                'sections: for sec in ra..rb {
+                    depth += self.cover[sec];
+                    if depth == 0 {
+                        continue;
+                    }
+                    let total = self.total[sec];
+                    if total == 0 {
+                        continue;
+                    }
+                    // The unplaced items of a section all meet each other, so
+                    // they stack: with release offsets r_j = max(minoff_j,
+                    // floor, o), the lowest possible top is the largest
+                    // r_j + (sizes of items released at or after r_j).
+                    let base = self.floor[sec].max(o);
+                    if base + total > self.cap {
+                        ok = false;
+                        break 'sections;
+                    }
+                    let room = self.cap - total;
+                    self.rel.clear();
+                    for &j in &self.g.members[sec] {
+                        let j = j as usize;
+                        if !self.placed[j] && self.minoff[j] > room.max(base) {
+                            self.rel.push((self.minoff[j], items[j].size));
+                        }
+                    }
+                    if self.rel.is_empty() {
+                        continue;
+                    }
+                    // Cheap bounds on the stack first: it is at least the lowest
+                    // release plus all these sizes, and at most the highest plus.
+                    let (mut r_min, mut r_max, mut sum) = (NONE, 0u64, 0u64);
+                    for &(r, size) in &self.rel {
+                        r_min = r_min.min(r);
+                        r_max = r_max.max(r);
+                        sum += size;
+                    }
+                    if r_min + sum > self.cap {
+                        ok = false;
+                        break 'sections;
+                    }
+                    if r_max + sum <= self.cap {
+                        continue;
+                    }
+                    self.rel.sort_unstable_by_key(|x| std::cmp::Reverse(x.0));
+                    let mut above = 0u64;
+                    for &(r, size) in &self.rel {
+                        above += size;
+                        if r + above > self.cap {
+                            ok = false;
+                            break 'sections;
+                        }
+                    }
+                }
+                self.cover[ra..=rb].iter_mut().for_each(|c| *c = 0);
             }
             let status = if !ok {
                 Status::NotFound
@@ -426,7 +497,7 @@ impl<'g, 'a> Searcher<'g, 'a> {
 
 /// Preorders tried by the search, split over threads: thread `t` of `k` takes
 /// every `k`-th one.
-pub(crate) const PREORDERS: [&str; 6] = ["WAT", "TAW", "TWA", "AWT", "ZWT", "CAT"];
+pub(crate) const PREORDERS: [&str; 6] = ["TWA", "TAW", "WAT", "AWT", "WTA", "ATW"];
 
 /// Searches for a plan of height at most `cap`, racing the preorders over
 /// `threads` threads until one finds a plan or a proof, the deadline passes or
@@ -443,27 +514,28 @@ pub(crate) fn search(
         return Outcome::Found(Vec::new());
     }
     let threads = threads.clamp(1, PREORDERS.len());
-    let orders: Vec<Vec<u32>> = PREORDERS.iter().map(|p| g.preorder(p)).collect();
+    let orders: Vec<(String, Vec<u32>)> = PREORDERS
+        .iter()
+        .map(|p| (p.to_string(), g.preorder(p)))
+        .collect();
     let stop = AtomicBool::new(false);
     let result = parking_lot::Mutex::new(None::<Outcome>);
     let worker = |t: usize| {
-        let mine: Vec<&Vec<u32>> = orders.iter().skip(t).step_by(threads).collect();
+        let mine: Vec<&(String, Vec<u32>)> = orders.iter().skip(t).step_by(threads).collect();
         let mut limit = (n as u64).max(64);
         loop {
-            for order in &mine {
+            for (keys, order) in mine.iter().map(|x| (&x.0, &x.1)) {
                 if stop.load(Ordering::Relaxed) || cancel.load(Ordering::Relaxed) {
                     return;
                 }
-                let mut s = Searcher::new(g, cap, order, deadline, &stop, cancel);
+                let mut s = Searcher::new(g, keys, cap, order, deadline, &stop, cancel);
                 let t0 = Instant::now();
                 let status = s.run(limit);
-                if std::env::var_os("PLAN_DEBUG").is_some() {
-                    eprintln!(
-                        "thread {t} limit {limit} nodes {} in {:?}",
-                        s.nodes,
-                        t0.elapsed()
-                    );
-                }
+                log::trace!(
+                    "plan search: capacity {cap}, preorder {keys}, thread {t}, node limit {limit}: {} nodes in {:?}",
+                    s.nodes,
+                    t0.elapsed()
+                );
                 let outcome = match status {
                     Status::Found => {
                         let offs: Vec<u64> = s.solution.clone();
