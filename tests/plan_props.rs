@@ -398,7 +398,7 @@ proptest! {
         uses in prop::collection::vec((0u64..30, 1u64..5, 1u64..100), 1..30),
     ) {
         // Kernels in groups of the given widths, in order.
-        let group_of: Vec<usize> = widths.iter().enumerate().flat_map(|(g, &w)| std::iter::repeat(g).take(w)).collect();
+        let group_of: Vec<usize> = widths.iter().enumerate().flat_map(|(g, &w)| std::iter::repeat_n(g, w)).collect();
         let k = group_of.len() as u64;
         let bufs: Vec<Buffer> = uses
             .iter()

@@ -182,7 +182,7 @@ pub(crate) fn solve(
         );
         if let Some((offs, h)) = r {
             let mut w = winner.lock();
-            if w.as_ref().map_or(true, |w| h < w.1) {
+            if w.as_ref().is_none_or(|w| h < w.1) {
                 cutoff.fetch_min(h.saturating_sub(1), Ordering::Relaxed);
                 *w = Some((offs, h, k));
             }

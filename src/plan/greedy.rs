@@ -68,7 +68,7 @@ pub(crate) fn linear_scan(items: &[Item]) -> Vec<u64> {
         let mut best: Option<(u64, u64, u64)> = None; // (len, block offset, start)
         for (&fo, &fl) in &free {
             let start = align_up(fo, it.align);
-            if start + it.size <= fo + fl && best.map_or(true, |b| fl < b.0) {
+            if start + it.size <= fo + fl && best.is_none_or(|b| fl < b.0) {
                 best = Some((fl, fo, start));
             }
         }

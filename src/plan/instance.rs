@@ -117,7 +117,7 @@ impl Instance {
             }
             let (v, s) = (&bufs[a.view], &bufs[a.source]);
             let end = a.offset.checked_add(v.size);
-            if end.map_or(true, |end| end > s.size) {
+            if end.is_none_or(|end| end > s.size) {
                 return Err(PlanError::BadAlias {
                     entry,
                     message: format!(

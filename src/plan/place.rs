@@ -67,7 +67,7 @@ impl Gaps {
             let cand = align_up(self.reach, self.align);
             if cand + self.size <= s {
                 let gap = s - self.reach;
-                if self.best.map_or(true, |(g, _)| gap < g) {
+                if self.best.is_none_or(|(g, _)| gap < g) {
                     self.best = Some((gap, cand));
                 }
                 if self.fit == Fit::First {
