@@ -234,8 +234,8 @@ proptest! {
             check(&s2, &r, 0.0);
         }
         // squeeze every unit dim of the source
-        for d in 0..rank {
-            if dims[d] == 1 {
+        for (d, &size) in dims.iter().enumerate().take(rank) {
+            if size == 1 {
                 let s = t.squeeze(d).unwrap();
                 check(&s.exp().unwrap(), &r.squeeze(d as isize).exp(), 1e-6);
             }
