@@ -67,7 +67,7 @@ pub fn take() -> Vec<KernelRecord> {
 
 /// Whether the calling thread records.
 pub(crate) fn enabled() -> bool {
-    ON.with(|o| o.get())
+    ON.try_with(|o| o.get()).unwrap_or(false)
 }
 
 fn region(plan: &ExecutionPlan, root: u32) -> Option<Region> {
@@ -125,5 +125,6 @@ pub(crate) fn record(
         arena_live_bytes,
         arena_bytes: plan.arena_len * 4,
     };
-    RECORDS.with(|r| r.borrow_mut().push(rec));
+    // During thread teardown the records may already be gone; then nothing is kept.
+    let _ = RECORDS.try_with(|r| r.borrow_mut().push(rec));
 }
