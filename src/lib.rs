@@ -24,6 +24,7 @@
 mod error;
 pub mod ir;
 pub mod kernels;
+pub mod models;
 pub mod runtime;
 pub mod stream;
 mod tensor;
