@@ -52,8 +52,11 @@ fn bench(c: &mut Criterion) {
                         let weights = &weights;
                         s.spawn(move || {
                             streamfuse::set_kernel_threads(1);
-                            let x = Tensor::from_vec(data(BATCH * LAYERS[0], 99 + t as u64), &[BATCH, LAYERS[0]])
-                                .unwrap();
+                            let x = Tensor::from_vec(
+                                data(BATCH * LAYERS[0], 99 + t as u64),
+                                &[BATCH, LAYERS[0]],
+                            )
+                            .unwrap();
                             for _ in 0..PASSES / threads {
                                 std::hint::black_box(forward(&x, weights));
                             }

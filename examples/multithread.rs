@@ -66,7 +66,10 @@ fn main() -> streamfuse::Result<()> {
                 let weights = &weights;
                 s.spawn(move || {
                     streamfuse::set_kernel_threads(1);
-                    let x = Tensor::from_vec(data(BATCH * LAYERS[0], 1000 + t as u64, 1.0), &[BATCH, LAYERS[0]])?;
+                    let x = Tensor::from_vec(
+                        data(BATCH * LAYERS[0], 1000 + t as u64, 1.0),
+                        &[BATCH, LAYERS[0]],
+                    )?;
                     let mut last = None;
                     for _ in 0..iterations {
                         last = Some(forward(&x, weights)?);
@@ -79,7 +82,10 @@ fn main() -> streamfuse::Result<()> {
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("worker panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("worker panicked"))
+            .collect()
     });
     let elapsed = start.elapsed().as_secs_f64();
     for r in results {

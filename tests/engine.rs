@@ -67,10 +67,17 @@ fn a_failed_op_records_nothing() {
     let y = x.affine(1.0, 1.0).unwrap();
     let before = streamfuse::pending_key();
     let err = y.add(&z).unwrap_err().to_string();
-    assert!(err.contains("add") && err.contains("[3]") && err.contains("[2]"), "{err}");
+    assert!(
+        err.contains("add") && err.contains("[3]") && err.contains("[2]"),
+        "{err}"
+    );
     assert!(y.matmul(&y).is_err());
     assert!(y.sum(1).is_err());
-    assert_eq!(streamfuse::pending_key(), before, "the failed ops queued nothing");
+    assert_eq!(
+        streamfuse::pending_key(),
+        before,
+        "the failed ops queued nothing"
+    );
     assert_eq!(y.to_vec::<f32>().unwrap(), vec![2.0, 3.0, 4.0]);
 }
 
@@ -102,7 +109,10 @@ fn a_kernel_error_surfaces_at_the_next_read_and_sync() {
     let also = picked.sum(1).unwrap();
     let err = also.to_vec::<f32>().unwrap_err().to_string();
     assert!(err.contains("index_select") && err.contains('7'), "{err}");
-    assert!(streamfuse::sync().is_err(), "the stream reports the fault once");
+    assert!(
+        streamfuse::sync().is_err(),
+        "the stream reports the fault once"
+    );
     streamfuse::sync().unwrap();
     // The stream is still usable, and other tensors are intact.
     let ok = table.sum(0).unwrap();
@@ -115,4 +125,16 @@ fn known_indices_are_checked_when_recorded() {
     let idx = Tensor::from_vec(vec![0i64, -1], &[2]).unwrap();
     let err = table.index_select(&idx, 0).unwrap_err().to_string();
     assert!(err.contains("index_select") && err.contains("-1"), "{err}");
+}
+
+#[test]
+fn ranks_above_the_maximum_are_errors() {
+    let dims = [1usize; streamfuse::ir::MAX_RANK + 1];
+    assert!(Tensor::zeros(&dims, DType::F32).is_err());
+    let x = Tensor::from_vec(vec![1.0f32], &dims[..streamfuse::ir::MAX_RANK]).unwrap();
+    let e = x.unsqueeze(0).unwrap_err().to_string();
+    assert!(e.contains("unsqueeze") && e.contains("maximum"), "{e}");
+    assert!(x.reshape(&dims).is_err());
+    assert!(x.broadcast_as(&dims).is_err());
+    assert_eq!(x.to_vec::<f32>().unwrap(), vec![1.0]);
 }

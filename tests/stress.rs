@@ -13,7 +13,7 @@ use crossbeam::channel::{unbounded, Receiver, Sender};
 use streamfuse::Tensor;
 
 const THREADS: usize = 8;
-const ROUNDS: usize = 40;
+const ROUNDS: usize = 60;
 const DIMS: [usize; 2] = [4, 8];
 
 struct Rng(u64);
@@ -60,7 +60,13 @@ fn step(x: &Tensor, local: &Tensor, w: &Shared, rng: &mut Rng) -> Tensor {
             0 => y.matmul(&w.square).unwrap().affine(0.5, 0.0).unwrap(),
             1 => y.add(&w.bias).unwrap().tanh().unwrap(),
             2 => y.softmax(-1).unwrap(),
-            3 => y.transpose(0, 1).unwrap().contiguous().unwrap().transpose(0, 1).unwrap(),
+            3 => y
+                .transpose(0, 1)
+                .unwrap()
+                .contiguous()
+                .unwrap()
+                .transpose(0, 1)
+                .unwrap(),
             4 => {
                 let a = y.narrow(1, 0, 3).unwrap();
                 let b = y.narrow(1, 3, 5).unwrap();
@@ -92,7 +98,10 @@ fn round(
     seen: &mut Observed,
 ) -> (Tensor, Vec<Tensor>) {
     let mut rng = Rng::new((t * 1000 + r) as u64 + 1);
-    let local = Tensor::from_vec(rng.data(32), &DIMS).unwrap().affine(1.0, 0.25).unwrap();
+    let local = Tensor::from_vec(rng.data(32), &DIMS)
+        .unwrap()
+        .affine(1.0, 0.25)
+        .unwrap();
     let y = step(x, &local, w, &mut rng);
     if rng.below(4) == 0 {
         seen.insert((t, r), y.to_vec::<f32>().unwrap());
@@ -135,8 +144,10 @@ fn multi_threaded(w: &Shared) -> Observed {
         (0..THREADS).map(|_| unbounded()).unzip();
     let (trash_tx, trash_rx) = unbounded::<Vec<Tensor>>();
     // A thread that only drops what it is given.
-    let trash = thread::spawn(move || for batch in trash_rx {
-        drop(batch);
+    let trash = thread::spawn(move || {
+        for batch in trash_rx {
+            drop(batch);
+        }
     });
     // Round 0 input of thread t comes from "thread t-1": send the seeds.
     for t in 0..THREADS {
@@ -185,6 +196,32 @@ fn multi_threaded(w: &Shared) -> Observed {
     seen
 }
 
+/// Threads that end with work still queued on tensors shared with other threads: the
+/// closing stream must run (and so release) everything, leaving no buffer behind.
+fn threads_exit_with_shared_tensors_tracked() {
+    let (tx, rx) = unbounded::<Tensor>();
+    let maker = thread::spawn(move || {
+        let base = Tensor::from_vec(vec![1.0f32; 1024], &[1024]).unwrap();
+        for i in 0..16 {
+            tx.send(base.affine(1.0, i as f64).unwrap()).unwrap(); // pending here
+        }
+        // Ends with queued ops and a shared `base`.
+        let _unread = base.exp().unwrap();
+    });
+    let reader = thread::spawn(move || {
+        let mut queued = Vec::new();
+        for t in rx {
+            queued.push(t.mul(&t).unwrap()); // drains the maker, queues a read here
+        }
+        // Ends without reading anything.
+        queued.truncate(3);
+        queued
+    });
+    maker.join().unwrap();
+    let survivors = reader.join().unwrap();
+    assert_eq!(survivors[2].to_vec::<f32>().unwrap()[0], 9.0);
+}
+
 #[test]
 fn eight_threads_passing_tensors_match_one_thread_and_leave_nothing() {
     let before = streamfuse::stats();
@@ -197,20 +234,31 @@ fn eight_threads_passing_tensors_match_one_thread_and_leave_nothing() {
         let mut mismatches = 0;
         for (k, v) in &expected {
             let g = &got[k];
-            if g.iter().zip(v).any(|(a, b)| (a - b).abs() > 1e-5 * (1.0 + b.abs()) || a.is_nan()) {
+            if g.iter()
+                .zip(v)
+                .any(|(a, b)| (a - b).abs() > 1e-5 * (1.0 + b.abs()) || a.is_nan())
+            {
                 mismatches += 1;
                 eprintln!("attempt {attempt}: mismatch at (thread, round) {k:?}: {g:?} vs {v:?}");
             }
         }
         assert_eq!(mismatches, 0);
     }
+    threads_exit_with_shared_tensors_tracked();
     streamfuse::sync().unwrap();
     let after = streamfuse::stats();
-    assert_eq!(after.live_streams, before.live_streams.max(1), "streams left: {after:?}");
+    assert_eq!(
+        after.live_streams,
+        before.live_streams.max(1),
+        "streams left: {after:?}"
+    );
     // Only the shared weights (two buffers) and the main thread's own tensors remain.
     drop(expected);
     drop(w);
     streamfuse::sync().unwrap();
     let end = streamfuse::stats();
-    assert_eq!(end.live_buffers, before.live_buffers, "buffers left: {end:?}");
+    assert_eq!(
+        end.live_buffers, before.live_buffers,
+        "buffers left: {end:?}"
+    );
 }

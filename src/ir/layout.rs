@@ -7,20 +7,22 @@
 //! layout the engine builds stays inside its buffer: `offset + max_index() < buffer.len()`
 //! is checked by the kernels before they index.
 
+use super::Dims;
+
 /// Dims, strides (in elements) and offset of a tensor over its buffer.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
     /// Size of each dimension, outermost first.
-    pub dims: Vec<usize>,
+    pub dims: Dims,
     /// Distance in elements between neighbours along each dimension.
-    pub strides: Vec<usize>,
+    pub strides: Dims,
     /// Index of element `[0, 0, ...]` in the buffer.
     pub offset: usize,
 }
 
 /// Row-major strides of a contiguous tensor with these dims.
-pub fn contiguous_strides(dims: &[usize]) -> Vec<usize> {
-    let mut strides = vec![0; dims.len()];
+pub fn contiguous_strides(dims: &[usize]) -> Dims {
+    let mut strides = Dims::zeros(dims.len());
     let mut acc = 1usize;
     for (s, &d) in strides.iter_mut().zip(dims).rev() {
         *s = acc;
@@ -33,7 +35,7 @@ impl Layout {
     /// The row-major layout of a fresh buffer with these dims.
     pub fn contiguous(dims: &[usize]) -> Layout {
         Layout {
-            dims: dims.to_vec(),
+            dims: Dims::from_slice(dims),
             strides: contiguous_strides(dims),
             offset: 0,
         }
@@ -93,7 +95,7 @@ impl Layout {
             return None;
         }
         let lead = dims.len() - self.rank();
-        let mut strides = vec![0; dims.len()];
+        let mut strides = Dims::zeros(dims.len());
         for (i, &d) in dims.iter().enumerate().skip(lead) {
             let sd = self.dims[i - lead];
             if sd == d {
@@ -105,7 +107,7 @@ impl Layout {
             }
         }
         Some(Layout {
-            dims: dims.to_vec(),
+            dims: Dims::from_slice(dims),
             strides,
             offset: self.offset,
         })
@@ -124,7 +126,7 @@ impl Layout {
     /// The layout of `len` elements of dim `dim` starting at `start`. The caller has
     /// checked `start + len <= dims[dim]`.
     pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Layout {
-        let mut out = self.clone();
+        let mut out = *self;
         out.dims[dim] = len;
         if len > 0 {
             out.offset += start * self.strides[dim];
@@ -134,7 +136,7 @@ impl Layout {
 
     /// The layout with a dim of size 1 inserted at `dim` (`dim <= rank`).
     pub fn unsqueeze(&self, dim: usize) -> Layout {
-        let mut out = self.clone();
+        let mut out = *self;
         let stride = if dim < self.rank() {
             self.strides[dim] * self.dims[dim]
         } else {
@@ -147,7 +149,7 @@ impl Layout {
 
     /// The layout with dim `dim` (of size 1) removed.
     pub fn squeeze(&self, dim: usize) -> Layout {
-        let mut out = self.clone();
+        let mut out = *self;
         out.dims.remove(dim);
         out.strides.remove(dim);
         out
@@ -160,7 +162,7 @@ impl Layout {
     pub fn reshape(&self, dims: &[usize]) -> Option<Layout> {
         if self.is_contiguous() {
             return Some(Layout {
-                dims: dims.to_vec(),
+                dims: Dims::from_slice(dims),
                 strides: contiguous_strides(dims),
                 offset: self.offset,
             });
@@ -174,7 +176,7 @@ impl Layout {
             .filter(|(&d, _)| d != 1)
             .map(|(&d, &s)| (d, s))
             .collect();
-        let mut strides = vec![0usize; dims.len()];
+        let mut strides = Dims::zeros(dims.len());
         let mut oi = 0;
         let mut ni = 0;
         while ni < dims.len() {
@@ -222,7 +224,7 @@ impl Layout {
             return None;
         }
         Some(Layout {
-            dims: dims.to_vec(),
+            dims: Dims::from_slice(dims),
             strides,
             offset: self.offset,
         })

@@ -6,11 +6,13 @@
 //! The relative form renumbers the ids of a run of ops by first appearance, so that the
 //! same computation on different tensors has the same key (see [`relative`]).
 
+mod dims;
 mod dtype;
 mod layout;
 mod op;
 pub mod relative;
 
+pub use dims::{Dims, MAX_RANK};
 pub use dtype::{DType, Element};
 pub use layout::{contiguous_strides, Layout};
 pub use op::{BinaryOp, Op, OpKind, ReduceOp, TensorDesc, UnaryOp};

@@ -141,7 +141,11 @@ fn run(op: &Op, inputs: &[Arc<Buffer>], par: Par) -> Result<Arc<Buffer>, KernelE
             let (l, r) = matmul_layouts(lay(0), lay(1), &out.layout.dims)?;
             kernels::matmul(typed(input(0))?, &l, typed(input(1))?, &r, dst(b)?, par)?
         }
-        OpKind::Reduce { op: ReduceOp::ArgMax, dim, .. } => {
+        OpKind::Reduce {
+            op: ReduceOp::ArgMax,
+            dim,
+            ..
+        } => {
             with_dtype!(op.inputs[0].dtype, S => {
                 kernels::argmax::<S>(typed(input(0))?, lay(0), *dim, dst(b)?, par)?
             })
@@ -229,4 +233,3 @@ fn matmul_layouts(
     };
     Ok((with_batch(l)?, with_batch(r)?))
 }
-

@@ -11,4 +11,6 @@ mod storage;
 
 pub use execute::{execute, Task};
 pub use slot::{Slot, SlotState};
-pub use storage::{live_buffers, live_bytes, pooled_bytes, size_class, Buffer, Storage, StorageElement};
+pub use storage::{
+    live_buffers, live_bytes, pooled_bytes, size_class, Buffer, Storage, StorageElement,
+};

@@ -140,16 +140,16 @@ impl StreamCell {
     /// Queues the Drop of a tensor whose last handle went away, if the tensor is still
     /// pending here (a tensor already made needs no Drop: its slot frees the data when
     /// the last reader lets go).
-    pub(crate) fn push_drop(&self, desc: TensorDesc, slot: Arc<Slot>) {
+    pub(crate) fn push_drop(&self, desc: TensorDesc, slot: &Arc<Slot>) {
         if !slot.is_pending() {
             // Made already. Queued reads (here or in other streams) still hold the
             // slot; the buffer is freed when the last of them has run.
-            if Arc::strong_count(&slot) > 1 {
+            let readers = Arc::strong_count(slot) - 1;
+            if readers > 0 {
                 log::trace!(
-                    "{}: deferred drop of {}: {} queued reads still hold it",
+                    "{}: deferred drop of {}: {readers} queued reads still hold it",
                     self.id,
                     desc.id,
-                    Arc::strong_count(&slot) - 1
                 );
             }
             return;
@@ -170,7 +170,7 @@ impl StreamCell {
         q.ops.push_back(QueuedOp {
             task: Task {
                 op,
-                inputs: vec![slot],
+                inputs: vec![slot.clone()],
                 output: None,
             },
             rel,

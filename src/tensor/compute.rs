@@ -19,7 +19,11 @@ impl Tensor {
             if t.dtype() != DType::F32 {
                 return Err(Error::DType {
                     op,
-                    msg: format!("needs f32 operands, got {} and {}", self.dtype(), rhs.dtype()),
+                    msg: format!(
+                        "needs f32 operands, got {} and {}",
+                        self.dtype(),
+                        rhs.dtype()
+                    ),
                 });
             }
         }
@@ -40,11 +44,13 @@ impl Tensor {
                 ),
             });
         }
-        let mut dims = super::elementwise::broadcast_shape(&a[..a.len() - 2], &b[..b.len() - 2], op)
-            .map_err(|_| Error::Shape {
-                op,
-                msg: format!("batch dims of {a:?} and {b:?} cannot be broadcast together"),
-            })?;
+        let mut dims =
+            super::elementwise::broadcast_shape(&a[..a.len() - 2], &b[..b.len() - 2], op).map_err(
+                |_| Error::Shape {
+                    op,
+                    msg: format!("batch dims of {a:?} and {b:?} cannot be broadcast together"),
+                },
+            )?;
         dims.extend([m, n]);
         super::checked_numel(&dims, op)?;
         Ok(Tensor::record(
@@ -81,7 +87,11 @@ impl Tensor {
             dims.remove(d);
         }
         Ok(Tensor::record(
-            OpKind::Reduce { op, dim: d, keepdim },
+            OpKind::Reduce {
+                op,
+                dim: d,
+                keepdim,
+            },
             &[self],
             dtype,
             Layout::contiguous(&dims),
@@ -196,7 +206,11 @@ impl Tensor {
         if self.dtype() != DType::F32 {
             return Err(Error::DType {
                 op,
-                msg: format!("needs an f32 tensor, got {} with shape {:?}", self.dtype(), self.dims()),
+                msg: format!(
+                    "needs an f32 tensor, got {} with shape {:?}",
+                    self.dtype(),
+                    self.dims()
+                ),
             });
         }
         Ok(())

@@ -13,8 +13,16 @@ pub(crate) fn broadcast_shape(a: &[usize], b: &[usize], op: &'static str) -> Res
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
-        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
-        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+        let da = if i + a.len() >= rank {
+            a[i + a.len() - rank]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= rank {
+            b[i + b.len() - rank]
+        } else {
+            1
+        };
         out[i] = match (da, db) {
             _ if da == db => da,
             (1, d) | (d, 1) => d,
@@ -197,9 +205,17 @@ mod tests {
 
     #[test]
     fn broadcast_shapes() {
-        assert_eq!(broadcast_shape(&[2, 1, 3], &[4, 1], "add").unwrap(), vec![2, 4, 3]);
+        assert_eq!(
+            broadcast_shape(&[2, 1, 3], &[4, 1], "add").unwrap(),
+            vec![2, 4, 3]
+        );
         assert_eq!(broadcast_shape(&[], &[2], "add").unwrap(), vec![2]);
-        let e = broadcast_shape(&[2, 3], &[4], "add").unwrap_err().to_string();
-        assert!(e.contains("add") && e.contains("[2, 3]") && e.contains("[4]"), "{e}");
+        let e = broadcast_shape(&[2, 3], &[4], "add")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("add") && e.contains("[2, 3]") && e.contains("[4]"),
+            "{e}"
+        );
     }
 }

@@ -22,7 +22,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::ir::{DType, Layout, Op, OpKind, TensorDesc, TensorId};
+use crate::ir::{DType, Layout, Op, OpKind, TensorDesc, TensorId, MAX_RANK};
 use crate::kernels::{self, Par};
 use crate::runtime::{Buffer, Slot, SlotState, StorageElement};
 use crate::stream::{self, FlushReason, StreamCell};
@@ -45,16 +45,9 @@ impl Drop for Handle {
         let desc = TensorDesc {
             id: self.desc.id,
             dtype: self.desc.dtype,
-            layout: std::mem::replace(
-                &mut self.desc.layout,
-                Layout {
-                    dims: Vec::new(),
-                    strides: Vec::new(),
-                    offset: 0,
-                },
-            ),
+            layout: self.desc.layout,
         };
-        self.home.push_drop(desc, self.slot.clone());
+        self.home.push_drop(desc, &self.slot);
     }
 }
 
@@ -74,7 +67,18 @@ impl TensorElement for f32 {}
 impl TensorElement for u32 {}
 impl TensorElement for i64 {}
 
+/// The element count of `dims`, or an error if the rank is above [`MAX_RANK`] or the
+/// count overflows.
 fn checked_numel(dims: &[usize], op: &'static str) -> Result<usize> {
+    if dims.len() > MAX_RANK {
+        return Err(Error::Shape {
+            op,
+            msg: format!(
+                "shape {dims:?} has rank {}, above the maximum of {MAX_RANK}",
+                dims.len()
+            ),
+        });
+    }
     dims.iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .filter(|&n| n <= isize::MAX as usize / 8)
@@ -234,7 +238,11 @@ impl Tensor {
     fn materialize(&self) -> Result<Arc<Buffer>> {
         let slot = &self.0.slot;
         if slot.is_pending() {
-            self.0.home.flush(slot.producer(), FlushReason::Read(self.id()));
+            // The owner flushes its whole queue (the Drops queued after the producer
+            // belong in the segment); another thread drains only what it needs.
+            let own = stream::with_current(|c| c.id() == self.0.home.id());
+            let upto = if own { u64::MAX } else { slot.producer() };
+            self.0.home.flush(upto, FlushReason::Read(self.id()));
         }
         match slot.state() {
             SlotState::Ready(b) => Ok(b),

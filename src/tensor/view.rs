@@ -87,6 +87,9 @@ impl Tensor {
     /// Inserts a dim of size 1 at `dim` (`-1` appends one at the end) (a view).
     pub fn unsqueeze(&self, dim: impl Dim) -> Result<Tensor> {
         let d = dim.resolve_insert(self.rank(), "unsqueeze")?;
+        let mut dims = self.dims().to_vec();
+        dims.insert(d, 1);
+        super::checked_numel(&dims, "unsqueeze")?;
         Ok(self.view(self.layout().unsqueeze(d)))
     }
 
@@ -96,7 +99,11 @@ impl Tensor {
         if self.dims()[d] != 1 {
             return Err(Error::Shape {
                 op: "squeeze",
-                msg: format!("dim {d} of shape {:?} has size {}, not 1", self.dims(), self.dims()[d]),
+                msg: format!(
+                    "dim {d} of shape {:?} has size {}, not 1",
+                    self.dims(),
+                    self.dims()[d]
+                ),
             });
         }
         Ok(self.view(self.layout().squeeze(d)))
@@ -104,6 +111,7 @@ impl Tensor {
 
     /// The tensor read as `dims` by numpy broadcasting (a view; no data is repeated).
     pub fn broadcast_as(&self, dims: &[usize]) -> Result<Tensor> {
+        super::checked_numel(dims, "broadcast_as")?;
         match self.layout().broadcast_as(dims) {
             Some(layout) => Ok(self.view(layout)),
             None => Err(Error::Shape {
@@ -141,11 +149,19 @@ impl Tensor {
             if t.dtype() != first.dtype() {
                 return Err(Error::DType {
                     op,
-                    msg: format!("tensor {i} is {} but tensor 0 is {}", t.dtype(), first.dtype()),
+                    msg: format!(
+                        "tensor {i} is {} but tensor 0 is {}",
+                        t.dtype(),
+                        first.dtype()
+                    ),
                 });
             }
             let same = t.rank() == first.rank()
-                && t.dims().iter().zip(first.dims()).enumerate().all(|(j, (a, b))| j == d || a == b);
+                && t.dims()
+                    .iter()
+                    .zip(first.dims())
+                    .enumerate()
+                    .all(|(j, (a, b))| j == d || a == b);
             if !same {
                 return Err(Error::Shape {
                     op,
@@ -186,12 +202,16 @@ impl Tensor {
         }
         let size = self.dims()[d];
         let bad = match indices.dtype() {
-            DType::U32 => indices
-                .peek::<u32>()
-                .and_then(|v| v.iter().position(|&i| i as usize >= size).map(|p| (p, v[p] as i64))),
-            _ => indices
-                .peek::<i64>()
-                .and_then(|v| v.iter().position(|&i| i < 0 || i as u64 >= size as u64).map(|p| (p, v[p]))),
+            DType::U32 => indices.peek::<u32>().and_then(|v| {
+                v.iter()
+                    .position(|&i| i as usize >= size)
+                    .map(|p| (p, v[p] as i64))
+            }),
+            _ => indices.peek::<i64>().and_then(|v| {
+                v.iter()
+                    .position(|&i| i < 0 || i as u64 >= size as u64)
+                    .map(|p| (p, v[p]))
+            }),
         };
         if let Some((pos, value)) = bad {
             return Err(Error::Arg {

@@ -1,0 +1,174 @@
+//! CPU kernels: the loops that actually touch tensor data.
+//!
+//! Every kernel here has the same contract. Inputs are read through a [`Layout`] (any
+//! strides, including 0 for broadcasting, and any offset), and the output is written to a
+//! contiguous row-major `dst` that holds exactly the output's elements. Before it touches
+//! memory, a kernel checks its preconditions (the lengths, that each layout
+//! [fits](Layout::fits_in) in its buffer, that dims agree, that indices are in range) and
+//! returns a [`KernelError`] when one fails, so a bad plan or a bad index never panics or
+//! reads out of bounds.
+//!
+//! Speed comes from three places:
+//!
+//! * **Layout simplification.** Before walking a layout, adjacent dims that are
+//!   contiguous with each other are merged and size-1 dims dropped (module `strided`), so a
+//!   contiguous or row-broadcast input becomes one or two long runs with a tight inner loop
+//!   the compiler vectorises, and only truly strided inputs pay for index arithmetic.
+//! * **Fast paths** for the common shapes: contiguous inputs, scalar broadcast, row
+//!   reductions over the last dim, accumulation of rows over an outer dim.
+//! * **Parallelism** with rayon, bounded by [`Par`]: the output is split into chunks of
+//!   at least 64K element operations each (module `par`), so small tensors stay on the
+//!   calling thread and large ones are spread over cache-sized pieces.
+//!
+//! Matrix multiplication is delegated to the `gemm` crate (see [`matmul()`]); that wrapper is
+//! the only place in the module with `unsafe`.
+//!
+//! The modules: `copy` (fill, strided copy, cast, cat), `elementwise` (unary and binary
+//! maps), `math` (activation functions, erf, a vectorisable exp), `reduce` (sum, max,
+//! mean, argmax), `norm` (softmax, layer norm, RMS norm), `index` (index select) and
+//! `matmul` (the gemm wrapper).
+
+mod copy;
+mod elementwise;
+mod index;
+mod math;
+mod matmul;
+mod norm;
+mod par;
+mod reduce;
+mod strided;
+
+#[cfg(test)]
+mod testutil;
+
+pub use copy::{cast, cat, copy, fill};
+pub use elementwise::{binary, unary};
+pub use index::index_select;
+pub use matmul::matmul;
+pub use norm::{layer_norm, rms_norm, softmax};
+pub use reduce::{argmax, reduce};
+
+use std::fmt;
+
+use crate::ir::Layout;
+
+/// How many threads a kernel may use.
+///
+/// With `threads == 1` a kernel runs entirely on the calling thread and never touches
+/// rayon; with more, it may split its work into rayon tasks, at most about `threads` of
+/// them running at once.
+#[derive(Clone, Copy, Debug)]
+pub struct Par {
+    /// The largest number of threads the kernel may keep busy.
+    pub threads: usize,
+}
+
+impl Par {
+    /// Run on the calling thread only.
+    pub fn serial() -> Par {
+        Par { threads: 1 }
+    }
+
+    /// Use every thread of the current rayon pool.
+    pub fn all() -> Par {
+        Par {
+            threads: rayon::current_num_threads(),
+        }
+    }
+}
+
+/// A kernel precondition failed or an index was out of range.
+///
+/// The message names the kernel and the offending values, e.g. `index_select: index 7 at
+/// position 2 is out of range for dim 0 of size 5`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelError(pub String);
+
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for KernelError {}
+
+/// Builds the error `"{kernel}: {msg}"`.
+fn error(kernel: &str, msg: impl fmt::Display) -> KernelError {
+    KernelError(format!("{kernel}: {msg}"))
+}
+
+/// The number of elements of `dims`, or an error if the product overflows.
+fn numel_of(kernel: &str, dims: &[usize]) -> Result<usize, KernelError> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| {
+            error(
+                kernel,
+                format_args!("element count of dims {dims:?} overflows"),
+            )
+        })
+}
+
+/// Checks that `layout` is well formed (one stride per dim, no arithmetic overflow) and
+/// that every element it addresses lies inside a buffer of `len` elements. Returns the
+/// layout's element count.
+///
+/// This recomputes [`Layout::max_index`] with checked arithmetic, so even an absurd layout
+/// gives an error rather than a wrapped index. The `unsafe` in the gemm wrapper relies on
+/// this check.
+fn check_input(
+    kernel: &str,
+    what: &str,
+    len: usize,
+    layout: &Layout,
+) -> Result<usize, KernelError> {
+    if layout.dims.len() != layout.strides.len() {
+        return Err(error(
+            kernel,
+            format_args!(
+                "{what} layout has {} dims but {} strides",
+                layout.dims.len(),
+                layout.strides.len()
+            ),
+        ));
+    }
+    let numel = numel_of(kernel, &layout.dims)?;
+    if numel == 0 {
+        return Ok(0);
+    }
+    let max = layout
+        .dims
+        .iter()
+        .zip(&layout.strides)
+        .try_fold(layout.offset, |acc, (&d, &s)| {
+            (d - 1).checked_mul(s).and_then(|x| acc.checked_add(x))
+        });
+    match max {
+        Some(m) if m < len => Ok(numel),
+        Some(m) => Err(error(
+            kernel,
+            format_args!(
+                "{what} layout (dims {:?}, strides {:?}, offset {}) reaches index {m} but the buffer has {len} elements",
+                layout.dims, layout.strides, layout.offset
+            ),
+        )),
+        None => Err(error(
+            kernel,
+            format_args!(
+                "{what} layout (dims {:?}, strides {:?}, offset {}) overflows usize",
+                layout.dims, layout.strides, layout.offset
+            ),
+        )),
+    }
+}
+
+/// Checks that `dst` holds exactly `expected` elements.
+fn check_dst(kernel: &str, len: usize, expected: usize) -> Result<(), KernelError> {
+    if len != expected {
+        return Err(error(
+            kernel,
+            format_args!("dst has {len} elements but the output has {expected}"),
+        ));
+    }
+    Ok(())
+}

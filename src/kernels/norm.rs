@@ -1,0 +1,345 @@
+//! Row-wise normalisations over the last dim: [`softmax`], [`layer_norm`] and
+//! [`rms_norm`].
+//!
+//! All three treat the input as `rows × n` (`n` the last dim) and are parallel across
+//! rows. A chunk of rows is first copied from the input layout into its place in `dst`
+//! (a `memcpy` when the input is contiguous, a strided gather otherwise), and then each
+//! row is normalised in place, while it is hot in L1. The statistics are computed in f32
+//! with several independent accumulators (layer norm uses two passes: the mean, then the
+//! biased variance of the centred values, as PyTorch does).
+
+use super::math;
+use super::par::for_each_chunk;
+use super::strided::{run, Walk};
+use super::{check_dst, check_input, error, KernelError, Par};
+use crate::ir::Layout;
+
+/// Softmax over the last dim: `exp(x - max) / sum(exp(x - max))` per row (subtracting the
+/// row max keeps it finite). `dst` has the input's element count.
+pub fn softmax(src: &[f32], layout: &Layout, dst: &mut [f32], par: Par) -> Result<(), KernelError> {
+    let kernel = "softmax";
+    let n = row_len(kernel, src, layout, dst.len())?;
+    rows(src, layout, dst, n, 6, par, |row| {
+        let max = max(row);
+        for x in row.iter_mut() {
+            *x = math::exp(*x - max);
+        }
+        let inv = 1.0 / sum(row);
+        for x in row.iter_mut() {
+            *x *= inv;
+        }
+    });
+    Ok(())
+}
+
+/// Layer norm over the last dim: `(x - mean) / sqrt(var + eps) * weight + bias`, with the
+/// biased variance. `weight` and `bias` are 1-D of the last dim's size (any stride).
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm(
+    src: &[f32],
+    layout: &Layout,
+    weight: &[f32],
+    weight_layout: &Layout,
+    bias: &[f32],
+    bias_layout: &Layout,
+    eps: f64,
+    dst: &mut [f32],
+    par: Par,
+) -> Result<(), KernelError> {
+    let kernel = "layer_norm";
+    let n = row_len(kernel, src, layout, dst.len())?;
+    let w = vector(kernel, "weight", weight, weight_layout, n)?;
+    let b = vector(kernel, "bias", bias, bias_layout, n)?;
+    let eps = eps as f32;
+    rows(src, layout, dst, n, 8, par, |row| {
+        let mean = sum(row) / n as f32;
+        for x in row.iter_mut() {
+            *x -= mean;
+        }
+        let var = sum_squares(row) / n as f32;
+        let rstd = 1.0 / (var + eps).sqrt();
+        for ((x, &w), &b) in row.iter_mut().zip(&w).zip(&b) {
+            *x = *x * rstd * w + b;
+        }
+    });
+    Ok(())
+}
+
+/// RMS norm over the last dim: `x / sqrt(mean(x²) + eps) * weight`. `weight` is 1-D of
+/// the last dim's size (any stride).
+pub fn rms_norm(
+    src: &[f32],
+    layout: &Layout,
+    weight: &[f32],
+    weight_layout: &Layout,
+    eps: f64,
+    dst: &mut [f32],
+    par: Par,
+) -> Result<(), KernelError> {
+    let kernel = "rms_norm";
+    let n = row_len(kernel, src, layout, dst.len())?;
+    let w = vector(kernel, "weight", weight, weight_layout, n)?;
+    let eps = eps as f32;
+    rows(src, layout, dst, n, 5, par, |row| {
+        let r = 1.0 / (sum_squares(row) / n as f32 + eps).sqrt();
+        for (x, &w) in row.iter_mut().zip(&w) {
+            *x = *x * r * w;
+        }
+    });
+    Ok(())
+}
+
+/// Checks the input and `dst` of a row kernel; returns the row length (the last dim).
+fn row_len(
+    kernel: &str,
+    src: &[f32],
+    layout: &Layout,
+    dst_len: usize,
+) -> Result<usize, KernelError> {
+    let numel = check_input(kernel, "src", src.len(), layout)?;
+    let Some(&n) = layout.dims.last() else {
+        return Err(error(kernel, "needs at least one dim, got a scalar"));
+    };
+    check_dst(kernel, dst_len, numel)?;
+    Ok(n)
+}
+
+/// Reads a 1-D parameter of length `n` into a contiguous vector.
+fn vector(
+    kernel: &str,
+    what: &str,
+    buf: &[f32],
+    layout: &Layout,
+    n: usize,
+) -> Result<Vec<f32>, KernelError> {
+    check_input(kernel, what, buf.len(), layout)?;
+    if layout.dims != [n] {
+        return Err(error(
+            kernel,
+            format_args!(
+                "{what} has dims {:?}, expected [{n}] (the last dim of the input)",
+                layout.dims
+            ),
+        ));
+    }
+    let (off, stride) = (layout.offset, layout.strides[0]);
+    Ok(match (n, stride) {
+        (0, _) => Vec::new(),
+        (_, 0) => vec![buf[off]; n],
+        _ => run(buf, off, stride, n).copied().collect(),
+    })
+}
+
+/// Copies the input rows into `dst` chunk by chunk and calls `f` on each row of `n`
+/// elements in place. `cost` is the work per element, for the parallel split.
+fn rows<F>(src: &[f32], layout: &Layout, dst: &mut [f32], n: usize, cost: usize, par: Par, f: F)
+where
+    F: Fn(&mut [f32]) + Sync + Send,
+{
+    let walk = Walk::new(&layout.dims, [&layout.strides], [layout.offset]);
+    let stride = walk.inner_strides()[0];
+    for_each_chunk(dst, n, n * cost, par, |first_row, out| {
+        let mut pos = 0;
+        walk.for_each_run(first_row * n, out.len(), |[first], len| {
+            let out = &mut out[pos..pos + len];
+            pos += len;
+            match stride {
+                1 => out.copy_from_slice(&src[first..first + len]),
+                0 => out.fill(src[first]),
+                s => {
+                    for (d, &x) in out.iter_mut().zip(run(src, first, s, len)) {
+                        *d = x;
+                    }
+                }
+            }
+        });
+        for row in out.chunks_exact_mut(n) {
+            f(row);
+        }
+    });
+}
+
+/// Sum with 8 independent accumulators (vectorises; error grows like `n / 8`, fine for
+/// rows of a few thousand).
+#[inline]
+fn sum(x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v;
+        }
+    }
+    let tail: f32 = rest.iter().sum();
+    (acc[0] + acc[4]) + (acc[1] + acc[5]) + (acc[2] + acc[6]) + (acc[3] + acc[7]) + tail
+}
+
+/// The largest element (ignoring NaN, which then spreads through the row anyway), with
+/// 8 independent lanes so the loop vectorises.
+#[inline]
+fn max(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = if v > *a { v } else { *a };
+        }
+    }
+    rest.iter()
+        .chain(&acc)
+        .fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+}
+
+/// Sum of squares, like [`sum`].
+#[inline]
+fn sum_squares(x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v * v;
+        }
+    }
+    let tail: f32 = rest.iter().map(|v| v * v).sum();
+    (acc[0] + acc[4]) + (acc[1] + acc[5]) + (acc[2] + acc[6]) + (acc[3] + acc[7]) + tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::testutil::*;
+
+    /// Rows of the input, gathered naively, as f64.
+    fn naive_rows(buf: &[f32], l: &Layout) -> Vec<Vec<f64>> {
+        let n = *l.dims.last().unwrap();
+        let flat = gather(buf, l);
+        if n == 0 {
+            return Vec::new();
+        }
+        flat.chunks(n)
+            .map(|r| r.iter().map(|&x| x as f64).collect())
+            .collect()
+    }
+
+    fn random_case(rng: &mut Rng, case: usize) -> (Vec<f32>, Layout) {
+        let rank = 1 + case % 4;
+        let mut dims = rng.dims(rank, 6);
+        if case % 5 == 0 {
+            dims[rank - 1] = 50 + rng.below(100);
+        }
+        random_layout(rng, &dims, |r| r.f32() * 4.0)
+    }
+
+    #[test]
+    fn softmax_matches_naive() {
+        let mut rng = Rng::new(20);
+        for case in 0..200 {
+            let (buf, l) = random_case(&mut rng, case);
+            let want: Vec<f32> = naive_rows(&buf, &l)
+                .iter()
+                .flat_map(|r| {
+                    let m = r.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let s: f64 = r.iter().map(|x| (x - m).exp()).sum();
+                    r.iter()
+                        .map(move |x| ((x - m).exp() / s) as f32)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            for par in pars() {
+                let mut out = vec![0.0; want.len()];
+                softmax(&buf, &l, &mut out, par).unwrap();
+                assert_close(&out, &want, 1e-6);
+            }
+        }
+        // Large logits stay finite.
+        let mut out = [0.0; 2];
+        softmax(
+            &[1000.0, 1000.0],
+            &Layout::contiguous(&[2]),
+            &mut out,
+            Par::serial(),
+        )
+        .unwrap();
+        assert_eq!(out, [0.5, 0.5]);
+    }
+
+    #[test]
+    fn norms_match_naive() {
+        let mut rng = Rng::new(21);
+        for case in 0..200 {
+            let (buf, l) = random_case(&mut rng, case);
+            let n = *l.dims.last().unwrap();
+            let (wb, wl) = rand_f32(&mut rng, &[n]);
+            let (bb, bl) = rand_f32(&mut rng, &[n]);
+            let w = gather(&wb, &wl);
+            let b = gather(&bb, &bl);
+            let eps = 1e-5;
+            let mut want_ln = Vec::new();
+            let mut want_rms = Vec::new();
+            for r in naive_rows(&buf, &l) {
+                let mean = r.iter().sum::<f64>() / n as f64;
+                let var = r.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+                let ms = r.iter().map(|x| x * x).sum::<f64>() / n as f64;
+                for (i, x) in r.iter().enumerate() {
+                    want_ln
+                        .push(((x - mean) / (var + eps).sqrt() * w[i] as f64 + b[i] as f64) as f32);
+                    want_rms.push((x / (ms + eps).sqrt() * w[i] as f64) as f32);
+                }
+            }
+            for par in pars() {
+                let mut out = vec![0.0; want_ln.len()];
+                layer_norm(&buf, &l, &wb, &wl, &bb, &bl, eps, &mut out, par).unwrap();
+                // A row that is constant (broadcast along the last dim) has variance 0,
+                // and the f32 rounding of its mean is amplified by 1/sqrt(eps) ~ 316.
+                assert_close(&out, &want_ln, 1e-3);
+                rms_norm(&buf, &l, &wb, &wl, eps, &mut out, par).unwrap();
+                assert_close(&out, &want_rms, 1e-5);
+            }
+        }
+    }
+
+    #[test]
+    fn errors() {
+        let x = [1.0f32; 6];
+        let l = Layout::contiguous(&[2, 3]);
+        let w = [1.0f32; 3];
+        let wl = Layout::contiguous(&[3]);
+        let mut out = [0.0; 6];
+        assert!(softmax(&x, &l, &mut out[..5], Par::serial()).is_err());
+        assert!(softmax(&x[..5], &l, &mut out, Par::serial()).is_err());
+        let e = softmax(&x, &Layout::contiguous(&[]), &mut out[..1], Par::serial()).unwrap_err();
+        assert!(e.0.contains("scalar"), "{e}");
+        let e = rms_norm(
+            &x,
+            &l,
+            &w,
+            &Layout::contiguous(&[2]),
+            1e-5,
+            &mut out,
+            Par::serial(),
+        )
+        .unwrap_err();
+        assert!(e.0.contains("weight") && e.0.contains("[3]"), "{e}");
+        assert!(rms_norm(&x, &l, &w[..2], &wl, 1e-5, &mut out, Par::serial()).is_err());
+        assert!(layer_norm(&x, &l, &w, &wl, &w[..2], &wl, 1e-5, &mut out, Par::serial()).is_err());
+        assert!(layer_norm(
+            &x,
+            &l,
+            &w,
+            &wl,
+            &w,
+            &Layout::contiguous(&[3, 1]),
+            1e-5,
+            &mut out,
+            Par::serial()
+        )
+        .is_err());
+        layer_norm(&x, &l, &w, &wl, &w, &wl, 1e-5, &mut out, Par::serial()).unwrap();
+        assert_eq!(out, [1.0; 6]);
+        // Empty rows are fine.
+        softmax(&x, &Layout::contiguous(&[2, 0]), &mut [], Par::serial()).unwrap();
+    }
+}

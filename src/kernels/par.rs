@@ -1,0 +1,87 @@
+//! Splitting a kernel's output into rayon tasks.
+//!
+//! All kernels write a contiguous `dst`, so parallelism is always the same shape: cut
+//! `dst` into chunks of whole *units* (an element, a row, a matrix), hand each chunk and
+//! the index of its first unit to a task, and let the task compute its part. The helper
+//! here decides whether to split at all and how big the chunks are:
+//!
+//! * with [`Par::threads`] `== 1`, or less than two tasks' worth of work, the whole
+//!   output is one chunk run on the calling thread (no rayon involvement);
+//! * otherwise each chunk carries at least [`MIN_TASK_WORK`] units of work (so the
+//!   scheduling cost is amortised and a chunk is about cache-sized), and when the kernel
+//!   may use fewer threads than the pool has, chunks are made large enough that at most
+//!   `threads` of them exist.
+
+use rayon::prelude::*;
+
+use super::Par;
+
+/// The least work (roughly: element operations) one rayon task should get. Tests use a
+/// tiny value so that small tensors exercise the chunked code paths.
+pub(crate) const MIN_TASK_WORK: usize = if cfg!(test) { 24 } else { 1 << 16 };
+
+/// Runs `f(first_unit, chunk)` over `dst` cut into chunks of whole units of `unit`
+/// elements, where one unit costs about `cost_per_unit` element operations.
+///
+/// `dst.len()` must be a multiple of `unit` (callers guarantee it); a `unit` of 0 or an
+/// empty `dst` does nothing.
+pub(crate) fn for_each_chunk<T, F>(dst: &mut [T], unit: usize, cost_per_unit: usize, par: Par, f: F)
+where
+    T: Send,
+    F: Fn(usize, &mut [T]) + Sync + Send,
+{
+    if unit == 0 || dst.is_empty() {
+        return;
+    }
+    let units = dst.len() / unit;
+    let per_task = units_per_task(units, cost_per_unit, par);
+    if per_task >= units {
+        f(0, dst);
+        return;
+    }
+    dst.par_chunks_mut(per_task * unit)
+        .enumerate()
+        .for_each(|(i, chunk)| f(i * per_task, chunk));
+}
+
+/// How many units one task gets; `>= units` means "run serially".
+pub(crate) fn units_per_task(units: usize, cost_per_unit: usize, par: Par) -> usize {
+    let cost = cost_per_unit.max(1);
+    if par.threads <= 1 || units.saturating_mul(cost) < 2 * MIN_TASK_WORK {
+        return units.max(1);
+    }
+    let mut per_task = MIN_TASK_WORK.div_ceil(cost).max(1);
+    if par.threads < rayon::current_num_threads() {
+        per_task = per_task.max(units.div_ceil(par.threads));
+    }
+    per_task
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serial_runs_one_chunk() {
+        let mut v = vec![0u32; 1000];
+        for_each_chunk(&mut v, 10, 1000, Par::serial(), |first, chunk| {
+            assert_eq!(first, 0);
+            assert_eq!(chunk.len(), 1000);
+        });
+    }
+
+    #[test]
+    fn chunks_cover_whole_units() {
+        let mut v = vec![0usize; 10 * 37];
+        for_each_chunk(&mut v, 10, 5, Par { threads: 4 }, |first, chunk| {
+            assert_eq!(chunk.len() % 10, 0);
+            for (i, row) in chunk.chunks_mut(10).enumerate() {
+                row.fill(first + i);
+            }
+        });
+        for (i, row) in v.chunks(10).enumerate() {
+            assert!(row.iter().all(|&x| x == i));
+        }
+        assert!(units_per_task(37, 5, Par { threads: 4 }) < 37);
+    }
+}
