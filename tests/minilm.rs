@@ -150,6 +150,12 @@ fn padding_is_masked_in_forward() {
 }
 
 #[test]
+fn the_model_is_shareable_between_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<BertModel>();
+}
+
+#[test]
 fn bad_inputs_are_errors() {
     let s = setup();
     let m = &s.model;

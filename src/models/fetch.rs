@@ -41,6 +41,14 @@ pub fn find_or_fetch_model(explicit: Option<&Path>) -> Result<PathBuf, String> {
     candidates.extend(env);
     candidates.push(PathBuf::from(DEFAULT_MODEL_DIR));
     if let Some(found) = candidates.iter().find(|d| has_model(d)) {
+        if found != &candidates[0] {
+            eprintln!(
+                "note: {} holds no model ({}); using {}",
+                candidates[0].display(),
+                MODEL_FILES.join(", "),
+                found.display()
+            );
+        }
         return Ok(found.clone());
     }
     let dest = &candidates[0];
