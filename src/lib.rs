@@ -22,9 +22,11 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod fusion;
 pub mod ir;
 pub mod kernels;
 pub mod models;
+pub mod plan;
 pub mod runtime;
 pub mod stream;
 mod tensor;
@@ -32,7 +34,7 @@ mod tensor;
 pub use error::{Error, Result};
 pub use ir::DType;
 pub use stream::{
-    last_flush, pending_key, set_kernel_threads, set_queue_limit, stats, sync, EngineStats,
-    FlushInfo, FlushReason,
+    last_flush, pending_key, reset_peak_bytes, set_fusion, set_kernel_threads, set_queue_limit,
+    stats, sync, EngineStats, FlushInfo, FlushReason,
 };
 pub use tensor::{Dim, Tensor, TensorElement};

@@ -559,3 +559,65 @@ fn errors_on_another_thread_do_not_affect_this_stream() {
     h.join().unwrap();
     p.verify();
 }
+
+#[test]
+fn independent_work_in_a_failing_segment_survives() {
+    // one segment: good work, a failing index_select, more good work that does not
+    // depend on it. Only the failed op and its dependents fail.
+    let (x, rx) = rand_pair(&[4, 3], 1300, -1.0, 1.0);
+    let before = x.exp().unwrap();
+    let idx = lazy_bad_indices();
+    let bad = x.index_select(&idx, 0);
+    let after = x.tanh().unwrap().sum(1).unwrap();
+    check_tol(&after, &rx.tanh().sum(1, false), 1e-5, 1e-6);
+    check_tol(&before, &rx.exp(), 1e-6, 1e-6);
+    if let Ok(bad) = bad {
+        let dependent = bad.affine(2.0, 1.0).unwrap();
+        assert_err_names(bad.to_vec::<f32>(), "index_select");
+        assert!(dependent.to_vec::<f32>().is_err());
+        drain_reported_kernel_error("index_select");
+    }
+    assert_stream_usable();
+}
+
+#[test]
+fn sync_with_nothing_pending_is_ok() {
+    streamfuse::sync().unwrap();
+    streamfuse::sync().unwrap();
+    std::thread::spawn(|| streamfuse::sync().unwrap())
+        .join()
+        .unwrap();
+}
+
+#[test]
+fn rank_above_the_engine_limit_is_an_error_not_a_panic() {
+    // the engine keeps dims inline up to a maximum rank (8); beyond it every entry point
+    // must return an error
+    let p = pending();
+    let nine = [1usize; 9];
+    assert_err_names(Tensor::from_vec(vec![1.0f32], &nine), "from_vec");
+    assert!(Tensor::zeros(&nine, DType::F32).is_err());
+    assert!(Tensor::ones(&nine, DType::I64).is_err());
+    assert!(Tensor::full(1.0, &nine).is_err());
+    let eight = Tensor::from_vec(vec![1.0f32, 2.0], &[1, 1, 1, 1, 1, 1, 1, 2]).unwrap();
+    assert_err_names(eight.unsqueeze(0), "unsqueeze");
+    assert_err_names(eight.reshape(&[1, 1, 1, 1, 1, 1, 1, 1, 2]), "reshape");
+    assert_err_names(
+        eight.broadcast_as(&[3, 1, 1, 1, 1, 1, 1, 1, 2]),
+        "broadcast_as",
+    );
+    let two = f32t(&[2]);
+    assert_err_names(two.reshape(&[1, 1, 1, 1, 1, 1, 1, 1, 1, 2]), "reshape");
+    assert_err_names(
+        two.broadcast_as(&[1, 1, 1, 1, 1, 1, 1, 1, 1, 2]),
+        "broadcast_as",
+    );
+    // a binary op whose operands are at the limit is fine
+    let s = eight.add(&two).unwrap();
+    assert_eq!(s.dims(), &[1, 1, 1, 1, 1, 1, 1, 2]);
+    assert_eq!(
+        read_f32(&s),
+        vec![1.0 + read_f32(&two)[0], 2.0 + read_f32(&two)[1]]
+    );
+    p.verify();
+}

@@ -1808,3 +1808,172 @@ fn cast_edge_values() {
         vec![-1.0, (1u64 << 40) as f32, i64::MAX as f32]
     );
 }
+
+#[test]
+fn pending_tensor_outlives_the_thread_that_recorded_it() {
+    // the thread records ops and exits without reading: its stream is drained on exit
+    // (or by the reader), and the tensors stay valid
+    let (x, rx) = rand_pair(&[6, 9], 1100, -1.0, 1.0);
+    let x2 = x.clone();
+    let (y, z) = std::thread::spawn(move || {
+        let y = x2.tanh().unwrap().mul(&x2).unwrap();
+        let z = y.sum(0).unwrap();
+        (y, z)
+    })
+    .join()
+    .unwrap();
+    let ry = rx.tanh().mul(&rx);
+    check_tol(&z, &ry.sum(0, false), 1e-5, 1e-5);
+    check_tol(&y, &ry, 1e-6, 1e-6);
+    check_tol(&y.add(&x).unwrap(), &ry.add(&rx), 1e-6, 1e-6);
+}
+
+#[test]
+fn tensors_dropped_on_another_thread_before_being_computed() {
+    let (x, rx) = rand_pair(&[4, 4], 1101, -1.0, 1.0);
+    let a = x.exp().unwrap();
+    let b = a.add(&x).unwrap(); // both pending
+    let keep = b.sum(1).unwrap();
+    std::thread::spawn(move || {
+        drop(a);
+        drop(b);
+    })
+    .join()
+    .unwrap();
+    check_tol(&keep, &rx.exp().add(&rx).sum(1, false), 1e-5, 1e-5);
+}
+
+#[test]
+fn small_queue_limit_flushes_mid_program() {
+    // a queue limit far below the program's length: it flushes by itself many times
+    streamfuse::set_queue_limit(3);
+    let (x, rx) = rand_pair(&[5, 5], 1102, -1.0, 1.0);
+    let mut acc = x.clone();
+    let mut racc = rx.clone();
+    let mut kept = Vec::new();
+    for i in 0..40 {
+        acc = acc.mul(&x).unwrap().tanh().unwrap().add(&x).unwrap();
+        racc = racc.mul(&rx).tanh().add(&rx);
+        if i % 10 == 0 {
+            kept.push((acc.sum(1).unwrap(), racc.sum(1, false)));
+        }
+    }
+    let out = read_f32(&acc);
+    streamfuse::set_queue_limit(4096);
+    assert_close_tol(&out, &racc.data, 1e-4, 1e-5);
+    for (t, r) in &kept {
+        check_tol(t, r, 1e-4, 1e-5);
+    }
+}
+
+#[test]
+fn many_threads_share_a_pending_tensor() {
+    // one pending tensor read by several threads at once: each drains the owner's stream
+    let (x, rx) = rand_pair(&[32, 32], 1103, -1.0, 1.0);
+    let shared = x.matmul(&x).unwrap().tanh().unwrap(); // pending on this thread
+    let rshared = rx.matmul(&rx).tanh();
+    let handles: Vec<_> = (0..4)
+        .map(|i| {
+            let s = shared.clone();
+            let rs = rshared.clone();
+            std::thread::spawn(move || {
+                let y = s.affine(i as f64, 1.0).unwrap().sum(1).unwrap();
+                check_tol(&y, &rs.affine(i as f64, 1.0).sum(1, false), 1e-4, 1e-4);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    check_tol(&shared, &rshared, 1e-5, 1e-5);
+}
+
+#[test]
+fn cross_stream_ring_does_not_deadlock() {
+    // each thread records a pending tensor, hands it to its neighbour, and uses the one
+    // it receives in its own ops; every pair of streams drains each other in both orders
+    use std::sync::mpsc;
+    const N: usize = 4;
+    const ROUNDS: usize = 20;
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let mut senders = Vec::new();
+    let mut receivers = Vec::new();
+    for _ in 0..N {
+        let (tx, rx) = mpsc::channel::<(Tensor, Ref)>();
+        senders.push(tx);
+        receivers.push(Some(rx));
+    }
+    let mut handles = Vec::new();
+    for i in 0..N {
+        let tx = senders[(i + 1) % N].clone();
+        let rx = receivers[i].take().unwrap();
+        let done = done_tx.clone();
+        handles.push(std::thread::spawn(move || {
+            for round in 0..ROUNDS {
+                let (x, rx_ref) = rand_pair(&[8, 8], (i * 1000 + round) as u64, -1.0, 1.0);
+                let mine = x.matmul(&x).unwrap().tanh().unwrap(); // pending here
+                tx.send((mine.clone(), rx_ref.matmul(&rx_ref).tanh()))
+                    .unwrap();
+                let (theirs, rtheirs) = rx.recv().unwrap();
+                let y = theirs.add(&mine).unwrap().sum(1).unwrap();
+                let ry = rtheirs.add(&rx_ref.matmul(&rx_ref).tanh()).sum(1, false);
+                check_tol(&y, &ry, 1e-4, 1e-4);
+            }
+            done.send(()).unwrap();
+        }));
+    }
+    drop(done_tx);
+    for _ in 0..N {
+        done_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a thread did not finish within 60 s (deadlock?) or panicked");
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn zero_sized_matmul_and_cat() {
+    let a = Tensor::zeros(&[3, 0], DType::F32).unwrap();
+    let b = Tensor::zeros(&[0, 4], DType::F32).unwrap();
+    let c = a.matmul(&b).unwrap();
+    assert_eq!(c.dims(), &[3, 4]);
+    assert_eq!(read_f32(&c), vec![0.0; 12]);
+    let (x, rx) = rand_pair(&[2, 3], 1200, -1.0, 1.0);
+    let e = Tensor::zeros(&[2, 0], DType::F32).unwrap();
+    check(&Tensor::cat(&[&e, &x, &e], 1).unwrap(), &rx, 0.0);
+    assert_stream_usable();
+}
+
+#[test]
+fn norm_weights_as_broadcast_views() {
+    let (x, rx) = rand_pair(&[5, 8], 1201, -2.0, 2.0);
+    let w = Tensor::full(1.5, &[1]).unwrap().broadcast_as(&[8]).unwrap();
+    let (bb, rbb) = rand_pair(&[2, 8], 1202, -1.0, 1.0);
+    let b = bb.narrow(0, 1, 1).unwrap().squeeze(0).unwrap();
+    let rw = Ref::full(1.5, &[8]);
+    let rb = rbb.narrow(0, 1, 1).squeeze(0);
+    check_tol(
+        &x.layer_norm(&w, &b, 1e-5).unwrap(),
+        &rx.layer_norm(&rw, &rb, 1e-5),
+        1e-5,
+        1e-5,
+    );
+    check_tol(
+        &x.rms_norm(&w, 1e-5).unwrap(),
+        &rx.rms_norm(&rw, 1e-5),
+        1e-5,
+        1e-5,
+    );
+    // the input itself a broadcast (every row equal)
+    let row = x.narrow(0, 2, 1).unwrap().broadcast_as(&[4, 8]).unwrap();
+    check_tol(
+        &row.layer_norm(&w, &b, 1e-5).unwrap(),
+        &rx.narrow(0, 2, 1)
+            .broadcast_as(&[4, 8])
+            .layer_norm(&rw, &rb, 1e-5),
+        1e-5,
+        1e-5,
+    );
+}

@@ -47,8 +47,8 @@ fn broadcast_pair(max_rank: usize) -> impl Strategy<Value = (Vec<usize>, Vec<usi
 }
 
 /// A shape with a random permutation of its dims.
-fn shape_and_perm() -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
-    shape(0, 4).prop_flat_map(|s| {
+fn shape_and_perm(min_rank: usize) -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
+    shape(min_rank, 4).prop_flat_map(|s| {
         let r = s.len();
         (Just(s), Just((0..r).collect::<Vec<usize>>()).prop_shuffle())
     })
@@ -105,8 +105,7 @@ proptest! {
     /// Reductions over every dim, keepdim and not, with positive and negative dims, on
     /// contiguous inputs and on a permuted view.
     #[test]
-    fn reductions_every_dim((dims, perm) in shape_and_perm(), seed in any::<u64>(), permuted in any::<bool>()) {
-        prop_assume!(!dims.is_empty());
+    fn reductions_every_dim((dims, perm) in shape_and_perm(1), seed in any::<u64>(), permuted in any::<bool>()) {
         let (t0, r0) = rand_pair(&dims, seed, -3.0, 3.0);
         let (t, r) = if permuted {
             (t0.permute(&perm).unwrap(), r0.permute(&perm))
@@ -143,7 +142,7 @@ proptest! {
 
     /// permute, then an element-wise op with a broadcast operand.
     #[test]
-    fn permute_then_elementwise((dims, perm) in shape_and_perm(), seed in any::<u64>(), op in 0usize..6) {
+    fn permute_then_elementwise((dims, perm) in shape_and_perm(0), seed in any::<u64>(), op in 0usize..6) {
         let name = BINARY_OPS[op];
         let (t, r) = rand_pair(&dims, seed, -3.0, 3.0);
         let v = t.permute(&perm).unwrap();
@@ -196,7 +195,7 @@ proptest! {
 
     /// reshape of a (possibly non-contiguous) view to a random shape of the same size.
     #[test]
-    fn reshape_of_views((dims, perm) in shape_and_perm(), seed in any::<u64>(), narrow in any::<bool>()) {
+    fn reshape_of_views((dims, perm) in shape_and_perm(0), seed in any::<u64>(), narrow in any::<bool>()) {
         let (t, r) = rand_pair(&dims, seed, -3.0, 3.0);
         let mut v = t.permute(&perm).unwrap();
         let mut rv = r.permute(&perm);
@@ -328,5 +327,158 @@ proptest! {
         let e = r.index_select(&idx, d as isize);
         check(&out, &e, 0.0);
         check(&out.affine(3.0, 0.0).unwrap(), &e.affine(3.0, 0.0), 1e-6);
+    }
+
+    /// A random chain of 1..=6 view ops (permute, transpose, narrow, unsqueeze, squeeze,
+    /// broadcast_as, reshape, contiguous), then element-wise ops and a reduction.
+    #[test]
+    fn random_view_chains(dims in shape(0, 4), seed in any::<u64>(), steps in 1usize..=6) {
+        let (t0, r0) = rand_pair(&dims, seed, -3.0, 3.0);
+        let mut rng = Rng::new(seed ^ 0x5EED);
+        let (mut t, mut r) = (t0, r0);
+        let mut trail = Vec::new();
+        for _ in 0..steps {
+            let rank = r.rank();
+            match rng.below(8) {
+                0 if rank >= 1 => {
+                    let mut perm: Vec<usize> = (0..rank).collect();
+                    for i in (1..rank).rev() {
+                        perm.swap(i, rng.below(i as u64 + 1) as usize);
+                    }
+                    trail.push(format!("permute({perm:?})"));
+                    t = t.permute(&perm).unwrap();
+                    r = r.permute(&perm);
+                }
+                1 if rank >= 1 => {
+                    let a = rng.below(rank as u64) as usize;
+                    let b = rng.below(rank as u64) as usize;
+                    trail.push(format!("transpose({a}, {b})"));
+                    t = t.transpose(a, b).unwrap();
+                    r = r.transpose(a as isize, b as isize);
+                }
+                2 if rank >= 1 => {
+                    let d = rng.below(rank as u64) as usize;
+                    let size = r.dims[d];
+                    let start = rng.below(size as u64) as usize;
+                    let len = 1 + rng.below((size - start) as u64) as usize;
+                    trail.push(format!("narrow({d}, {start}, {len})"));
+                    t = t.narrow(d, start, len).unwrap();
+                    r = r.narrow(d as isize, start, len);
+                }
+                3 if rank < 5 => {
+                    let d = rng.below(rank as u64 + 1) as usize;
+                    trail.push(format!("unsqueeze({d})"));
+                    t = t.unsqueeze(d).unwrap();
+                    r = r.unsqueeze(d);
+                }
+                4 if r.dims.contains(&1) => {
+                    let d = r.dims.iter().position(|&x| x == 1).unwrap();
+                    trail.push(format!("squeeze({d})"));
+                    t = t.squeeze(d).unwrap();
+                    r = r.squeeze(d as isize);
+                }
+                5 if r.numel() <= 200 => {
+                    // expand every 1-dim to a random size, maybe add a leading dim
+                    let mut target: Vec<usize> = r
+                        .dims
+                        .iter()
+                        .map(|&x| if x == 1 { 1 + rng.below(3) as usize } else { x })
+                        .collect();
+                    if rank < 5 && rng.below(2) == 0 {
+                        target.insert(0, 1 + rng.below(3) as usize);
+                    }
+                    trail.push(format!("broadcast_as({target:?})"));
+                    t = t.broadcast_as(&target).unwrap();
+                    r = r.broadcast_as(&target);
+                }
+                6 => {
+                    let target = random_shape_with_numel(r.numel(), 4, &mut rng);
+                    trail.push(format!("reshape({target:?})"));
+                    t = t.reshape(&target).unwrap();
+                    r = r.reshape(&target);
+                }
+                _ => {
+                    trail.push("contiguous".to_string());
+                    t = t.contiguous().unwrap();
+                }
+            }
+        }
+        prop_assert_eq!(t.dims(), &r.dims[..], "after {:?}", trail);
+        let v = read_f32(&t);
+        assert_close(&v, &r.data, 0.0);
+        let (o, ro) = rand_pair(&r.dims, seed ^ 11, -1.0, 1.0);
+        check(&t.mul(&o).unwrap().add(&t).unwrap(), &ro.mul(&r).round_f32().add(&r), 1e-6);
+        if r.rank() >= 1 {
+            let d = rng.below(r.rank() as u64) as usize;
+            check(&t.sum(d).unwrap(), &r.sum(d as isize, false), 1e-5);
+            check_u32(&t.argmax(d).unwrap(), &r.argmax(d as isize));
+        }
+    }
+
+    /// A random DAG of element-wise ops (what fusion turns into one kernel): leaves of
+    /// random broadcast-compatible shapes, nodes that reuse earlier nodes (several
+    /// consumers), an occasional cast round trip, and several nodes read at the end in
+    /// random order.
+    #[test]
+    fn random_elementwise_dags(out in shape(0, 4), seed in any::<u64>(), n_nodes in 2usize..=12) {
+        let mut rng = Rng::new(seed);
+        let mut nodes: Vec<(Tensor, Ref)> = Vec::new();
+        for i in 0..3 {
+            // a leaf: a suffix of `out` with some dims set to 1
+            let r = out.len();
+            let len = rng.below(r as u64 + 1) as usize;
+            let dims: Vec<usize> = (r - len..r)
+                .map(|d| if rng.below(3) == 0 { 1 } else { out[d] })
+                .collect();
+            nodes.push(rand_pair(&dims, seed.wrapping_add(i), -2.0, 2.0));
+        }
+        let mut trail = Vec::new();
+        for _ in 0..n_nodes {
+            let a = rng.below(nodes.len() as u64) as usize;
+            let b = rng.below(nodes.len() as u64) as usize;
+            let (ta, ra) = (&nodes[a].0, &nodes[a].1);
+            let (tb, rb) = (&nodes[b].0, &nodes[b].1);
+            let op = rng.below(13);
+            trail.push((op, a, b));
+            let node = match op {
+                0 => (ta.add(tb).unwrap(), ra.add(rb)),
+                1 => (ta.sub(tb).unwrap(), ra.sub(rb)),
+                2 => (ta.mul(tb).unwrap(), ra.mul(rb)),
+                3 => (ta.maximum(tb).unwrap(), ra.maximum(rb)),
+                4 => (ta.minimum(tb).unwrap(), ra.minimum(rb)),
+                5 => {
+                    // a / (1 + |b|)
+                    let d = tb.abs().unwrap().affine(1.0, 1.0).unwrap();
+                    (ta.div(&d).unwrap(), ra.div(&rb.abs().affine(1.0, 1.0)))
+                }
+                6 => (ta.tanh().unwrap(), ra.tanh()),
+                7 => (ta.sigmoid().unwrap(), ra.sigmoid()),
+                8 => (ta.affine(0.5, -0.25).unwrap(), ra.affine(0.5, -0.25)),
+                9 => (ta.neg().unwrap().relu().unwrap(), ra.neg().relu()),
+                10 => (ta.abs().unwrap().sqrt().unwrap(), ra.abs().sqrt()),
+                11 => (ta.gelu().unwrap(), ra.gelu()),
+                _ => {
+                    // cast round trip through i64 of a scaled leaf (leaves hold exact
+                    // f32 values, so x * 4 is exact and the truncation is unambiguous)
+                    let (tl, rl) = (&nodes[a % 3].0, &nodes[a % 3].1);
+                    let t = tl.affine(4.0, 0.0).unwrap().to_dtype(streamfuse::DType::I64).unwrap();
+                    let t = t.to_dtype(streamfuse::DType::F32).unwrap();
+                    (t, rl.affine(4.0, 0.0).map(f64::trunc))
+                }
+            };
+            nodes.push(node);
+        }
+        // read the last node and a few others, in random order
+        let mut reads: Vec<usize> = vec![nodes.len() - 1];
+        for _ in 0..3 {
+            reads.push(rng.below(nodes.len() as u64) as usize);
+        }
+        reads.reverse();
+        for &i in &reads {
+            let (t, r) = &nodes[i];
+            prop_assert_eq!(t.dims(), &r.dims[..], "node {} after {:?}", i, trail);
+            let v = read_f32(t);
+            assert_close_tol(&v, &r.data, 1e-4, 1e-4);
+        }
     }
 }

@@ -81,10 +81,32 @@ impl Hasher for StableHasher {
     }
 }
 
+/// A hasher for maps keyed by [`TensorId`]: one multiply, since ids are sequential
+/// integers (not for untrusted keys).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0 ^ i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// Builds [`IdHasher`]s.
+pub type IdHashBuilder = std::hash::BuildHasherDefault<IdHasher>;
+
 /// Builds the relative form of a segment op by op, and its running hash.
 #[derive(Clone, Debug, Default)]
 pub struct RelativeBuilder {
-    ids: HashMap<TensorId, u32>,
+    ids: HashMap<TensorId, u32, IdHashBuilder>,
     hasher: StableHasher,
     len: usize,
 }

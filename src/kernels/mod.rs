@@ -30,6 +30,7 @@
 
 mod copy;
 mod elementwise;
+mod fused;
 mod index;
 mod math;
 mod matmul;
@@ -43,6 +44,7 @@ mod testutil;
 
 pub use copy::{cast, cat, copy, fill};
 pub use elementwise::{binary, unary};
+pub use fused::{fused, FusedProgram, Instr, BLOCK};
 pub use index::index_select;
 pub use matmul::matmul;
 pub use norm::{layer_norm, rms_norm, softmax};

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::{Buffer, Slot, SlotState, StorageElement};
+use super::{Buffer, Data, DataMut, Slot, SlotState, StorageElement};
 use crate::error::Error;
 use crate::ir::{DType, Element, Layout, Op, OpKind, ReduceOp};
 use crate::kernels::{self, KernelError, Par};
@@ -67,11 +67,20 @@ fn gather(task: &Task) -> Result<Vec<Arc<Buffer>>, Error> {
         .collect()
 }
 
-fn typed<T: StorageElement>(b: &Buffer) -> Result<&[T], KernelError> {
-    b.as_slice::<T>().ok_or_else(|| {
+fn typed<'a, T: StorageElement>(d: Data<'a>) -> Result<&'a [T], KernelError> {
+    T::from_data(d).ok_or_else(|| {
         KernelError(format!(
-            "buffer holds {} but {} was expected (engine bug)",
-            b.dtype(),
+            "an input holds other elements than the {} expected (engine bug)",
+            T::DTYPE
+        ))
+    })
+}
+
+/// The output's elements as `T`; an engine bug if they are of another type.
+fn dst<T: StorageElement>(d: DataMut<'_>) -> Result<&mut [T], KernelError> {
+    T::from_data_mut(d).ok_or_else(|| {
+        KernelError(format!(
+            "the output holds other elements than the {} written (engine bug)",
             T::DTYPE
         ))
     })
@@ -97,7 +106,8 @@ macro_rules! with_dtype {
     };
 }
 
-/// Runs one op's kernel on its input buffers and returns the output buffer.
+/// Runs one op's kernel on its input buffers and returns a fresh output buffer (or,
+/// for a view, the input's buffer).
 fn run(op: &Op, inputs: &[Arc<Buffer>], par: Par) -> Result<Arc<Buffer>, KernelError> {
     let out = op
         .output
@@ -106,19 +116,43 @@ fn run(op: &Op, inputs: &[Arc<Buffer>], par: Par) -> Result<Arc<Buffer>, KernelE
     if let OpKind::View = op.kind {
         return Ok(inputs[0].clone());
     }
-    let lay = |i: usize| &op.inputs[i].layout;
-    let input = |i: usize| &*inputs[i];
     let mut buffer = Buffer::alloc(out.dtype, out.layout.numel());
-    let b = &mut buffer;
+    let data: Vec<Data<'_>> = inputs.iter().map(|b| b.data()).collect();
+    run_into(op, &data, buffer.data_mut(), par)?;
+    Ok(Arc::new(buffer))
+}
+
+/// Runs one op's kernel: reads `inputs` (in the op's input order, through the layouts
+/// of `op.inputs`) and writes the output contiguously into `out`.
+pub fn run_into(
+    op: &Op,
+    inputs: &[Data<'_>],
+    out: DataMut<'_>,
+    par: Par,
+) -> Result<(), KernelError> {
+    let desc = op
+        .output
+        .as_ref()
+        .ok_or_else(|| KernelError("op without output".into()))?;
+    if inputs.len() != op.inputs.len() {
+        return Err(KernelError(format!(
+            "{} inputs given for {} (engine bug)",
+            inputs.len(),
+            op
+        )));
+    }
+    let lay = |i: usize| &op.inputs[i].layout;
+    let input = |i: usize| inputs[i];
+    let b = out;
     match &op.kind {
-        OpKind::Fill { value } => with_dtype!(out.dtype, T => {
+        OpKind::Fill { value } => with_dtype!(desc.dtype, T => {
             kernels::fill(dst::<T>(b)?, T::from_f64(f64::from_bits(*value)))
         }),
         OpKind::Unary(u) => kernels::unary(*u, typed(input(0))?, lay(0), dst(b)?, par)?,
         OpKind::Binary(bin) => {
-            let l = broadcast(lay(0), &out.layout.dims)?;
-            let r = broadcast(lay(1), &out.layout.dims)?;
-            with_dtype!(out.dtype, T => kernels::binary::<T>(
+            let l = broadcast(lay(0), &desc.layout.dims)?;
+            let r = broadcast(lay(1), &desc.layout.dims)?;
+            with_dtype!(desc.dtype, T => kernels::binary::<T>(
                 *bin,
                 typed(input(0))?,
                 &l,
@@ -129,28 +163,28 @@ fn run(op: &Op, inputs: &[Arc<Buffer>], par: Par) -> Result<Arc<Buffer>, KernelE
             )?)
         }
         OpKind::Cast => with_dtype!(op.inputs[0].dtype, S => {
-            with_dtype!(out.dtype, T => {
+            with_dtype!(desc.dtype, T => {
                 kernels::cast::<S, T>(typed(input(0))?, lay(0), dst(b)?, par)?
             })
         }),
-        OpKind::Contiguous => with_dtype!(out.dtype, T => {
+        OpKind::Contiguous => with_dtype!(desc.dtype, T => {
             kernels::copy::<T>(typed(input(0))?, lay(0), dst(b)?, par)?
         }),
-        OpKind::View => unreachable!("handled above"),
+        OpKind::View => {
+            return Err(KernelError("a view has no kernel (engine bug)".into()));
+        }
         OpKind::MatMul => {
-            let (l, r) = matmul_layouts(lay(0), lay(1), &out.layout.dims)?;
+            let (l, r) = matmul_layouts(lay(0), lay(1), &desc.layout.dims)?;
             kernels::matmul(typed(input(0))?, &l, typed(input(1))?, &r, dst(b)?, par)?
         }
         OpKind::Reduce {
             op: ReduceOp::ArgMax,
             dim,
             ..
-        } => {
-            with_dtype!(op.inputs[0].dtype, S => {
-                kernels::argmax::<S>(typed(input(0))?, lay(0), *dim, dst(b)?, par)?
-            })
-        }
-        OpKind::Reduce { op: r, dim, .. } => with_dtype!(out.dtype, T => {
+        } => with_dtype!(op.inputs[0].dtype, S => {
+            kernels::argmax::<S>(typed(input(0))?, lay(0), *dim, dst(b)?, par)?
+        }),
+        OpKind::Reduce { op: r, dim, .. } => with_dtype!(desc.dtype, T => {
             kernels::reduce::<T>(*r, typed(input(0))?, lay(0), *dim, dst(b)?, par)?
         }),
         OpKind::Softmax => kernels::softmax(typed(input(0))?, lay(0), dst(b)?, par)?,
@@ -174,7 +208,7 @@ fn run(op: &Op, inputs: &[Arc<Buffer>], par: Par) -> Result<Arc<Buffer>, KernelE
             dst(b)?,
             par,
         )?,
-        OpKind::IndexSelect { dim } => with_dtype!(out.dtype, T => {
+        OpKind::IndexSelect { dim } => with_dtype!(desc.dtype, T => {
             with_dtype!(op.inputs[1].dtype, I => kernels::index_select::<T, I>(
                 typed(input(0))?,
                 lay(0),
@@ -185,28 +219,17 @@ fn run(op: &Op, inputs: &[Arc<Buffer>], par: Par) -> Result<Arc<Buffer>, KernelE
                 par,
             )?)
         }),
-        OpKind::Cat { dim } => with_dtype!(out.dtype, T => {
+        OpKind::Cat { dim } => with_dtype!(desc.dtype, T => {
             let srcs = inputs
                 .iter()
                 .zip(&op.inputs)
-                .map(|(x, d)| Ok((typed::<T>(x)?, &d.layout)))
+                .map(|(x, d)| Ok((typed::<T>(*x)?, &d.layout)))
                 .collect::<Result<Vec<_>, KernelError>>()?;
             kernels::cat::<T>(&srcs, *dim, dst(b)?, par)?
         }),
         OpKind::Drop => {}
     }
-    Ok(Arc::new(buffer))
-}
-
-/// The output buffer's elements as `T`; an engine bug if the buffer holds another type.
-fn dst<T: StorageElement>(b: &mut Buffer) -> Result<&mut [T], KernelError> {
-    let dtype = b.dtype();
-    b.as_mut_slice::<T>().ok_or_else(|| {
-        KernelError(format!(
-            "output is {dtype} but the kernel writes {} (engine bug)",
-            T::DTYPE
-        ))
-    })
+    Ok(())
 }
 
 fn broadcast(layout: &Layout, dims: &[usize]) -> Result<Layout, KernelError> {

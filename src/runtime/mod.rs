@@ -6,11 +6,15 @@
 //! read, and it runs them.
 
 mod execute;
+pub mod observer;
+mod planned;
 mod slot;
 mod storage;
 
-pub use execute::{execute, Task};
+pub use execute::{execute, run_into, Task};
+pub use planned::{execute_plan, pooled_arena_bytes};
 pub use slot::{Slot, SlotState};
 pub use storage::{
-    live_buffers, live_bytes, pooled_bytes, size_class, Buffer, Storage, StorageElement,
+    live_buffers, live_bytes, peak_bytes, pooled_bytes, reset_peak_bytes, size_class, Buffer, Data,
+    DataMut, Storage, StorageElement,
 };

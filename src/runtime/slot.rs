@@ -8,7 +8,7 @@
 //! stream and the queue position of the op that makes it, so that a reader elsewhere
 //! can drain exactly that far.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -33,6 +33,9 @@ pub enum SlotState {
 pub struct Slot {
     id: TensorId,
     state: Mutex<SlotState>,
+    /// Mirrors `state` being `Pending`, so the hot path can ask without the lock. Set
+    /// (with `Release`) only after the state is stored.
+    pending: AtomicBool,
     /// Absolute queue position (in the home stream) of the op that makes the tensor;
     /// `u64::MAX` when it was made outside any queue.
     producer: AtomicU64,
@@ -44,6 +47,7 @@ impl Slot {
         Arc::new(Slot {
             id,
             state: Mutex::new(SlotState::Pending),
+            pending: AtomicBool::new(true),
             producer: AtomicU64::new(u64::MAX),
         })
     }
@@ -53,6 +57,7 @@ impl Slot {
         Arc::new(Slot {
             id,
             state: Mutex::new(SlotState::Ready(Arc::new(buffer))),
+            pending: AtomicBool::new(false),
             producer: AtomicU64::new(u64::MAX),
         })
     }
@@ -69,12 +74,14 @@ impl Slot {
 
     /// Whether the data is still to be computed.
     pub fn is_pending(&self) -> bool {
-        matches!(*self.state.lock(), SlotState::Pending)
+        self.pending.load(Ordering::Acquire)
     }
 
     /// Sets the state (the executor's job).
     pub fn set(&self, state: SlotState) {
+        let pending = matches!(state, SlotState::Pending);
         *self.state.lock() = state;
+        self.pending.store(pending, Ordering::Release);
     }
 
     /// Queue position of the producing op in the home stream.

@@ -53,8 +53,34 @@ impl Storage {
     }
 }
 
+/// A borrowed, typed slice of tensor elements: what a kernel reads.
+#[derive(Clone, Copy, Debug)]
+pub enum Data<'a> {
+    /// f32 elements.
+    F32(&'a [f32]),
+    /// u32 elements.
+    U32(&'a [u32]),
+    /// i64 elements.
+    I64(&'a [i64]),
+}
+
+/// A mutably borrowed, typed slice of tensor elements: what a kernel writes.
+#[derive(Debug)]
+pub enum DataMut<'a> {
+    /// f32 elements.
+    F32(&'a mut [f32]),
+    /// u32 elements.
+    U32(&'a mut [u32]),
+    /// i64 elements.
+    I64(&'a mut [i64]),
+}
+
 /// Elements that can be viewed out of a [`Storage`] of their own type.
 pub trait StorageElement: Element {
+    /// The slice if `data` holds this type.
+    fn from_data(data: Data<'_>) -> Option<&[Self]>;
+    /// The slice if `data` holds this type.
+    fn from_data_mut(data: DataMut<'_>) -> Option<&mut [Self]>;
     /// The elements if the storage holds this type.
     fn slice(storage: &Storage) -> Option<&[Self]>;
     /// The elements, mutably, if the storage holds this type.
@@ -66,6 +92,18 @@ pub trait StorageElement: Element {
 macro_rules! storage_element {
     ($t:ty, $variant:ident) => {
         impl StorageElement for $t {
+            fn from_data(data: Data<'_>) -> Option<&[Self]> {
+                match data {
+                    Data::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn from_data_mut(data: DataMut<'_>) -> Option<&mut [Self]> {
+                match data {
+                    DataMut::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
             fn slice(storage: &Storage) -> Option<&[Self]> {
                 match storage {
                     Storage::$variant(v) => Some(v),
@@ -99,6 +137,30 @@ pub struct Buffer {
 
 static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
 static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Adds `delta` bytes to the tensor memory in use (buffers and arenas) and updates the
+/// peak.
+pub(crate) fn add_live_bytes(delta: usize) {
+    let now = LIVE_BYTES.fetch_add(delta, Ordering::Relaxed) + delta;
+    PEAK_BYTES.fetch_max(now, Ordering::Relaxed);
+}
+
+/// Removes `delta` bytes from the tensor memory in use.
+pub(crate) fn sub_live_bytes(delta: usize) {
+    LIVE_BYTES.fetch_sub(delta, Ordering::Relaxed);
+}
+
+/// The most tensor memory (buffers and arenas, in bytes) in use at once since the
+/// last [`reset_peak_bytes`].
+pub fn peak_bytes() -> usize {
+    PEAK_BYTES.load(Ordering::Relaxed)
+}
+
+/// Starts a new peak measurement from the memory in use now.
+pub fn reset_peak_bytes() {
+    PEAK_BYTES.store(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
+}
 
 impl Buffer {
     /// A buffer of `len` elements of `dtype`, from the pool when one of its class is free.
@@ -119,10 +181,7 @@ impl Buffer {
 
     fn track(storage: Storage, len: usize) -> Buffer {
         LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
-        LIVE_BYTES.fetch_add(
-            storage.capacity_len() * storage.dtype().size_in_bytes(),
-            Ordering::Relaxed,
-        );
+        add_live_bytes(storage.capacity_len() * storage.dtype().size_in_bytes());
         Buffer { storage, len }
     }
 
@@ -141,6 +200,26 @@ impl Buffer {
         self.len == 0
     }
 
+    /// The elements, typed by the buffer's dtype.
+    pub fn data(&self) -> Data<'_> {
+        let n = self.len;
+        match &self.storage {
+            Storage::F32(v) => Data::F32(&v[..n]),
+            Storage::U32(v) => Data::U32(&v[..n]),
+            Storage::I64(v) => Data::I64(&v[..n]),
+        }
+    }
+
+    /// The elements, mutably, typed by the buffer's dtype.
+    pub fn data_mut(&mut self) -> DataMut<'_> {
+        let n = self.len;
+        match &mut self.storage {
+            Storage::F32(v) => DataMut::F32(&mut v[..n]),
+            Storage::U32(v) => DataMut::U32(&mut v[..n]),
+            Storage::I64(v) => DataMut::I64(&mut v[..n]),
+        }
+    }
+
     /// The elements as `T`, or `None` if the buffer holds another type.
     pub fn as_slice<T: StorageElement>(&self) -> Option<&[T]> {
         T::slice(&self.storage).map(|s| &s[..self.len])
@@ -157,10 +236,7 @@ impl Drop for Buffer {
     fn drop(&mut self) {
         let storage = std::mem::replace(&mut self.storage, Storage::F32(Vec::new()));
         LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
-        LIVE_BYTES.fetch_sub(
-            storage.capacity_len() * storage.dtype().size_in_bytes(),
-            Ordering::Relaxed,
-        );
+        sub_live_bytes(storage.capacity_len() * storage.dtype().size_in_bytes());
         POOL.give_back(storage);
     }
 }
@@ -171,7 +247,8 @@ pub fn live_buffers() -> usize {
     LIVE_BUFFERS.load(Ordering::Relaxed)
 }
 
-/// Bytes held by live buffers (including their size-class slack).
+/// Bytes of tensor memory in use: live buffers (with their size-class slack) and
+/// arenas of running segments.
 pub fn live_bytes() -> usize {
     LIVE_BYTES.load(Ordering::Relaxed)
 }

@@ -108,18 +108,19 @@ pub(crate) fn with_current<R>(f: impl FnOnce(&Arc<StreamCell>) -> R) -> R {
     }
 }
 
-/// Records `op` (reading `inputs`, homed in `homes`) on the calling thread's stream and
-/// returns the stream and the output's slot. Inputs still pending in another stream are
-/// made first, by draining that stream up to the op that makes them.
-pub(crate) fn record(
+/// Records `op` (reading the tensors of `inputs`: slot and home stream) on the calling
+/// thread's stream and returns the stream and the output's slot. Inputs still pending
+/// in another stream are made first, by draining that stream up to the op that makes
+/// them.
+pub(crate) fn record<'a>(
     op: Op,
-    inputs: Vec<Arc<Slot>>,
-    homes: &[&Arc<StreamCell>],
+    inputs: impl Iterator<Item = (&'a Arc<Slot>, &'a Arc<StreamCell>)>,
 ) -> (Arc<StreamCell>, Arc<Slot>) {
     OPS.fetch_add(1, Ordering::Relaxed);
     with_current(|cell| {
-        for ((slot, home), desc) in inputs.iter().zip(homes).zip(&op.inputs) {
-            if home.id() != cell.id() && slot.is_pending() {
+        let mut slots = Vec::with_capacity(op.inputs.len());
+        for ((slot, home), desc) in inputs.zip(&op.inputs) {
+            if slot.is_pending() && home.id() != cell.id() {
                 log::trace!("{}: drains {} for {}", cell.id(), home.id(), desc.id);
                 home.flush(
                     slot.producer(),
@@ -129,9 +130,10 @@ pub(crate) fn record(
                     },
                 );
             }
+            slots.push(slot.clone());
         }
         let out = Slot::pending(op.output.as_ref().expect("ops record an output").id);
-        cell.push(op, inputs, Some(out.clone()));
+        cell.push(op, slots, Some(out.clone()));
         (cell.clone(), out)
     })
 }
@@ -151,6 +153,13 @@ pub fn sync() -> Result<()> {
 /// Sets how many ops a stream queues before it flushes by itself (default 4096).
 pub fn set_queue_limit(n: usize) {
     config::set_queue_limit(n)
+}
+
+/// Turns fusion, the plan cache and planned arenas on (the default) or off for the
+/// calling thread's stream. Off, each op runs as its own kernel with pooled buffers:
+/// the reference the fused path is tested and measured against.
+pub fn set_fusion(on: bool) {
+    with_current(|c| c.set_fusion(on))
 }
 
 /// Sets how many threads the kernels of the calling thread's stream may use: 1 runs
@@ -179,8 +188,12 @@ pub struct EngineStats {
     pub live_buffers: usize,
     /// Bytes held by live buffers.
     pub live_bytes: usize,
-    /// Bytes of free storage kept by the pool for reuse.
+    /// The most tensor memory in use at once since the last `reset_peak_bytes`.
+    pub peak_bytes: usize,
+    /// Bytes of free storage kept by the pool for reuse (buffers and arenas).
     pub pooled_bytes: usize,
+    /// Plan-cache counters.
+    pub plan_cache: crate::fusion::cache::CacheStats,
     /// Streams open now (threads that recorded ops and have not ended).
     pub live_streams: usize,
     /// Ops recorded since the process started.
@@ -189,12 +202,19 @@ pub struct EngineStats {
     pub segments: usize,
 }
 
+/// Starts a new peak-memory measurement (see [`EngineStats::peak_bytes`]).
+pub fn reset_peak_bytes() {
+    crate::runtime::reset_peak_bytes()
+}
+
 /// A snapshot of the engine's counters.
 pub fn stats() -> EngineStats {
     EngineStats {
         live_buffers: crate::runtime::live_buffers(),
         live_bytes: crate::runtime::live_bytes(),
-        pooled_bytes: crate::runtime::pooled_bytes(),
+        peak_bytes: crate::runtime::peak_bytes(),
+        pooled_bytes: crate::runtime::pooled_bytes() + crate::runtime::pooled_arena_bytes(),
+        plan_cache: crate::fusion::cache::stats(),
         live_streams: REGISTRY.lock().as_ref().map_or(0, |m| m.len()),
         ops_recorded: OPS.load(Ordering::Relaxed),
         segments: SEGMENTS.load(Ordering::Relaxed),

@@ -20,10 +20,11 @@ use parking_lot::Mutex;
 
 use super::{config, StreamId};
 use crate::error::Error;
+use crate::fusion::cache;
 use crate::ir::relative::{RelativeBuilder, RelativeOp};
 use crate::ir::{Op, OpKind, TensorDesc, TensorId};
 use crate::kernels::Par;
-use crate::runtime::{execute, Slot, Task};
+use crate::runtime::{execute, execute_plan, Slot, Task};
 
 /// Why a stream's queue was flushed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +67,16 @@ pub struct FlushInfo {
     pub key: u64,
     /// Why it was flushed.
     pub reason: FlushReason,
+    /// Whether the segment ran through a plan (fusion on).
+    pub planned: bool,
+    /// Whether that plan came from the cache.
+    pub cache_hit: bool,
+    /// Kernels launched.
+    pub kernels: usize,
+    /// Bytes of the planned arena.
+    pub arena_bytes: usize,
+    /// The memory planner's lower bound for that arena, in bytes.
+    pub arena_lower_bound: usize,
 }
 
 /// A queued op: the task to run and its relative form in the current segment.
@@ -85,6 +96,8 @@ struct Queue {
     error: Option<Error>,
     /// Kernel threads (0: all of rayon's).
     threads: usize,
+    /// Whether segments run through fused, cached plans.
+    unfused: bool,
     last_flush: Option<FlushInfo>,
     closed: bool,
 }
@@ -199,10 +212,15 @@ impl StreamCell {
         } else {
             q.rel.hash()
         };
-        let info = FlushInfo {
+        let mut info = FlushInfo {
             ops: n,
             key,
             reason,
+            planned: !q.unfused,
+            cache_hit: false,
+            kernels: n,
+            arena_bytes: 0,
+            arena_lower_bound: 0,
         };
         log::trace!(
             "{}: flush {n} of {} ops ({reason}), segment {key:016x}",
@@ -220,11 +238,38 @@ impl StreamCell {
         } else {
             q.rel.clear();
         }
-        q.last_flush = Some(info);
         super::count_segment();
-        if let Some(e) = execute(segment.into_iter().map(|o| o.task), par(q.threads)) {
+        let error = if q.unfused {
+            execute(segment.into_iter().map(|o| o.task), par(q.threads))
+        } else {
+            self.run_planned(segment, &mut info, par(q.threads))
+        };
+        q.last_flush = Some(info);
+        if let Some(e) = error {
             q.error.get_or_insert(e);
         }
+    }
+
+    /// Runs a segment through its cached plan (fused kernels, planned arena).
+    fn run_planned(&self, segment: Vec<QueuedOp>, info: &mut FlushInfo, par: Par) -> Option<Error> {
+        let key = info.key;
+        let ops: Vec<&Op> = segment.iter().map(|o| &o.task.op).collect();
+        let rels: Vec<&RelativeOp> = segment.iter().map(|o| &o.rel).collect();
+        let (plan, hit) = cache::get_or_build(key, &ops, &rels);
+        info.cache_hit = hit;
+        info.kernels = plan.kernel_count();
+        info.arena_bytes = plan.arena_bytes();
+        info.arena_lower_bound = plan.arena_lower_bound * 4;
+        if log::log_enabled!(log::Level::Trace) {
+            if hit {
+                log::trace!("{}: plan cache hit for {key:016x}", self.id);
+            } else {
+                log::trace!("{}: plan cache miss for {key:016x}; built {plan}", self.id);
+            }
+        }
+        let (tasks, rels): (Vec<Task>, Vec<RelativeOp>) =
+            segment.into_iter().map(|o| (o.task, o.rel)).unzip();
+        execute_plan(&plan, tasks, &rels, par)
     }
 
     /// Flushes everything and returns (and clears) the first kernel error since the
@@ -264,6 +309,11 @@ impl StreamCell {
     /// The stable hash of the ops queued now (the key the pending segment would have).
     pub fn pending_key(&self) -> u64 {
         self.queue.lock().rel.hash()
+    }
+
+    /// Turns fused, planned execution on or off for this stream.
+    pub(crate) fn set_fusion(&self, on: bool) {
+        self.queue.lock().unfused = !on;
     }
 
     /// Sets the number of threads this stream's kernels may use (0: all).

@@ -161,9 +161,7 @@ impl Tensor {
             inputs: inputs.iter().map(|t| t.0.desc.clone()).collect(),
             output: Some(desc.clone()),
         };
-        let slots = inputs.iter().map(|t| t.0.slot.clone()).collect();
-        let homes: Vec<&Arc<StreamCell>> = inputs.iter().map(|t| &t.0.home).collect();
-        let (home, slot) = stream::record(op, slots, &homes);
+        let (home, slot) = stream::record(op, inputs.iter().map(|t| (&t.0.slot, &t.0.home)));
         Tensor(Arc::new(Handle { desc, slot, home }))
     }
 

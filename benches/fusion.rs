@@ -1,0 +1,222 @@
+//! What fusion and planning buy.
+//!
+//! - `chain8/*`: 8 element-wise ops over 16M f32, fused (one kernel) and unfused (8
+//!   kernels), against one plain read+write pass over the same bytes (`copy`).
+//! - `bert_layer/*`: a BERT encoder layer (hidden 384, 12 heads, ffn 1536, batch 8,
+//!   sequence 128), fused and planned against op by op with pooled buffers. The peak
+//!   tensor memory of one forward pass of each is printed before the timings.
+//! - `plan_cache_hit/*`: recording and replaying a cached 1,000-op segment of tiny ops:
+//!   the engine's cost per op when the plan is found in the cache.
+
+use std::time::Instant;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use streamfuse::kernels::{self, Par};
+use streamfuse::Tensor;
+
+fn data(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+fn t(dims: &[usize], seed: u64, scale: f32) -> Tensor {
+    let v = data(dims.iter().product(), seed)
+        .into_iter()
+        .map(|x| x * scale)
+        .collect();
+    Tensor::from_vec(v, dims).unwrap()
+}
+
+fn chain8(x: &Tensor) -> Vec<f32> {
+    x.affine(1.5, 0.1)
+        .unwrap()
+        .relu()
+        .unwrap()
+        .sqrt()
+        .unwrap()
+        .mul(x)
+        .unwrap()
+        .neg()
+        .unwrap()
+        .abs()
+        .unwrap()
+        .maximum(x)
+        .unwrap()
+        .affine(0.5, 0.0)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+}
+
+fn chain(c: &mut Criterion) {
+    const N: usize = 16 << 20;
+    let x = t(&[N], 1, 1.0);
+    let src = data(N, 2);
+    let mut dst = vec![0f32; N];
+    let mut g = c.benchmark_group("chain8");
+    g.throughput(Throughput::Bytes((N * 8) as u64));
+    g.sample_size(10);
+    g.bench_function("copy", |b| {
+        b.iter(|| {
+            kernels::copy(
+                &src,
+                &streamfuse::ir::Layout::contiguous(&[N]),
+                &mut dst,
+                Par::all(),
+            )
+            .unwrap();
+        })
+    });
+    for fused in [true, false] {
+        g.bench_function(if fused { "fused" } else { "unfused" }, |b| {
+            streamfuse::set_fusion(fused);
+            b.iter(|| chain8(&x));
+            streamfuse::set_fusion(true);
+        });
+    }
+    g.finish();
+}
+
+/// One BERT encoder layer; `p` holds q, k, v, o weights and biases, two norms, and the FFN.
+fn encoder(x: &Tensor, p: &[Tensor], heads: usize) -> Tensor {
+    let (b, s, h) = (x.dims()[0], x.dims()[1], x.dims()[2]);
+    let d = h / heads;
+    let split = |t: Tensor| {
+        t.reshape(&[b, s, heads, d])
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+    };
+    let q = split(x.matmul(&p[0]).unwrap().add(&p[1]).unwrap());
+    let k = split(x.matmul(&p[2]).unwrap().add(&p[3]).unwrap());
+    let v = split(x.matmul(&p[4]).unwrap().add(&p[5]).unwrap());
+    let att = q
+        .matmul(&k.transpose(2, 3).unwrap())
+        .unwrap()
+        .affine(1.0 / (d as f64).sqrt(), 0.0)
+        .unwrap()
+        .softmax(-1)
+        .unwrap();
+    let ctx = att
+        .matmul(&v)
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap()
+        .reshape(&[b, s, h])
+        .unwrap();
+    let h1 = ctx
+        .matmul(&p[6])
+        .unwrap()
+        .add(&p[7])
+        .unwrap()
+        .add(x)
+        .unwrap()
+        .layer_norm(&p[8], &p[9], 1e-12)
+        .unwrap();
+    let ff = h1
+        .matmul(&p[10])
+        .unwrap()
+        .add(&p[11])
+        .unwrap()
+        .gelu()
+        .unwrap();
+    ff.matmul(&p[12])
+        .unwrap()
+        .add(&p[13])
+        .unwrap()
+        .add(&h1)
+        .unwrap()
+        .layer_norm(&p[14], &p[15], 1e-12)
+        .unwrap()
+}
+
+fn bert(c: &mut Criterion) {
+    let (batch, seq, h, ffn, heads) = (8, 128, 384, 1536, 12);
+    let shapes: Vec<Vec<usize>> = vec![
+        vec![h, h],
+        vec![h],
+        vec![h, h],
+        vec![h],
+        vec![h, h],
+        vec![h],
+        vec![h, h],
+        vec![h],
+        vec![h],
+        vec![h],
+        vec![h, ffn],
+        vec![ffn],
+        vec![ffn, h],
+        vec![h],
+        vec![h],
+        vec![h],
+    ];
+    let p: Vec<Tensor> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, d)| t(d, 10 + i as u64, 0.05))
+        .collect();
+    let x = t(&[batch, seq, h], 3, 1.0);
+    for fused in [true, false] {
+        streamfuse::set_fusion(fused);
+        encoder(&x, &p, heads).to_vec::<f32>().unwrap(); // warm up pools and the cache
+        streamfuse::reset_peak_bytes();
+        let base = streamfuse::stats().live_bytes;
+        let start = Instant::now();
+        encoder(&x, &p, heads).to_vec::<f32>().unwrap();
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        let peak = streamfuse::stats().peak_bytes - base;
+        let info = streamfuse::last_flush().unwrap();
+        println!(
+            "bert_layer {}: peak tensor memory {:.2} MiB, {} kernels for {} ops, arena {:.2} MiB (lower bound {:.2} MiB), one pass {ms:.1} ms",
+            if fused { "fused" } else { "unfused" },
+            peak as f64 / (1 << 20) as f64,
+            info.kernels,
+            info.ops,
+            info.arena_bytes as f64 / (1 << 20) as f64,
+            info.arena_lower_bound as f64 / (1 << 20) as f64,
+        );
+    }
+    streamfuse::set_fusion(true);
+    let mut g = c.benchmark_group("bert_layer");
+    g.sample_size(20);
+    for fused in [true, false] {
+        g.bench_function(if fused { "fused" } else { "unfused" }, |b| {
+            streamfuse::set_fusion(fused);
+            b.iter(|| encoder(&x, &p, heads).to_vec::<f32>().unwrap());
+            streamfuse::set_fusion(true);
+        });
+    }
+    g.finish();
+}
+
+fn cache_hit(c: &mut Criterion) {
+    const OPS: usize = 1000;
+    let x = t(&[4], 1, 1.0);
+    let program = || {
+        let mut h = x.clone();
+        for i in 0..OPS {
+            h = match i % 3 {
+                0 => h.affine(0.9, 0.1).unwrap(),
+                1 => h.add(&x).unwrap(),
+                _ => h.sum_keepdim(0).unwrap().broadcast_as(&[4]).unwrap(),
+            };
+        }
+        h.to_vec::<f32>().unwrap()
+    };
+    program();
+    let mut g = c.benchmark_group("plan_cache_hit");
+    g.throughput(Throughput::Elements(OPS as u64));
+    g.bench_function("record_and_replay_1000_ops", |b| b.iter(program));
+    g.finish();
+    assert!(streamfuse::last_flush().unwrap().cache_hit);
+}
+
+criterion_group!(benches, chain, bert, cache_hit);
+criterion_main!(benches);

@@ -1,0 +1,373 @@
+//! Building an [`ExecutionPlan`] from a segment: values, fusion, levels, memory.
+//!
+//! See the module docs of [`crate::fusion`] for the four steps; each is a function here.
+
+use std::time::Duration;
+
+use super::{ExecutionPlan, Home, Kernel, Value};
+use crate::ir::relative::RelativeOp;
+use crate::ir::{DType, Dims, Layout, Op, OpKind};
+use crate::kernels::{FusedProgram, Instr};
+use crate::plan;
+
+/// What the segment says about one value.
+#[derive(Clone, Debug, Default)]
+struct Facts {
+    producer: Option<usize>,
+    consumers: Vec<usize>,
+    dropped: bool,
+    root: u32,
+}
+
+/// Plans a segment given its ops and their relative forms (same length, same order).
+pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> ExecutionPlan {
+    let n_values = rels
+        .iter()
+        .flat_map(|r| r.inputs.iter().chain(r.output.iter()))
+        .map(|&v| v as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let (mut values, facts) = describe(ops, rels, n_values);
+    let groups = fuse(ops, rels, &facts, &values);
+    let mut kernels = Vec::new();
+    let mut kernel_of_group = vec![usize::MAX; groups.len()];
+    let group_of = group_index(ops.len(), &groups);
+    for (i, op) in ops.iter().enumerate() {
+        let rel = rels[i];
+        if let Some(g) = group_of[i] {
+            if groups[g].last() == Some(&i) {
+                kernel_of_group[g] = kernels.len();
+                kernels.push(fused_kernel(ops, rels, &groups[g], &facts, &mut values));
+            }
+            continue;
+        }
+        match op.kind {
+            OpKind::Drop | OpKind::View => {}
+            _ => kernels.push(Kernel::Op {
+                op: i,
+                inputs: rel.inputs.clone(),
+                output: [rel.output.expect("ops other than Drop have an output")],
+            }),
+        }
+    }
+    let levels = levels(&kernels, &facts, n_values);
+    // Sort kernels by level, keeping queue order within a level.
+    let mut order: Vec<usize> = (0..kernels.len()).collect();
+    order.sort_by_key(|&k| (levels[k], k));
+    let kernels: Vec<Kernel> = order.iter().map(|&k| kernels[k].clone()).collect();
+    let levels: Vec<u32> = order.iter().map(|&k| levels[k]).collect();
+    let (arena_len, arena_lower_bound) = place(&kernels, &levels, &facts, &mut values);
+    ExecutionPlan {
+        values,
+        kernels,
+        levels,
+        arena_len,
+        arena_lower_bound,
+        ops: ops.len(),
+    }
+}
+
+/// Step 1: every value's dtype, layout, producer, readers, and whether it escapes.
+fn describe(ops: &[&Op], rels: &[&RelativeOp], n: usize) -> (Vec<Value>, Vec<Facts>) {
+    let mut values = vec![
+        Value {
+            dtype: DType::F32,
+            layout: Layout::contiguous(&[]),
+            home: Home::Input,
+            escapes: false,
+        };
+        n
+    ];
+    let mut facts: Vec<Facts> = (0..n)
+        .map(|v| Facts {
+            root: v as u32,
+            ..Facts::default()
+        })
+        .collect();
+    for (i, (op, rel)) in ops.iter().zip(rels).enumerate() {
+        for (desc, &v) in op.inputs.iter().zip(&rel.inputs) {
+            let f = &mut facts[v as usize];
+            if op.kind == OpKind::Drop {
+                f.dropped = true;
+            } else {
+                f.consumers.push(i);
+            }
+            if f.producer.is_none() {
+                values[v as usize].dtype = desc.dtype;
+                values[v as usize].layout = desc.layout;
+            }
+        }
+        if let (Some(desc), Some(v)) = (&op.output, rel.output) {
+            values[v as usize].dtype = desc.dtype;
+            values[v as usize].layout = desc.layout;
+            facts[v as usize].producer = Some(i);
+            if op.kind == OpKind::View {
+                let root = facts[rel.inputs[0] as usize].root;
+                facts[v as usize].root = root;
+                values[v as usize].home = Home::View { root };
+            } else {
+                values[v as usize].home = Home::Pooled;
+            }
+        }
+    }
+    for v in 0..n {
+        let f = &facts[v];
+        values[v].escapes = f.producer.is_some() && !f.dropped;
+    }
+    // A root escapes when any of its views does.
+    for v in 0..n {
+        if values[v].escapes {
+            let r = facts[v].root as usize;
+            values[r].escapes |= facts[r].producer.is_some();
+        }
+    }
+    (values, facts)
+}
+
+fn fusible(op: &Op) -> bool {
+    matches!(op.kind, OpKind::Unary(_) | OpKind::Binary(_))
+        && op.output.as_ref().is_some_and(|o| o.dtype == DType::F32)
+        && op.inputs.iter().all(|i| i.dtype == DType::F32)
+}
+
+/// Step 2: groups of element-wise ops (indices in queue order) to run as one kernel.
+fn fuse(ops: &[&Op], rels: &[&RelativeOp], facts: &[Facts], values: &[Value]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(Vec<usize>, Dims, bool)> = Vec::new(); // ops, dims, open
+    let mut group_of_op: Vec<Option<usize>> = vec![None; ops.len()];
+    for (i, op) in ops.iter().enumerate() {
+        if op.kind == OpKind::Drop {
+            continue;
+        }
+        let producing_groups: Vec<(usize, u32)> = rels[i]
+            .inputs
+            .iter()
+            .filter_map(|&v| {
+                let p = facts[v as usize].producer?;
+                group_of_op[p].map(|g| (g, v))
+            })
+            .collect();
+        if fusible(op) {
+            let dims = op
+                .output
+                .as_ref()
+                .expect("fusible ops have outputs")
+                .layout
+                .dims;
+            let join = producing_groups.iter().find(|&&(g, v)| {
+                groups[g].2
+                    && groups[g].1 == dims
+                    && values[v as usize].layout == Layout::contiguous(&dims)
+                    && facts[v as usize].root == v
+            });
+            let g = match join {
+                Some(&(g, _)) => {
+                    groups[g].0.push(i);
+                    g
+                }
+                None => {
+                    groups.push((vec![i], dims, true));
+                    groups.len() - 1
+                }
+            };
+            group_of_op[i] = Some(g);
+            for &(other, _) in &producing_groups {
+                if other != g {
+                    groups[other].2 = false;
+                }
+            }
+        } else {
+            for &(g, _) in &producing_groups {
+                groups[g].2 = false;
+            }
+        }
+    }
+    groups.into_iter().map(|(ops, _, _)| ops).collect()
+}
+
+fn group_index(n_ops: usize, groups: &[Vec<usize>]) -> Vec<Option<usize>> {
+    let mut g = vec![None; n_ops];
+    for (k, ops) in groups.iter().enumerate() {
+        for &i in ops {
+            g[i] = Some(k);
+        }
+    }
+    g
+}
+
+/// The fused kernel of one group; marks the group's values `Fused`, `Dead` or (for the
+/// ones read outside the group or escaping) keeps them materialised.
+fn fused_kernel(
+    ops: &[&Op],
+    rels: &[&RelativeOp],
+    group: &[usize],
+    facts: &[Facts],
+    values: &mut [Value],
+) -> Kernel {
+    let dims = ops[group[0]].output.as_ref().expect("fusible").layout.dims;
+    let mut program = FusedProgram::default();
+    let mut inputs: Vec<(u32, Layout)> = Vec::new();
+    let mut reg_of: Vec<(u32, Layout, u16)> = Vec::new(); // value, layout read, register
+    let mut outputs = Vec::new();
+    let in_group = |i: usize| group.contains(&i);
+    for &i in group {
+        let op = ops[i];
+        let mut regs = Vec::with_capacity(2);
+        for (desc, &v) in op.inputs.iter().zip(&rels[i].inputs) {
+            let made_here = facts[v as usize].producer.is_some_and(in_group);
+            let layout = if made_here {
+                desc.layout
+            } else {
+                desc.layout
+                    .broadcast_as(&dims)
+                    .expect("checked when recorded")
+            };
+            let r = match reg_of.iter().find(|(x, l, _)| *x == v && *l == layout) {
+                Some(&(_, _, r)) => r,
+                None => {
+                    let r = program.instrs.len() as u16;
+                    program.instrs.push(Instr::Input(inputs.len() as u16));
+                    inputs.push((v, layout));
+                    reg_of.push((v, layout, r));
+                    r
+                }
+            };
+            regs.push(r);
+        }
+        let r = program.instrs.len() as u16;
+        program.instrs.push(match op.kind {
+            OpKind::Unary(u) => Instr::Unary(u, regs[0]),
+            OpKind::Binary(b) => Instr::Binary(b, regs[0], regs[1]),
+            _ => unreachable!("only element-wise ops are fused"),
+        });
+        let v = rels[i].output.expect("fusible ops have outputs");
+        reg_of.push((v, values[v as usize].layout, r));
+        let f = &facts[v as usize];
+        let read_outside = f.consumers.iter().any(|&c| !in_group(c));
+        if values[v as usize].escapes || read_outside {
+            program.outputs.push(r);
+            outputs.push(v);
+        } else {
+            values[v as usize].home = if f.consumers.is_empty() {
+                Home::Dead
+            } else {
+                Home::Fused
+            };
+        }
+    }
+    program.inputs = inputs.len();
+    let input_ids = inputs.iter().map(|(v, _)| *v).collect();
+    Kernel::Fused {
+        program,
+        inputs,
+        input_ids,
+        outputs,
+        dims,
+    }
+}
+
+/// The values a kernel reads and writes.
+pub fn kernel_io(k: &Kernel) -> (&[u32], &[u32]) {
+    match k {
+        Kernel::Op { inputs, output, .. } => (inputs, output),
+        Kernel::Fused {
+            input_ids, outputs, ..
+        } => (input_ids, outputs),
+    }
+}
+
+/// Step 3: the level of each kernel (in the given order).
+fn levels(kernels: &[Kernel], facts: &[Facts], n_values: usize) -> Vec<u32> {
+    let mut level_of_root = vec![0u32; n_values];
+    let mut levels = Vec::with_capacity(kernels.len());
+    for k in kernels {
+        let (ins, outs) = kernel_io(k);
+        let lvl = ins
+            .iter()
+            .map(|&v| level_of_root[facts[v as usize].root as usize])
+            .max()
+            .map_or(0, |l| l + 1);
+        for &v in outs {
+            level_of_root[v as usize] = lvl;
+        }
+        levels.push(lvl);
+    }
+    levels
+}
+
+/// Step 4: arena offsets for f32 roots born and dead in the segment; pooled buffers for
+/// the rest. Returns the arena length and the lower bound, in f32 elements.
+fn place(
+    kernels: &[Kernel],
+    levels: &[u32],
+    facts: &[Facts],
+    values: &mut [Value],
+) -> (usize, usize) {
+    const ALIGN: usize = 16; // elements: 64 bytes
+    let n = values.len();
+    let mut born = vec![u32::MAX; n];
+    let mut last = vec![0u32; n];
+    for (k, &lvl) in kernels.iter().zip(levels) {
+        let (ins, outs) = kernel_io(k);
+        for &v in outs {
+            born[v as usize] = lvl;
+            last[v as usize] = last[v as usize].max(lvl);
+        }
+        for &v in ins {
+            let r = facts[v as usize].root as usize;
+            last[r] = last[r].max(lvl);
+        }
+    }
+    let mut buffers = Vec::new();
+    let mut owners = Vec::new();
+    for v in 0..n {
+        let val = &values[v];
+        if val.home == Home::Pooled
+            && !val.escapes
+            && val.dtype == DType::F32
+            && born[v] != u32::MAX
+        {
+            let len = val.layout.numel().div_ceil(ALIGN) * ALIGN;
+            buffers.push(plan::Buffer {
+                id: v,
+                lower: born[v] as u64,
+                upper: last[v] as u64 + 1,
+                size: (len.max(ALIGN) * 4) as u64,
+                alignment: (ALIGN * 4) as u64,
+            });
+            owners.push(v);
+        }
+    }
+    if buffers.is_empty() {
+        return (0, 0);
+    }
+    let problem = plan::Problem::new(buffers);
+    let options = plan::Options {
+        time_limit: Duration::from_millis(50),
+        threads: 1,
+        ..plan::Options::default()
+    };
+    let (offsets, arena, lower) = match plan::solve(&problem, &options) {
+        Ok(p) => (p.offsets, p.arena, p.lower_bound),
+        Err(e) => {
+            // Never expected; fall back to no reuse rather than fail the segment.
+            log::warn!("memory planning failed ({e}); using one buffer after the other");
+            let mut at = 0;
+            let offs = problem
+                .buffers
+                .iter()
+                .map(|b| {
+                    let o = at;
+                    at += b.size;
+                    o
+                })
+                .collect();
+            (offs, at, plan::lower_bound(&problem))
+        }
+    };
+    for (v, off) in owners.into_iter().zip(offsets) {
+        values[v].home = Home::Arena {
+            offset: off as usize / 4,
+        };
+    }
+    (arena as usize / 4, lower as usize / 4)
+}

@@ -1,0 +1,177 @@
+//! Fusion and the plan cache: how a flushed segment becomes an [`ExecutionPlan`], once.
+//!
+//! A segment is a run of queued ops in relative form (ids numbered by first
+//! appearance). [`build`] turns it into a plan:
+//!
+//! 1. **Values.** Every relative id is a value: a segment input (made before), a view of
+//!    another value (no memory of its own: it reads its *root*), or the output of an op.
+//!    An output *escapes* when no Drop for it is in the segment (a handle may still read
+//!    it); a root escapes when it or any view of it does.
+//! 2. **Fusion.** Chains of element-wise f32 ops with the same output dims become one
+//!    [`FusedProgram`]: a kernel that reads each external input once and writes only
+//!    the values that are read outside the chain or escape. A value used only inside a
+//!    chain never gets memory.
+//! 3. **Levels.** Kernels are levelled by dependency (a kernel's level is one more than
+//!    the highest level of the kernels it reads from); kernels of one level could run at
+//!    once, so lifetimes are measured in levels.
+//! 4. **Memory.** Every f32 root that is made and dies inside the segment is a buffer of
+//!    the static memory planner ([`crate::plan`]) with lifetime `[producer level, last
+//!    reader level + 1)`; the plan gives it an offset in one arena. Escaping roots and
+//!    other dtypes get pooled buffers of their own.
+//!
+//! The [`cache`] maps the segment's stable key (checked op by op against the stored
+//! signature, so a hash collision can never run a wrong plan) to the plan, so a repeated
+//! forward pass pays for this once.
+
+mod build;
+pub mod cache;
+
+pub use build::{build, kernel_io};
+
+use std::fmt;
+
+use crate::ir::{DType, Dims, Layout};
+use crate::kernels::FusedProgram;
+
+/// Where a value's elements live while a segment runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Home {
+    /// A segment input: its slot already holds a buffer.
+    Input,
+    /// Computed inside a fused kernel and never stored.
+    Fused,
+    /// At `offset` (in f32 elements) in the segment's arena.
+    Arena {
+        /// Offset in elements.
+        offset: usize,
+    },
+    /// In a pooled buffer of its own (it escapes the segment, or is not f32).
+    Pooled,
+    /// A view: it reads the elements of value `root` through its own layout.
+    View {
+        /// The value whose buffer it reads.
+        root: u32,
+    },
+    /// Never made: a dead output of a fused chain.
+    Dead,
+}
+
+/// One value of a segment (a relative id).
+#[derive(Clone, Debug)]
+pub struct Value {
+    /// Element type.
+    pub dtype: DType,
+    /// Layout over its root's buffer.
+    pub layout: Layout,
+    /// Where its elements live.
+    pub home: Home,
+    /// Whether a handle may read it after the segment (its slot must be filled).
+    pub escapes: bool,
+}
+
+/// One kernel of a plan.
+#[derive(Clone, Debug)]
+pub enum Kernel {
+    /// A single op of the segment, run by its own kernel.
+    Op {
+        /// Index of the op in the segment.
+        op: usize,
+        /// Relative ids of its inputs.
+        inputs: Vec<u32>,
+        /// Relative id of its output (a one-element list).
+        output: [u32; 1],
+    },
+    /// A fused element-wise chain.
+    Fused {
+        /// The register program.
+        program: FusedProgram,
+        /// External inputs (relative ids) with their layouts broadcast to `dims`.
+        inputs: Vec<(u32, Layout)>,
+        /// The relative ids of `inputs`, alone.
+        input_ids: Vec<u32>,
+        /// Values written (relative ids), in the program's output order.
+        outputs: Vec<u32>,
+        /// The dims of every value of the chain.
+        dims: Dims,
+    },
+}
+
+/// The result of planning a segment once: kernels in level order and where every value
+/// lives.
+#[derive(Clone, Debug)]
+pub struct ExecutionPlan {
+    /// Every value of the segment, by relative id.
+    pub values: Vec<Value>,
+    /// Kernels, sorted by level (stable within a level).
+    pub kernels: Vec<Kernel>,
+    /// `levels[i]`: the level of `kernels[i]`.
+    pub levels: Vec<u32>,
+    /// Arena size in f32 elements.
+    pub arena_len: usize,
+    /// The planner's lower bound for the arena, in f32 elements.
+    pub arena_lower_bound: usize,
+    /// Ops in the segment (including Drops).
+    pub ops: usize,
+}
+
+impl ExecutionPlan {
+    /// Number of kernels launched per run.
+    pub fn kernel_count(&self) -> usize {
+        self.kernels.len()
+    }
+
+    /// Arena size in bytes.
+    pub fn arena_bytes(&self) -> usize {
+        self.arena_len * 4
+    }
+}
+
+impl fmt::Display for ExecutionPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "plan: {} ops -> {} kernels, arena {} B (lower bound {} B)",
+            self.ops,
+            self.kernels.len(),
+            self.arena_len * 4,
+            self.arena_lower_bound * 4
+        )?;
+        let home = |v: u32| match self.values[v as usize].home {
+            Home::Arena { offset } => format!("r{v}@{}", offset * 4),
+            Home::Pooled => format!("r{v}:pool"),
+            Home::Input => format!("r{v}:in"),
+            Home::View { root } => format!("r{v}->r{root}"),
+            Home::Fused | Home::Dead => format!("r{v}"),
+        };
+        for (k, lvl) in self.kernels.iter().zip(&self.levels) {
+            match k {
+                Kernel::Op { op, inputs, output } => {
+                    let ins: Vec<String> = inputs.iter().map(|&v| home(v)).collect();
+                    writeln!(
+                        f,
+                        "  L{lvl} op#{op}({}) -> {}",
+                        ins.join(", "),
+                        home(output[0])
+                    )?;
+                }
+                Kernel::Fused {
+                    program,
+                    inputs,
+                    outputs,
+                    dims,
+                    ..
+                } => {
+                    let ins: Vec<String> = inputs.iter().map(|(v, _)| home(*v)).collect();
+                    let outs: Vec<String> = outputs.iter().map(|&v| home(v)).collect();
+                    writeln!(
+                        f,
+                        "  L{lvl} fused{dims:?}({}) {{ {program} }} -> {}",
+                        ins.join(", "),
+                        outs.join(", ")
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

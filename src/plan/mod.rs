@@ -1,0 +1,348 @@
+//! Static memory planning: give every buffer of a program an offset in one arena.
+//!
+//! # The problem
+//!
+//! A [`Problem`] is a list of [`Buffer`]s, each with a size, an alignment and a
+//! half-open lifetime `[lower, upper)` in steps. A plan gives each buffer an
+//! offset so that two buffers live at the same step never share a byte. The
+//! arena is the highest byte any buffer reaches; the planner makes it as small as
+//! it can. Seen as geometry, every buffer is a rectangle (time × bytes) that may
+//! slide only up and down, and the planner packs them into the lowest strip. This
+//! is the Dynamic Storage Allocation problem, NP-hard in general, but real traces
+//! are usually solved to optimality or very close to it.
+//!
+//! Two numbers say how good a plan is. The **lower bound** ([`lower_bound`]) is the
+//! largest sum of sizes live at one step: no arena can be smaller. The **ratio**
+//! ([`Plan::ratio`]) is arena ÷ lower bound; a plan with ratio 1 is provably
+//! optimal, and the `best` strategy stops the moment it finds one.
+//!
+//! Views ([`Alias`]) and in-place pairs ([`InPlace`]) let buffers share bytes on
+//! purpose; see [`problem`](self::Problem) for their rules.
+//!
+//! # Strategies
+//!
+//! [`Strategy`] names them; [`solve`] runs one:
+//!
+//! | name | what it does |
+//! | --- | --- |
+//! | `naive` | no reuse: each buffer after the previous one |
+//! | `linear-scan` | a free list walked in time order, best fit |
+//! | `greedy-size` | largest first, best-fitting gap (TFLite, Pisarchyk & Lee 2020) |
+//! | `greedy-breadth` | busiest step first, then largest first (same paper) |
+//! | `best` | the default: a race of orders and fits, then an exact search |
+//!
+//! `best` first runs a portfolio of greedy placements on both cores and keeps the
+//! smallest arena. If that is above the lower bound (or above the capacity asked
+//! for), it runs a branch and bound over *canonical* solutions in the style of
+//! MiniMalloc (Moffitt, ASPLOS 2023) on problems small enough for it, and on large
+//! ones improves the greedy plan by local search, until the plan is provably
+//! optimal, fits the capacity, or the time limit ends.
+//!
+//! # Checking
+//!
+//! Every plan [`solve`] returns has passed [`validate`], an independent sweep that
+//! checks alignment, views and that no two live buffers share a byte. A plan that
+//! fails it is reported as [`PlanError::InvalidPlan`]: a bug, never a silent
+//! overlap.
+//!
+//! # Example
+//!
+//! ```
+//! use streamfuse::plan::{self, Buffer, Options, Problem};
+//! // x and z never live together, y meets both.
+//! let p = Problem::new(vec![
+//!     Buffer::new(0, 0, 2, 64), // x
+//!     Buffer::new(1, 1, 4, 32), // y
+//!     Buffer::new(2, 2, 4, 64), // z
+//! ]);
+//! let plan = plan::solve(&p, &Options::default()).unwrap();
+//! assert_eq!(plan.arena, 96);
+//! assert_eq!(plan.offsets[0], plan.offsets[2]); // z reuses x's bytes
+//! assert_eq!(plan.ratio(), 1.0);
+//! ```
+
+mod best;
+mod check;
+pub mod csv;
+mod error;
+mod greedy;
+pub mod groups;
+mod instance;
+mod place;
+mod problem;
+mod search;
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+pub use check::{lower_bound, profile, validate};
+pub use error::PlanError;
+pub use problem::{Alias, Buffer, InPlace, Problem};
+
+use instance::{peak, Instance, Sections};
+
+/// A way of computing a plan. `FromStr` and `Display` use the names below.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// `naive`: no reuse, buffers one after the other.
+    Naive,
+    /// `linear-scan`: a time-ordered free list with best fit.
+    LinearScan,
+    /// `greedy-size`: largest first into the best-fitting gap.
+    GreedySize,
+    /// `greedy-breadth`: busiest step first, then largest first.
+    GreedyBreadth,
+    /// `best`: the smallest arena the planner can find within the time limit.
+    #[default]
+    Best,
+}
+
+impl Strategy {
+    /// All strategies.
+    pub const ALL: [Strategy; 5] = [
+        Strategy::Naive,
+        Strategy::LinearScan,
+        Strategy::GreedySize,
+        Strategy::GreedyBreadth,
+        Strategy::Best,
+    ];
+    /// Their names, in the order of [`Strategy::ALL`].
+    pub const NAMES: [&'static str; 5] = [
+        "naive",
+        "linear-scan",
+        "greedy-size",
+        "greedy-breadth",
+        "best",
+    ];
+
+    /// The name of the strategy.
+    pub fn name(self) -> &'static str {
+        Strategy::NAMES[Strategy::ALL.iter().position(|&s| s == self).unwrap_or(4)]
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<Strategy, PlanError> {
+        Strategy::NAMES
+            .iter()
+            .position(|&n| n == s)
+            .map(|k| Strategy::ALL[k])
+            .ok_or_else(|| PlanError::UnknownStrategy {
+                name: s.to_string(),
+            })
+    }
+}
+
+/// How to plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Which strategy to run.
+    pub strategy: Strategy,
+    /// How long `best` may search (the greedy strategies ignore it). The search
+    /// stops earlier when the plan is provably optimal or fits the capacity.
+    pub time_limit: Duration,
+    /// The largest acceptable arena; overrides [`Problem::capacity`]. A plan above
+    /// it is returned as [`PlanError::CapacityExceeded`].
+    pub capacity: Option<u64>,
+    /// Threads `best` may use; 0 means one per core.
+    pub threads: usize,
+}
+
+impl Default for Options {
+    /// `best`, one second, no capacity, all cores.
+    fn default() -> Options {
+        Options {
+            strategy: Strategy::Best,
+            time_limit: Duration::from_secs(1),
+            capacity: None,
+            threads: 0,
+        }
+    }
+}
+
+/// The answer: an offset for every buffer and the arena they fit in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Offset of each buffer, in the order of [`Problem::buffers`].
+    pub offsets: Vec<u64>,
+    /// Bytes the arena must have: the highest end of any buffer.
+    pub arena: u64,
+    /// The largest sum of sizes live at one step ([`lower_bound`]).
+    pub lower_bound: u64,
+    /// The strategy that made the plan.
+    pub strategy: Strategy,
+}
+
+impl Plan {
+    /// Arena ÷ lower bound: 1.0 is optimal (1.0 also for an empty problem).
+    pub fn ratio(&self) -> f64 {
+        if self.lower_bound == 0 {
+            1.0
+        } else {
+            self.arena as f64 / self.lower_bound as f64
+        }
+    }
+}
+
+impl fmt::Display for Plan {
+    /// One summary line, then `buffer index: offset` lines (the first 64).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "plan ({}): {} buffers, arena {} bytes, lower bound {}, ratio {:.4}",
+            self.strategy,
+            self.offsets.len(),
+            self.arena,
+            self.lower_bound,
+            self.ratio()
+        )?;
+        for (i, off) in self.offsets.iter().enumerate().take(64) {
+            write!(f, "\n  buffer {i}: offset {off}")?;
+        }
+        if self.offsets.len() > 64 {
+            write!(f, "\n  ... {} more", self.offsets.len() - 64)?;
+        }
+        Ok(())
+    }
+}
+
+/// Plans `problem` with `options`.
+///
+/// Validates the problem first (errors name the buffer, alias or pair), runs the
+/// strategy, checks the result with [`validate`], and returns
+/// [`PlanError::CapacityExceeded`] if the arena is above the capacity (from
+/// `options`, else from the problem).
+pub fn solve(problem: &Problem, options: &Options) -> Result<Plan, PlanError> {
+    let start = Instant::now();
+    let inst = Instance::new(problem)?;
+    let capacity = options.capacity.or(problem.capacity);
+    let items = &inst.items;
+    let lb = peak(items);
+    let item_offsets = match options.strategy {
+        Strategy::Naive => greedy::naive(items),
+        Strategy::LinearScan => greedy::linear_scan(items),
+        Strategy::GreedySize => greedy::greedy_size(items, &Sections::new(items)),
+        Strategy::GreedyBreadth => greedy::greedy_breadth(items, &Sections::new(items)),
+        Strategy::Best => {
+            let deadline = start + options.time_limit;
+            best::solve(items, lb, capacity, deadline, options.threads)
+        }
+    };
+    let offsets: Vec<u64> = inst
+        .map
+        .iter()
+        .map(|&(item, delta)| item_offsets[item] + delta)
+        .collect();
+    let arena = items
+        .iter()
+        .zip(&item_offsets)
+        .map(|(it, &o)| o + it.size)
+        .max()
+        .unwrap_or(0);
+    let plan = Plan {
+        offsets,
+        arena,
+        lower_bound: lb,
+        strategy: options.strategy,
+    };
+    validate(problem, &plan).map_err(|e| match e {
+        PlanError::InvalidPlan { message } => PlanError::InvalidPlan {
+            message: format!(
+                "strategy {} produced a bad plan (a bug): {message}",
+                options.strategy
+            ),
+        },
+        other => other,
+    })?;
+    log::trace!(
+        "plan: {} buffers, strategy {}, arena {}, lower bound {}, {:?}",
+        problem.buffers.len(),
+        options.strategy,
+        arena,
+        lb,
+        start.elapsed()
+    );
+    match capacity {
+        Some(c) if arena > c => Err(PlanError::CapacityExceeded {
+            capacity: c,
+            best_arena: arena,
+            lower_bound: lb,
+        }),
+        _ => Ok(plan),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategy_names_round_trip() {
+        for s in Strategy::ALL {
+            assert_eq!(s.to_string().parse::<Strategy>().unwrap(), s);
+        }
+        let e = "fast".parse::<Strategy>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown strategy \"fast\"; valid strategies: naive, linear-scan, greedy-size, greedy-breadth, best"
+        );
+    }
+
+    #[test]
+    fn every_strategy_plans_the_minimalloc_example() {
+        // benchmarks/examples/input.12.csv of google/minimalloc: optimum 12.
+        let p = Problem::new(vec![
+            Buffer::new(0, 0, 3, 4),
+            Buffer::new(1, 3, 9, 4),
+            Buffer::new(2, 0, 9, 4),
+            Buffer::new(3, 9, 21, 4),
+            Buffer::new(4, 0, 21, 4),
+        ]);
+        for s in Strategy::ALL {
+            let plan = solve(
+                &p,
+                &Options {
+                    strategy: s,
+                    ..Options::default()
+                },
+            )
+            .unwrap();
+            assert!(plan.arena >= 12);
+            if s != Strategy::Naive {
+                assert_eq!(plan.arena, 12, "{s}");
+            }
+        }
+    }
+
+    #[test]
+    fn capacity_miss_is_its_own_error() {
+        let p = Problem::new(vec![Buffer::new(0, 0, 3, 4), Buffer::new(1, 0, 3, 4)]);
+        let o = Options {
+            capacity: Some(7),
+            ..Options::default()
+        };
+        assert!(matches!(
+            solve(&p, &o),
+            Err(PlanError::CapacityExceeded { capacity: 7, .. })
+        ));
+        let o = Options {
+            capacity: Some(8),
+            ..Options::default()
+        };
+        assert_eq!(solve(&p, &o).unwrap().arena, 8);
+    }
+
+    #[test]
+    fn empty_problem() {
+        let plan = solve(&Problem::default(), &Options::default()).unwrap();
+        assert_eq!((plan.arena, plan.lower_bound, plan.ratio()), (0, 0, 1.0));
+    }
+}

@@ -1,0 +1,608 @@
+//! Exact search: branch and bound over canonical solutions (after MiniMalloc).
+//!
+//! # Canonical solutions
+//!
+//! Take any plan and let the buffers fall: lower each, in order of offset, as far
+//! as it goes without meeting a buffer below it. The arena does not grow, and
+//! every buffer now rests on the floor or on top of a buffer it meets in time.
+//! So it is enough to search plans built like this: repeatedly pick an unplaced
+//! item and put it at its *minimum offset*, the highest top of the placed items
+//! that meet it, with offsets never decreasing from one placement to the next.
+//! Moffitt (MiniMalloc, ASPLOS 2023) calls these canonical solutions, and prunes
+//! the search over them with a few rules, which this module implements:
+//!
+//! * **Canonical order.** Placements go in non-decreasing (offset, preorder rank),
+//!   so each canonical solution is built in exactly one way.
+//! * **Dominance.** An item is never placed at or above the lowest top any other
+//!   unplaced item could have: that one would fit underneath, and the solution
+//!   where it is placed first is searched anyway.
+//! * **Monotonic floor and section inference.** Items live in the same
+//!   [section](super::instance::Sections) all meet each other, so every unplaced
+//!   item of a section must go above the section's *floor* (the highest placed
+//!   top there, the current offset, and the lowest minimum offset among its
+//!   unplaced items). If floor + the unplaced sizes of the section exceed the
+//!   capacity, no completion exists.
+//! * **Hatless pruning.** If the item just placed meets no unplaced item, placing
+//!   another item first instead cannot help; when its subtree fails, the node fails.
+//!
+//! The order in which candidates are tried is a *preorder* (for example WAT:
+//! longest lifetime, then largest area, then largest section total) with ties
+//! broken by minimum offset. No single preorder is best everywhere, so
+//! [`search`] runs several in round robin with a node limit that doubles each
+//! round, split over threads, and the first that finishes wins.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use super::instance::{align_up, Item, Sections};
+
+/// What a search found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// A plan within the capacity: offsets per item.
+    Found(Vec<u64>),
+    /// Proof that no plan fits the capacity.
+    Infeasible,
+    /// The time limit ended, or another thread won.
+    Aborted,
+}
+
+/// The items, their overlaps and their sections, shared by all searches.
+pub(crate) struct Graph<'a> {
+    pub items: &'a [Item],
+    pub sections: &'a Sections,
+    adj: Vec<Vec<u32>>,
+    members: Vec<Vec<u32>>,
+    load: Vec<u64>,
+}
+
+impl<'a> Graph<'a> {
+    pub fn new(items: &'a [Item], sections: &'a Sections) -> Graph<'a> {
+        let n = items.len();
+        let mut members = vec![Vec::new(); sections.count];
+        let mut load = vec![0u64; sections.count];
+        for i in 0..n {
+            for s in sections.lo[i]..sections.hi[i] {
+                members[s as usize].push(i as u32);
+                load[s as usize] += items[i].size;
+            }
+        }
+        // Overlaps by a sweep over sections: i meets j iff their ranges intersect.
+        let mut by_lo: Vec<u32> = (0..n as u32).collect();
+        by_lo.sort_unstable_by_key(|&i| sections.lo[i as usize]);
+        let mut adj = vec![Vec::new(); n];
+        for (k, &i) in by_lo.iter().enumerate() {
+            let hi = sections.hi[i as usize];
+            for &j in &by_lo[k + 1..] {
+                if sections.lo[j as usize] >= hi {
+                    break;
+                }
+                if sections.hi[j as usize] > sections.lo[i as usize] {
+                    adj[i as usize].push(j);
+                    adj[j as usize].push(i);
+                }
+            }
+        }
+        Graph {
+            items,
+            sections,
+            adj,
+            members,
+            load,
+        }
+    }
+
+    /// Items in the order of a MiniMalloc-style preorder string: each letter a
+    /// key, compared in turn, larger first. `W` lifetime width, `A` area, `T`
+    /// largest section total, `Z` size, `O` overlap count, `C` sections spanned,
+    /// `L`/`U` later start/end.
+    pub fn preorder(&self, keys: &str) -> Vec<u32> {
+        let n = self.items.len();
+        let s = self.sections;
+        let total: Vec<u64> = (0..n)
+            .map(|i| {
+                (s.lo[i]..s.hi[i])
+                    .map(|k| self.load[k as usize])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let key = |i: usize, c: char| -> u128 {
+            let it = &self.items[i];
+            let w = (it.upper - it.lower) as u128;
+            match c {
+                'W' => w,
+                'A' => w * it.size as u128,
+                'T' => total[i] as u128,
+                'Z' => it.size as u128,
+                'O' => self.adj[i].len() as u128,
+                'C' => (s.hi[i] - s.lo[i]) as u128,
+                'L' => it.lower as u128,
+                'U' => it.upper as u128,
+                _ => 0,
+            }
+        };
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.sort_by(|&a, &b| {
+            for c in keys.chars() {
+                let (ka, kb) = (key(a as usize, c), key(b as usize, c));
+                if ka != kb {
+                    return kb.cmp(&ka);
+                }
+            }
+            a.cmp(&b)
+        });
+        order
+    }
+}
+
+enum Status {
+    Found,
+    NotFound,
+    Limit,
+    Stop,
+}
+
+struct Searcher<'g, 'a> {
+    g: &'g Graph<'a>,
+    cap: u64,
+    rank_item: Vec<u32>,
+    off: Vec<u64>,
+    solution: Vec<u64>,
+    minoff: Vec<u64>,
+    floor: Vec<u64>,
+    total: Vec<u64>,
+    /// `cuts[b]`: unplaced items living in both section `b` and `b + 1`.
+    cuts: Vec<u32>,
+    placed: Vec<bool>,
+    nodes_left: u64,
+    nodes: u64,
+    deadline: Instant,
+    stop: &'g AtomicBool,
+    cancel: &'g AtomicBool,
+    min_log: Vec<(u32, u64)>,
+    floor_log: Vec<(u32, u64)>,
+    touched: Vec<u32>,
+    stamp: Vec<u64>,
+    epoch: u64,
+}
+
+const NONE: u64 = u64::MAX;
+
+impl<'g, 'a> Searcher<'g, 'a> {
+    fn new(
+        g: &'g Graph<'a>,
+        cap: u64,
+        order: &[u32],
+        deadline: Instant,
+        stop: &'g AtomicBool,
+        cancel: &'g AtomicBool,
+    ) -> Self {
+        let n = g.items.len();
+        let count = g.sections.count;
+        let mut cuts = vec![0u32; count];
+        for i in 0..n {
+            for b in g.sections.lo[i]..g.sections.hi[i] - 1 {
+                cuts[b as usize] += 1;
+            }
+        }
+        Searcher {
+            g,
+            cap,
+            rank_item: order.to_vec(),
+            off: vec![NONE; n],
+            solution: vec![NONE; n],
+            minoff: vec![0; n],
+            floor: vec![0; count],
+            total: g.load.clone(),
+            cuts,
+            placed: vec![false; n],
+            nodes_left: u64::MAX,
+            nodes: 0,
+            deadline,
+            stop,
+            cancel,
+            min_log: Vec::new(),
+            floor_log: Vec::new(),
+            touched: Vec::new(),
+            stamp: vec![0; count],
+            epoch: 0,
+        }
+    }
+
+    fn run(&mut self, node_limit: u64) -> Status {
+        if self.total.iter().any(|&t| t > self.cap) {
+            return Status::NotFound;
+        }
+        self.nodes_left = node_limit;
+        let all: Vec<u32> = (0..self.rank_item.len() as u32).collect();
+        let count = self.g.sections.count as u32;
+        let cutpoints: Vec<u32> = (0..count.saturating_sub(1))
+            .filter(|&b| self.cuts[b as usize] == 0)
+            .collect();
+        self.decompose(&all, &cutpoints, (0, count))
+    }
+
+    /// Solves the unplaced items of `ordering` as independent parts split after
+    /// each boundary in `cutpoints` (sorted, inside `range`).
+    fn decompose(&mut self, ordering: &[u32], cutpoints: &[u32], range: (u32, u32)) -> Status {
+        if cutpoints.is_empty() {
+            return self.dfs(ordering, (0, 0), range);
+        }
+        let mut starts = vec![range.0];
+        starts.extend(cutpoints.iter().map(|&b| b + 1));
+        starts.push(range.1);
+        let s = self.g.sections;
+        let mut solved_any = false;
+        for w in starts.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            let part: Vec<u32> = ordering
+                .iter()
+                .copied()
+                .filter(|&r| {
+                    let i = self.rank_item[r as usize] as usize;
+                    !self.placed[i] && s.lo[i] < b && s.hi[i] > a
+                })
+                .collect();
+            if part.is_empty() {
+                continue;
+            }
+            solved_any = true;
+            match self.dfs(&part, (0, 0), (a, b)) {
+                Status::Found => {}
+                other => return other,
+            }
+        }
+        if !solved_any {
+            self.record();
+        }
+        Status::Found
+    }
+
+    /// Copies the offsets of all placed items into the solution.
+    fn record(&mut self) {
+        for i in 0..self.off.len() {
+            if self.placed[i] {
+                self.solution[i] = self.off[i];
+            }
+        }
+    }
+
+    fn dfs(&mut self, parent: &[u32], last: (u64, u32), range: (u32, u32)) -> Status {
+        if self.nodes_left == 0 {
+            return Status::Limit;
+        }
+        self.nodes_left -= 1;
+        self.nodes += 1;
+        if self.nodes & 1023 == 0
+            && (self.stop.load(Ordering::Relaxed)
+                || self.cancel.load(Ordering::Relaxed)
+                || Instant::now() >= self.deadline)
+        {
+            return Status::Stop;
+        }
+        let items = self.g.items;
+        let s = self.g.sections;
+        // The unplaced items of this part (handed to children) and the lowest
+        // top any of them can have.
+        let mut rest: Vec<u32> = Vec::with_capacity(parent.len());
+        let mut min_height = NONE;
+        for &r in parent {
+            let i = self.rank_item[r as usize] as usize;
+            if !self.placed[i] {
+                rest.push(r);
+                min_height = min_height.min(self.minoff[i] + items[i].size);
+            }
+        }
+        if rest.is_empty() {
+            self.record();
+            return Status::Found;
+        }
+        // Candidates: canonical (not before the last placement) and not dominated
+        // (below every unplaced item's lowest top), by (offset, rank).
+        let mut ordering: Vec<(u64, u32)> = rest
+            .iter()
+            .map(|&r| (self.minoff[self.rank_item[r as usize] as usize], r))
+            .filter(|&c| c.0 < min_height && c >= last)
+            .collect();
+        ordering.sort_unstable();
+        let mut zero_cuts: Vec<u32> = Vec::new();
+        for k in 0..ordering.len() {
+            let (o, r) = ordering[k];
+            let i = self.rank_item[r as usize] as usize;
+            let top = o + items[i].size;
+            // Place i at o.
+            self.off[i] = o;
+            self.placed[i] = true;
+            let min_mark = self.min_log.len();
+            let floor_mark = self.floor_log.len();
+            let mut ok = true;
+            let mut hatless = true;
+            self.touched.clear();
+            self.epoch += 1;
+            let epoch = self.epoch;
+            for &j in &self.g.adj[i] {
+                let j = j as usize;
+                if self.placed[j] {
+                    continue;
+                }
+                hatless = false;
+                let want = align_up(top, items[j].align);
+                if self.minoff[j] < want {
+                    self.min_log.push((j as u32, self.minoff[j]));
+                    self.minoff[j] = want;
+                    if want + items[j].size > self.cap {
+                        ok = false;
+                    }
+                    for sec in s.lo[j]..s.hi[j] {
+                        if self.stamp[sec as usize] != epoch {
+                            self.stamp[sec as usize] = epoch;
+                            self.touched.push(sec);
+                        }
+                    }
+                }
+            }
+            for sec in s.lo[i]..s.hi[i] {
+                let sec = sec as usize;
+                self.total[sec] -= items[i].size;
+                if self.floor[sec] < top {
+                    self.floor_log.push((sec as u32, self.floor[sec]));
+                    self.floor[sec] = top;
+                }
+            }
+            zero_cuts.clear();
+            for b in s.lo[i]..s.hi[i] - 1 {
+                self.cuts[b as usize] -= 1;
+                if self.cuts[b as usize] == 0 && b >= range.0 && b + 1 < range.1 {
+                    zero_cuts.push(b);
+                }
+            }
+            if ok {
+                // All unplaced items of a section go above its lowest minimum
+                // offset. Only a section where even that lowest one leaves too
+                // little room matters, so stop at the first item with room.
+                'sections: for t in 0..self.touched.len() {
+                    let sec = self.touched[t] as usize;
+                    let total = self.total[sec];
+                    if total == 0 {
+                        continue;
+                    }
+                    let room = self.cap.saturating_sub(total);
+                    for &j in &self.g.members[sec] {
+                        let j = j as usize;
+                        if !self.placed[j] && self.minoff[j] <= room {
+                            continue 'sections;
+                        }
+                    }
+                    ok = false;
+                    break;
+                }
+            }
+            if ok {
+                let (a, b) = (range.0 as usize, range.1 as usize);
+                ok = self.floor[a..b]
+                    .iter()
+                    .zip(&self.total[a..b])
+                    .all(|(&f, &t)| t == 0 || f.max(o) + t <= self.cap);
+            }
+            let status = if !ok {
+                Status::NotFound
+            } else if zero_cuts.is_empty() {
+                self.dfs(&rest, (o, r), range)
+            } else {
+                let cp = std::mem::take(&mut zero_cuts);
+                let st = self.decompose(&rest, &cp, range);
+                zero_cuts = cp;
+                st
+            };
+            // Undo.
+            for b in s.lo[i]..s.hi[i] - 1 {
+                self.cuts[b as usize] += 1;
+            }
+            for sec in s.lo[i]..s.hi[i] {
+                self.total[sec as usize] += items[i].size;
+            }
+            while let Some(&(sec, f)) = self.floor_log.get(floor_mark..).and_then(|l| l.last()) {
+                self.floor[sec as usize] = f;
+                self.floor_log.pop();
+            }
+            while let Some(&(j, m)) = self.min_log.get(min_mark..).and_then(|l| l.last()) {
+                self.minoff[j as usize] = m;
+                self.min_log.pop();
+            }
+            self.placed[i] = false;
+            self.off[i] = NONE;
+            match status {
+                Status::NotFound => {}
+                other => return other,
+            }
+            if hatless {
+                break;
+            }
+        }
+        Status::NotFound
+    }
+}
+
+/// Preorders tried by the search, split over threads: thread `t` of `k` takes
+/// every `k`-th one.
+pub(crate) const PREORDERS: [&str; 6] = ["WAT", "TAW", "TWA", "AWT", "ZWT", "CAT"];
+
+/// Searches for a plan of height at most `cap`, racing the preorders over
+/// `threads` threads until one finds a plan or a proof, the deadline passes or
+/// `cancel` is set.
+pub(crate) fn search(
+    g: &Graph<'_>,
+    cap: u64,
+    threads: usize,
+    deadline: Instant,
+    cancel: &AtomicBool,
+) -> Outcome {
+    let n = g.items.len();
+    if n == 0 {
+        return Outcome::Found(Vec::new());
+    }
+    let threads = threads.clamp(1, PREORDERS.len());
+    let orders: Vec<Vec<u32>> = PREORDERS.iter().map(|p| g.preorder(p)).collect();
+    let stop = AtomicBool::new(false);
+    let result = parking_lot::Mutex::new(None::<Outcome>);
+    let worker = |t: usize| {
+        let mine: Vec<&Vec<u32>> = orders.iter().skip(t).step_by(threads).collect();
+        let mut limit = (n as u64).max(64);
+        loop {
+            for order in &mine {
+                if stop.load(Ordering::Relaxed) || cancel.load(Ordering::Relaxed) {
+                    return;
+                }
+                let mut s = Searcher::new(g, cap, order, deadline, &stop, cancel);
+                let t0 = Instant::now();
+                let status = s.run(limit);
+                if std::env::var_os("PLAN_DEBUG").is_some() {
+                    eprintln!(
+                        "thread {t} limit {limit} nodes {} in {:?}",
+                        s.nodes,
+                        t0.elapsed()
+                    );
+                }
+                let outcome = match status {
+                    Status::Found => {
+                        let offs: Vec<u64> = s.solution.clone();
+                        Outcome::Found(offs)
+                    }
+                    Status::NotFound => Outcome::Infeasible,
+                    Status::Limit => continue,
+                    Status::Stop => {
+                        if Instant::now() >= deadline {
+                            stop.store(true, Ordering::Relaxed);
+                        }
+                        return;
+                    }
+                };
+                let mut r = result.lock();
+                if r.is_none() {
+                    *r = Some(outcome);
+                }
+                stop.store(true, Ordering::Relaxed);
+                return;
+            }
+            limit = limit.saturating_mul(2);
+        }
+    };
+    // Deep recursion (one frame per item): run every worker on a big stack.
+    std::thread::scope(|scope| {
+        let w = &worker;
+        let spawned: Vec<bool> = (0..threads)
+            .map(|t| {
+                std::thread::Builder::new()
+                    .stack_size((4 << 20) + 1024 * n)
+                    .spawn_scoped(scope, move || w(t))
+                    .is_ok()
+            })
+            .collect();
+        for (t, ok) in spawned.into_iter().enumerate() {
+            if !ok {
+                w(t);
+            }
+        }
+    });
+    result.into_inner().unwrap_or(Outcome::Aborted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::place::{place_in_order, Fit};
+    use super::*;
+    use std::time::Duration;
+
+    /// A small deterministic generator (tests need no extra crates).
+    pub(crate) struct Lcg(pub u64);
+    impl Lcg {
+        pub fn below(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    fn random_items(rng: &mut Lcg, n: usize) -> Vec<Item> {
+        (0..n)
+            .map(|_| {
+                let lower = rng.below(8);
+                let upper = lower + 1 + rng.below(6);
+                let size = 1 + rng.below(9);
+                let align = [1, 1, 1, 2, 4][rng.below(5) as usize];
+                Item {
+                    lower,
+                    upper,
+                    size,
+                    align,
+                }
+            })
+            .collect()
+    }
+
+    fn permutations(n: usize) -> Vec<Vec<usize>> {
+        if n == 0 {
+            return vec![vec![]];
+        }
+        let mut out = Vec::new();
+        for p in permutations(n - 1) {
+            for k in 0..=p.len() {
+                let mut q = p.clone();
+                q.insert(k, n - 1);
+                out.push(q);
+            }
+        }
+        out
+    }
+
+    /// The optimum by brute force: the lowest first-fit height over all orders.
+    fn brute(items: &[Item]) -> u64 {
+        let s = Sections::new(items);
+        permutations(items.len())
+            .iter()
+            .filter_map(|o| place_in_order(items, &s, o, Fit::First, u64::MAX))
+            .map(|r| r.1)
+            .min()
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn exact_search_matches_brute_force() {
+        let mut rng = Lcg(7);
+        for case in 0..150 {
+            let n = 1 + (case % 7);
+            let items = random_items(&mut rng, n);
+            let opt = brute(&items);
+            let s = Sections::elementary(&items);
+            let g = Graph::new(&items, &s);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let cancel = AtomicBool::new(false);
+            match search(&g, opt, 2, deadline, &cancel) {
+                Outcome::Found(offs) => {
+                    for i in 0..n {
+                        assert_eq!(offs[i] % items[i].align, 0);
+                        assert!(offs[i] + items[i].size <= opt);
+                        for j in 0..i {
+                            if items[i].meets(&items[j]) {
+                                assert!(
+                                    offs[i] + items[i].size <= offs[j]
+                                        || offs[j] + items[j].size <= offs[i],
+                                    "case {case}: {items:?} {offs:?}"
+                                );
+                            }
+                        }
+                    }
+                }
+                other => panic!("case {case}: optimum {opt} not found: {other:?} {items:?}"),
+            }
+            assert_eq!(
+                search(&g, opt - 1, 1, deadline, &cancel),
+                Outcome::Infeasible,
+                "case {case}: {items:?}"
+            );
+        }
+    }
+}
