@@ -104,6 +104,15 @@ fn peak_rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// CPU time (user + system, all threads) this process has used, in seconds, where
+/// /proc has it (`/proc/self/stat` counts in USER_HZ = 100 ticks a second on Linux).
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
 fn run() -> Result<(), String> {
     let args = parse_args().map_err(|e| format!("{e}\n{USAGE}"))?;
     let sentences: Vec<String> = match &args.sentences {
@@ -139,6 +148,7 @@ fn run() -> Result<(), String> {
     );
 
     let start = Instant::now();
+    let cpu_start = cpu_seconds();
     let ids: Vec<Vec<u32>> = sentences
         .iter()
         .map(|s| {
@@ -157,6 +167,7 @@ fn run() -> Result<(), String> {
         .embed(&ids, &opts)
         .map_err(|e| format!("embedding failed: {e}"))?;
     let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds().zip(cpu_start).map(|(b, a)| b - a);
 
     let tokens: usize = ids.iter().map(|s| s.len()).sum();
     let padded: usize = length_sorted_batches(&ids, args.batch)
@@ -212,6 +223,9 @@ fn run() -> Result<(), String> {
         println!("peak RSS: {:.1} MiB", kib as f64 / 1024.0);
     }
     println!("time: {secs:.3} s");
+    if let Some(cpu) = cpu {
+        println!("cpu: {cpu:.2} s");
+    }
     println!("sentences/s: {:.1}", sentences.len() as f64 / secs);
     Ok(())
 }

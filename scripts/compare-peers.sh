@@ -112,18 +112,17 @@ for r in $(seq 1 "$REPEAT"); do
             text=$(eval "/usr/bin/time -v env $cmd" 2>"$PEERS/out/time$i.txt")
             kib=$(awk -F: '/Maximum resident set size/ {gsub(/ /, "", $2); print $2}' "$PEERS/out/time$i.txt")
             mib=$(awk -v k="$kib" 'BEGIN { printf "%.0f", k / 1024 }')
-            cpu=$(awk -F: '/User time|System time/ { s += $2 } END { printf "%.2f", s }' "$PEERS/out/time$i.txt")
         else
             text=$(eval "env $cmd")
             mib=$(echo "$text" | awk '/^peak RSS:/ { printf "%.0f", $3 }')
-            cpu="-"
         fi
         sps=$(echo "$text" | awk '/^sentences\/s:/ { print $2 }')
+        cpu=$(echo "$text" | awk '/^cpu:/ { print $2 }')
         echo "$text" | sed 's/^/    /' >&2
         if [ -z "${BEST[$i]:-}" ] || awk -v a="$sps" -v b="${BEST[$i]}" 'BEGIN { exit !(a > b) }'; then
             BEST[$i]=$sps
         fi
-        if [ -z "${CPU[$i]:-}" ] || [ "$cpu" = "-" ] || awk -v a="$cpu" -v b="${CPU[$i]}" 'BEGIN { exit !(a < b) }'; then
+        if [ -z "${CPU[$i]:-}" ] || awk -v a="$cpu" -v b="${CPU[$i]}" 'BEGIN { exit !(a < b) }'; then
             CPU[$i]=$cpu
         fi
         if [ -z "${RSS[$i]:-}" ] || [ "$mib" -gt "${RSS[$i]}" ]; then
@@ -151,10 +150,12 @@ for i in "${!NAMES[@]}"; do
 done
 echo
 echo "all-MiniLM-L6-v2, $(wc -l < "$SENTENCES") sentences, batch $BATCH, best of $REPEAT runs, $(nproc) cores"
-printf '%-32s %12s %12s %14s %12s %15s\n' "peer" "sentences/s" "vs pytorch" "peak RSS MiB" "CPU s (min)" "min cos vs sf"
+printf '%-32s %12s %11s %13s %9s %14s %14s\n' "peer" "sentences/s" "vs pytorch" "peak RSS MiB" "CPU s" "sent/CPU-s" "min cos vs sf"
 for i in "${!NAMES[@]}"; do
     ratio=$(awk -v a="${BEST[$i]}" -v b="$TORCH_BEST" 'BEGIN { printf "%.2fx", a / b }')
-    printf '%-32s %12s %12s %14s %12s %15s\n' "${NAMES[$i]}" "${BEST[$i]}" "$ratio" "${RSS[$i]}" "${CPU[$i]}" "${AGREE_ROWS[$i]}"
+    per_cpu=$(awk -v n="$(wc -l < "$SENTENCES")" -v c="${CPU[$i]}" 'BEGIN { printf "%.0f", c > 0 ? n / c : 0 }')
+    printf '%-32s %12s %11s %13s %9s %14s %14s\n' "${NAMES[$i]}" "${BEST[$i]}" "$ratio" "${RSS[$i]}" "${CPU[$i]}" "$per_cpu" "${AGREE_ROWS[$i]}"
 done
-echo "('vs pytorch' divides by the best PyTorch row; CPU s is user + system time of the whole"
-echo " process, loading included; min cos compares each peer's embeddings with streamfuse's.)"
+echo "('vs pytorch' divides by the best PyTorch row. CPU s: the least user + system time of the"
+echo " timed part (tokenising + embedding) over the runs: on a machine shared with other work"
+echo " it is steadier than wall time. min cos: each peer's embeddings against streamfuse's.)"

@@ -32,6 +32,22 @@ fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
+/// CPU seconds (user + system, all threads) from /proc/self/stat (USER_HZ = 100).
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let f: Vec<String> = s
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .map(String::from)
+                .collect();
+            Some((f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64 / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
@@ -58,6 +74,7 @@ fn main() -> Res<()> {
     }))?;
 
     let start = Instant::now();
+    let cpu_start = cpu_seconds();
     let ids: Vec<Vec<u32>> = sentences
         .iter()
         .map(|s| Ok(tokenizer.encode(s.as_str(), true)?.get_ids().to_vec()))
@@ -88,6 +105,7 @@ fn main() -> Res<()> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu_start;
 
     if let Some(path) = args.get(4) {
         let mut f = std::fs::File::create(path)?;
@@ -100,10 +118,15 @@ fn main() -> Res<()> {
     println!("candle, {} rayon threads, batch {batch}", rayon_threads());
     println!(
         "embedding 0 begins: {}",
-        out[0][..5].iter().map(|v| format!("{v:.7}")).collect::<Vec<_>>().join(", ")
+        out[0][..5]
+            .iter()
+            .map(|v| format!("{v:.7}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     println!("peak RSS: {:.1} MiB", peak_rss_mib());
     println!("time: {secs:.3} s");
+    println!("cpu: {cpu:.2} s");
     println!("sentences/s: {:.1}", sentences.len() as f64 / secs);
     Ok(())
 }
