@@ -153,7 +153,7 @@ echo "all-MiniLM-L6-v2, $(wc -l < "$SENTENCES") sentences, batch $BATCH, best of
 printf '%-32s %12s %11s %13s %9s %14s %14s\n' "peer" "sentences/s" "vs pytorch" "peak RSS MiB" "CPU s" "sent/CPU-s" "min cos vs sf"
 for i in "${!NAMES[@]}"; do
     ratio=$(awk -v a="${BEST[$i]}" -v b="$TORCH_BEST" 'BEGIN { printf "%.2fx", a / b }')
-    per_cpu=$(awk -v n="$(wc -l < "$SENTENCES")" -v c="${CPU[$i]}" 'BEGIN { printf "%.0f", c > 0 ? n / c : 0 }')
+    per_cpu=$(awk -v n="$(wc -l < "$SENTENCES")" -v c="${CPU[$i]}" 'BEGIN { printf "%.0f", (c > 0) ? n / c : 0 }')
     printf '%-32s %12s %11s %13s %9s %14s %14s\n' "${NAMES[$i]}" "${BEST[$i]}" "$ratio" "${RSS[$i]}" "${CPU[$i]}" "$per_cpu" "${AGREE_ROWS[$i]}"
 done
 echo "('vs pytorch' divides by the best PyTorch row. CPU s: the least user + system time of the"
