@@ -25,6 +25,7 @@ mod error;
 pub mod fusion;
 pub mod ir;
 pub mod kernels;
+pub mod models;
 pub mod plan;
 pub mod runtime;
 pub mod stream;

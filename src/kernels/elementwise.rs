@@ -100,7 +100,11 @@ pub fn unary(
         UnaryOp::Tanh => map(src, layout, dst, par, 4, math::tanh),
         UnaryOp::Sigmoid => map(src, layout, dst, par, 4, math::sigmoid),
         UnaryOp::Relu => map(src, layout, dst, par, 1, math::relu),
-        UnaryOp::Gelu => map(src, layout, dst, par, 8, math::gelu),
+        UnaryOp::Gelu => {
+            // Gathered first, then one vectorised pass (see `math::gelu_in_place`).
+            map(src, layout, dst, par, 1, |x| x);
+            for_each_chunk(dst, 1, 8, par, |_, out| math::gelu_in_place(out));
+        }
         UnaryOp::GeluTanh => map(src, layout, dst, par, 4, math::gelu_tanh),
         UnaryOp::Silu => map(src, layout, dst, par, 4, math::silu),
         UnaryOp::Affine { mul, add } => {

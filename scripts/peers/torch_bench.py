@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""PyTorch peer for the MiniLM comparison: the same BERT forward as streamfuse's.
+
+Weights come from model.safetensors (header parsed by hand, tensors from numpy),
+token ids from the `tokenizers` package. As sentence-transformers' encode() does,
+sentences are sorted by token length and batched with their neighbours, each batch
+padded to its longest sentence; the forward pass is the Hugging Face BERT one
+(torch.nn.functional linear / layer_norm / gelu, scaled_dot_product_attention with
+the padding mask), then mean pooling and L2 normalisation.
+
+    python torch_bench.py --model DIR --sentences FILE [--batch 32] [--threads 2] [--out FILE]
+
+Prints `sentences/s: X` and `peak RSS: X MiB` (ru_maxrss); --out writes the
+embeddings as little-endian f32 rows in input order.
+"""
+
+import argparse
+import json
+import os
+import resource
+import struct
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+
+
+def load_weights(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__" or info["dtype"] != "F32":
+            continue
+        start, end = info["data_offsets"]
+        arr = np.frombuffer(data, dtype="<f4", count=(end - start) // 4, offset=8 + n + start)
+        out[name] = torch.from_numpy(arr.reshape(info["shape"]).copy())
+    return out
+
+
+class Bert:
+    def __init__(self, model_dir):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            self.cfg = json.load(f)
+        self.w = load_weights(os.path.join(model_dir, "model.safetensors"))
+
+    def forward(self, ids, mask):
+        w, cfg = self.w, self.cfg
+        h = cfg["hidden_size"]
+        heads = cfg["num_attention_heads"]
+        dh = h // heads
+        eps = cfg["layer_norm_eps"]
+        b, n = ids.shape
+        x = (F.embedding(ids, w["embeddings.word_embeddings.weight"])
+             + w["embeddings.position_embeddings.weight"][:n]
+             + w["embeddings.token_type_embeddings.weight"][0])
+        x = F.layer_norm(x, (h,), w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps)
+        attn_mask = (1.0 - mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+        for l in range(cfg["num_hidden_layers"]):
+            p = f"encoder.layer.{l}."
+            lin = lambda t, name: F.linear(t, w[p + name + ".weight"], w[p + name + ".bias"])
+            split = lambda t: t.view(b, n, heads, dh).transpose(1, 2)
+            q = split(lin(x, "attention.self.query"))
+            k = split(lin(x, "attention.self.key"))
+            v = split(lin(x, "attention.self.value"))
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+            ctx = ctx.transpose(1, 2).reshape(b, n, h)
+            x = F.layer_norm(lin(ctx, "attention.output.dense") + x, (h,),
+                             w[p + "attention.output.LayerNorm.weight"],
+                             w[p + "attention.output.LayerNorm.bias"], eps)
+            f = lin(F.gelu(lin(x, "intermediate.dense")), "output.dense")
+            x = F.layer_norm(f + x, (h,), w[p + "output.LayerNorm.weight"],
+                             w[p + "output.LayerNorm.bias"], eps)
+        m = mask[:, :, None].to(x.dtype)
+        pooled = (x * m).sum(1) / m.sum(1).clamp(min=1e-9)
+        return F.normalize(pooled, p=2, dim=1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--sentences", required=True)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    with open(args.sentences, encoding="utf-8") as f:
+        sentences = [l.rstrip("\r\n") for l in f]
+    model = Bert(args.model)
+    tok = Tokenizer.from_file(os.path.join(args.model, "tokenizer.json"))
+    tok.no_padding()
+    tok.enable_truncation(256)
+
+    start = time.perf_counter()
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_start = ru.ru_utime + ru.ru_stime
+    encoded = [e.ids for e in tok.encode_batch(sentences)]
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+    out = [None] * len(encoded)
+    with torch.inference_mode():
+        for s in range(0, len(order), args.batch):
+            idx = order[s : s + args.batch]
+            n = max(len(encoded[i]) for i in idx)
+            ids = torch.zeros((len(idx), n), dtype=torch.long)
+            mask = torch.zeros((len(idx), n), dtype=torch.long)
+            for r, i in enumerate(idx):
+                ids[r, : len(encoded[i])] = torch.tensor(encoded[i])
+                mask[r, : len(encoded[i])] = 1
+            emb = model.forward(ids, mask)
+            for r, i in enumerate(idx):
+                out[i] = emb[r].numpy()
+    secs = time.perf_counter() - start
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = ru.ru_utime + ru.ru_stime - cpu_start
+
+    if args.out:
+        np.stack(out).astype("<f4").tofile(args.out)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}")
+    print(f"embedding 0 begins: {', '.join(f'{v:.7f}' for v in out[0][:5])}")
+    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MiB")
+    print(f"time: {secs:.3f} s")
+    print(f"cpu: {cpu:.2f} s")
+    print(f"sentences/s: {len(sentences) / secs:.1f}")
+
+
+if __name__ == "__main__":
+    main()
