@@ -20,7 +20,7 @@ use super::strided::{run, Walk};
 use super::{check_input, error, KernelError, Par};
 use crate::ir::{BinaryOp, Layout, UnaryOp};
 
-/// Elements per register block: 16 KiB of f32, so a program's registers stay in L1/L2.
+/// Elements per register block: 2 KiB of f32 per register, so a program's registers stay in L1.
 pub const BLOCK: usize = 512;
 
 /// One instruction of a fused program; instruction `i` defines register `i`.
@@ -250,12 +250,22 @@ fn run_range_generic(
     regs: &mut [f32],
 ) {
     let len = outs.first().map_or(0, |o| o.len());
+    let last = program.instrs.len().saturating_sub(1);
+    let direct_last = program.outputs.len() == 1
+        && program.outputs[0] as usize == last
+        && !matches!(program.instrs[last], Instr::Input(_));
     let mut done = 0;
     while done < len {
         let n = (len - done).min(BLOCK);
         for (i, ins) in program.instrs.iter().enumerate() {
             let (before, after) = regs.split_at_mut(i * BLOCK);
-            let dst = &mut after[..n];
+            // The last instruction, when it is the only output, writes the output
+            // directly (one pass less over the block).
+            let dst = if direct_last && i == last {
+                &mut outs[0][done..done + n]
+            } else {
+                &mut after[..n]
+            };
             // A contiguous input is read in place: its register is the input itself.
             let reg = |r: u16| match program.instrs[r as usize] {
                 Instr::Input(k) if inputs[k as usize].1.is_contiguous() => {
@@ -278,6 +288,9 @@ fn run_range_generic(
             }
         }
         for (out, &r) in outs.iter_mut().zip(&program.outputs) {
+            if direct_last {
+                break;
+            }
             let from = match program.instrs[r as usize] {
                 Instr::Input(k) if inputs[k as usize].1.is_contiguous() => {
                     let (src, l) = inputs[k as usize];
