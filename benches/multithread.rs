@@ -8,7 +8,7 @@ use streamfuse::Tensor;
 
 const LAYERS: [usize; 4] = [256, 512, 512, 64];
 const BATCH: usize = 32;
-const PASSES: usize = 16;
+const PASSES: usize = 64;
 
 fn data(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
