@@ -14,25 +14,9 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use streamfuse::kernels::{self, Par};
 use streamfuse::Tensor;
 
-fn data(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        })
-        .collect()
-}
-
-fn t(dims: &[usize], seed: u64, scale: f32) -> Tensor {
-    let v = data(dims.iter().product(), seed)
-        .into_iter()
-        .map(|x| x * scale)
-        .collect();
-    Tensor::from_vec(v, dims).unwrap()
-}
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::{data, tensor as t};
 
 /// Eight element-wise ops; the result is computed (sync) and dropped, so that the
 /// timing holds the kernels and not a 64 MiB read-back.
@@ -87,92 +71,21 @@ fn chain(c: &mut Criterion) {
     g.finish();
 }
 
-/// One BERT encoder layer; `p` holds q, k, v, o weights and biases, two norms, and the FFN.
-fn encoder(x: &Tensor, p: &[Tensor], heads: usize) -> Tensor {
-    let (b, s, h) = (x.dims()[0], x.dims()[1], x.dims()[2]);
-    let d = h / heads;
-    let split = |t: Tensor| {
-        t.reshape(&[b, s, heads, d])
-            .unwrap()
-            .transpose(1, 2)
-            .unwrap()
-    };
-    let q = split(x.matmul(&p[0]).unwrap().add(&p[1]).unwrap());
-    let k = split(x.matmul(&p[2]).unwrap().add(&p[3]).unwrap());
-    let v = split(x.matmul(&p[4]).unwrap().add(&p[5]).unwrap());
-    let att = q
-        .matmul(&k.transpose(2, 3).unwrap())
-        .unwrap()
-        .affine(1.0 / (d as f64).sqrt(), 0.0)
-        .unwrap()
-        .softmax(-1)
-        .unwrap();
-    let ctx = att
-        .matmul(&v)
-        .unwrap()
-        .transpose(1, 2)
-        .unwrap()
-        .reshape(&[b, s, h])
-        .unwrap();
-    let h1 = ctx
-        .matmul(&p[6])
-        .unwrap()
-        .add(&p[7])
-        .unwrap()
-        .add(x)
-        .unwrap()
-        .layer_norm(&p[8], &p[9], 1e-12)
-        .unwrap();
-    let ff = h1
-        .matmul(&p[10])
-        .unwrap()
-        .add(&p[11])
-        .unwrap()
-        .gelu()
-        .unwrap();
-    ff.matmul(&p[12])
-        .unwrap()
-        .add(&p[13])
-        .unwrap()
-        .add(&h1)
-        .unwrap()
-        .layer_norm(&p[14], &p[15], 1e-12)
-        .unwrap()
-}
-
 fn bert(c: &mut Criterion) {
     let (batch, seq, h, ffn, heads) = (8, 128, 384, 1536, 12);
-    let shapes: Vec<Vec<usize>> = vec![
-        vec![h, h],
-        vec![h],
-        vec![h, h],
-        vec![h],
-        vec![h, h],
-        vec![h],
-        vec![h, h],
-        vec![h],
-        vec![h],
-        vec![h],
-        vec![h, ffn],
-        vec![ffn],
-        vec![ffn, h],
-        vec![h],
-        vec![h],
-        vec![h],
-    ];
-    let p: Vec<Tensor> = shapes
-        .iter()
-        .enumerate()
-        .map(|(i, d)| t(d, 10 + i as u64, 0.05))
-        .collect();
+    let p = support::encoder_params(h, ffn);
     let x = t(&[batch, seq, h], 3, 1.0);
     for fused in [true, false] {
         streamfuse::set_fusion(fused);
-        encoder(&x, &p, heads).to_vec::<f32>().unwrap(); // warm up pools and the cache
+        support::encoder(&x, &p, heads, None)
+            .to_vec::<f32>()
+            .unwrap(); // warm up pools and the cache
         streamfuse::reset_peak_bytes();
         let base = streamfuse::stats().live_bytes;
         let start = Instant::now();
-        encoder(&x, &p, heads).to_vec::<f32>().unwrap();
+        support::encoder(&x, &p, heads, None)
+            .to_vec::<f32>()
+            .unwrap();
         let ms = start.elapsed().as_secs_f64() * 1e3;
         let peak = streamfuse::stats().peak_bytes - base;
         let info = streamfuse::last_flush().unwrap();
@@ -192,7 +105,11 @@ fn bert(c: &mut Criterion) {
     for fused in [true, false] {
         g.bench_function(if fused { "fused" } else { "unfused" }, |b| {
             streamfuse::set_fusion(fused);
-            b.iter(|| encoder(&x, &p, heads).to_vec::<f32>().unwrap());
+            b.iter(|| {
+                support::encoder(&x, &p, heads, None)
+                    .to_vec::<f32>()
+                    .unwrap()
+            });
             streamfuse::set_fusion(true);
         });
     }

@@ -6,21 +6,13 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use streamfuse::Tensor;
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::data;
+
 const LAYERS: [usize; 4] = [256, 512, 512, 64];
 const BATCH: usize = 32;
 const PASSES: usize = 64;
-
-fn data(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        })
-        .collect()
-}
 
 fn forward(x: &Tensor, weights: &[(Tensor, Tensor)]) -> Vec<f32> {
     let mut h = x.clone();

@@ -6,20 +6,10 @@ use proptest::prelude::*;
 use streamfuse::runtime::observer;
 use streamfuse::{FlushInfo, Tensor};
 
-fn data(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        })
-        .collect()
-}
+mod support;
 
 fn t(dims: &[usize], seed: u64) -> Tensor {
-    Tensor::from_vec(data(dims.iter().product(), seed), dims).unwrap()
+    support::tensor(dims, seed, 1.0)
 }
 
 /// Runs `f` with fusion on and off on this thread; returns both results and the
@@ -119,88 +109,9 @@ fn intermediates_share_one_planned_arena_at_the_lower_bound() {
     assert_eq!(info.arena_bytes, info.arena_lower_bound, "{info:?}");
 }
 
-/// A BERT-style encoder layer (hidden 32, 4 heads), written as a user would.
-fn encoder(x: &Tensor, p: &[Tensor], mask: &Tensor) -> Tensor {
-    let (b, s, h, heads) = (x.dims()[0], x.dims()[1], 32, 4);
-    let d = h / heads;
-    let split = |t: Tensor| {
-        t.reshape(&[b, s, heads, d])
-            .unwrap()
-            .transpose(1, 2)
-            .unwrap()
-    };
-    let q = split(x.matmul(&p[0]).unwrap().add(&p[1]).unwrap());
-    let k = split(x.matmul(&p[2]).unwrap().add(&p[3]).unwrap());
-    let v = split(x.matmul(&p[4]).unwrap().add(&p[5]).unwrap());
-    let scores = q
-        .matmul(&k.transpose(2, 3).unwrap())
-        .unwrap()
-        .affine(1.0 / (d as f64).sqrt(), 0.0)
-        .unwrap()
-        .add(mask)
-        .unwrap()
-        .softmax(-1)
-        .unwrap();
-    let ctx = scores
-        .matmul(&v)
-        .unwrap()
-        .transpose(1, 2)
-        .unwrap()
-        .reshape(&[b, s, h])
-        .unwrap();
-    let attn = ctx
-        .matmul(&p[6])
-        .unwrap()
-        .add(&p[7])
-        .unwrap()
-        .add(x)
-        .unwrap();
-    let h1 = attn.layer_norm(&p[8], &p[9], 1e-12).unwrap();
-    let ff = h1
-        .matmul(&p[10])
-        .unwrap()
-        .add(&p[11])
-        .unwrap()
-        .gelu()
-        .unwrap();
-    let out = ff
-        .matmul(&p[12])
-        .unwrap()
-        .add(&p[13])
-        .unwrap()
-        .add(&h1)
-        .unwrap();
-    out.layer_norm(&p[14], &p[15], 1e-12).unwrap()
-}
-
-fn encoder_params() -> Vec<Tensor> {
-    let dims: [&[usize]; 16] = [
-        &[32, 32],
-        &[32],
-        &[32, 32],
-        &[32],
-        &[32, 32],
-        &[32],
-        &[32, 32],
-        &[32],
-        &[32],
-        &[32],
-        &[32, 64],
-        &[64],
-        &[64, 32],
-        &[32],
-        &[32],
-        &[32],
-    ];
-    dims.iter()
-        .enumerate()
-        .map(|(i, d)| t(d, 100 + i as u64))
-        .collect()
-}
-
 #[test]
 fn the_observer_sees_no_value_clobbered_before_its_last_read() {
-    let p = encoder_params();
+    let p = support::encoder_params(32, 64);
     let x = t(&[2, 6, 32], 7);
     let mask = Tensor::from_vec(
         vec![
@@ -209,13 +120,13 @@ fn the_observer_sees_no_value_clobbered_before_its_last_read() {
         &[2, 1, 1, 6],
     )
     .unwrap();
-    let (fused, plain, info) = both(|| encoder(&x, &p, &mask));
+    let (fused, plain, info) = both(|| support::encoder(&x, &p, 4, Some(&mask)));
     for (a, b) in fused.iter().zip(&plain) {
         assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
     }
     assert!(info.arena_bytes > 0 && info.arena_bytes >= info.arena_lower_bound);
     observer::start();
-    let y = encoder(&x, &p, &mask);
+    let y = support::encoder(&x, &p, 4, Some(&mask));
     y.to_vec::<f32>().unwrap();
     let records = observer::take();
     assert!(!records.is_empty());

@@ -1,0 +1,114 @@
+//! Helpers shared by the engine tests and the benches: deterministic data and a BERT
+//! encoder layer written with the public API, as a user would write it.
+//!
+//! Included with `#[path]` from benches, and as `mod support;` from tests; not every
+//! user needs every helper.
+#![allow(dead_code)]
+
+use streamfuse::Tensor;
+
+/// `n` deterministic values in `[-0.5, 0.5)` (xorshift).
+pub fn data(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+/// A tensor of `dims` filled with `data(.., seed)` times `scale`.
+pub fn tensor(dims: &[usize], seed: u64, scale: f32) -> Tensor {
+    let v = data(dims.iter().product(), seed)
+        .into_iter()
+        .map(|x| x * scale)
+        .collect();
+    Tensor::from_vec(v, dims).unwrap()
+}
+
+/// The sixteen parameters of an encoder layer of width `h` and FFN width `ffn`:
+/// q, k, v, output weights and biases, two layer norms, and the FFN.
+pub fn encoder_params(h: usize, ffn: usize) -> Vec<Tensor> {
+    let shapes: [Vec<usize>; 16] = [
+        vec![h, h],
+        vec![h],
+        vec![h, h],
+        vec![h],
+        vec![h, h],
+        vec![h],
+        vec![h, h],
+        vec![h],
+        vec![h],
+        vec![h],
+        vec![h, ffn],
+        vec![ffn],
+        vec![ffn, h],
+        vec![h],
+        vec![h],
+        vec![h],
+    ];
+    shapes
+        .iter()
+        .enumerate()
+        .map(|(i, d)| tensor(d, 100 + i as u64, 0.1))
+        .collect()
+}
+
+/// One BERT encoder layer over `x` `[batch, seq, h]` with `heads` heads and an optional
+/// additive attention mask broadcastable to `[batch, heads, seq, seq]`.
+pub fn encoder(x: &Tensor, p: &[Tensor], heads: usize, mask: Option<&Tensor>) -> Tensor {
+    let (b, s, h) = (x.dims()[0], x.dims()[1], x.dims()[2]);
+    let d = h / heads;
+    let split = |t: Tensor| {
+        t.reshape(&[b, s, heads, d])
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+    };
+    let q = split(x.matmul(&p[0]).unwrap().add(&p[1]).unwrap());
+    let k = split(x.matmul(&p[2]).unwrap().add(&p[3]).unwrap());
+    let v = split(x.matmul(&p[4]).unwrap().add(&p[5]).unwrap());
+    let mut scores = q
+        .matmul(&k.transpose(2, 3).unwrap())
+        .unwrap()
+        .affine(1.0 / (d as f64).sqrt(), 0.0)
+        .unwrap();
+    if let Some(m) = mask {
+        scores = scores.add(m).unwrap();
+    }
+    let att = scores.softmax(-1).unwrap();
+    let ctx = att
+        .matmul(&v)
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap()
+        .reshape(&[b, s, h])
+        .unwrap();
+    let h1 = ctx
+        .matmul(&p[6])
+        .unwrap()
+        .add(&p[7])
+        .unwrap()
+        .add(x)
+        .unwrap()
+        .layer_norm(&p[8], &p[9], 1e-12)
+        .unwrap();
+    let ff = h1
+        .matmul(&p[10])
+        .unwrap()
+        .add(&p[11])
+        .unwrap()
+        .gelu()
+        .unwrap();
+    ff.matmul(&p[12])
+        .unwrap()
+        .add(&p[13])
+        .unwrap()
+        .add(&h1)
+        .unwrap()
+        .layer_norm(&p[14], &p[15], 1e-12)
+        .unwrap()
+}
