@@ -211,33 +211,27 @@ fn run_range(
     run_range_generic(program, inputs, walks, outs, start, regs)
 }
 
-/// [`run_range_generic`] compiled for AVX-512.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-unsafe fn run_range_avx512(
-    program: &FusedProgram,
-    inputs: &[(&[f32], &Layout)],
-    walks: &[(Walk<1>, usize)],
-    outs: &mut [&mut [f32]],
-    start: usize,
-    regs: &mut [f32],
-) {
-    run_range_generic(program, inputs, walks, outs, start, regs)
+/// Defines `$name`: [`run_range_generic`] compiled with the target features `$features`.
+/// Callers must check that the CPU has them.
+macro_rules! simd_variant {
+    ($name:ident, $features:literal) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        unsafe fn $name(
+            program: &FusedProgram,
+            inputs: &[(&[f32], &Layout)],
+            walks: &[(Walk<1>, usize)],
+            outs: &mut [&mut [f32]],
+            start: usize,
+            regs: &mut [f32],
+        ) {
+            run_range_generic(program, inputs, walks, outs, start, regs)
+        }
+    };
 }
 
-/// [`run_range_generic`] compiled for AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn run_range_avx2(
-    program: &FusedProgram,
-    inputs: &[(&[f32], &Layout)],
-    walks: &[(Walk<1>, usize)],
-    outs: &mut [&mut [f32]],
-    start: usize,
-    regs: &mut [f32],
-) {
-    run_range_generic(program, inputs, walks, outs, start, regs)
-}
+simd_variant!(run_range_avx512, "avx512f,avx512vl,avx2,fma");
+simd_variant!(run_range_avx2, "avx2,fma");
 
 /// The block loop, written once; inlined into each target-feature variant.
 #[inline(always)]
