@@ -14,13 +14,15 @@
 //! `[rows, n] + [n]` (strides `[n, 1]` and `[0, 1]`) stays two dims with a contiguous
 //! inner run for both inputs, and a broadcast of a scalar becomes one run of stride 0.
 
+use crate::ir::Dims;
+
 /// A joint walk over `N` layouts that share the same dims.
 #[derive(Clone, Debug)]
 pub(crate) struct Walk<const N: usize> {
     /// The simplified outer dims (all but the innermost), outermost first.
-    outer_dims: Vec<usize>,
+    outer_dims: Dims,
     /// `outer_strides[k][j]`: the stride of input `k` along outer dim `j`.
-    outer_strides: [Vec<usize>; N],
+    outer_strides: [Dims; N],
     /// Length of the innermost (simplified) dim; 1 for a scalar.
     inner_len: usize,
     /// Stride of each input along the innermost dim.
@@ -33,8 +35,8 @@ impl<const N: usize> Walk<N> {
     /// Simplifies `N` layouts with the same `dims` (given by their strides and offsets).
     pub(crate) fn new(dims: &[usize], strides: [&[usize]; N], offsets: [usize; N]) -> Walk<N> {
         // Collected innermost first.
-        let mut sdims: Vec<usize> = Vec::with_capacity(dims.len());
-        let mut sstrides: [Vec<usize>; N] = std::array::from_fn(|_| Vec::with_capacity(dims.len()));
+        let mut sdims = Dims::new();
+        let mut sstrides: [Dims; N] = [Dims::new(); N];
         for i in (0..dims.len()).rev() {
             let d = dims[i];
             if d == 1 {
@@ -66,8 +68,11 @@ impl<const N: usize> Walk<N> {
         for s in sstrides.iter_mut() {
             s.reverse();
         }
-        let inner_len = sdims.pop().expect("at least one dim");
-        let inner_strides = std::array::from_fn(|k| sstrides[k].pop().expect("one stride per dim"));
+        let inner_len = sdims.remove(sdims.len() - 1);
+        let inner_strides = std::array::from_fn(|k| {
+            let n = sstrides[k].len();
+            sstrides[k].remove(n - 1)
+        });
         Walk {
             outer_dims: sdims,
             outer_strides: sstrides,
@@ -97,7 +102,7 @@ impl<const N: usize> Walk<N> {
         let row = start / self.inner_len;
         let mut col = start % self.inner_len;
         // Odometer over the outer dims, with the offsets of the current row.
-        let mut idx = vec![0usize; self.outer_dims.len()];
+        let mut idx = Dims::zeros(self.outer_dims.len());
         let mut offs = self.offsets;
         let mut rem = row;
         for j in (0..self.outer_dims.len()).rev() {
