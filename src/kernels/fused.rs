@@ -160,7 +160,8 @@ pub fn fused(
     let blocks = numel.div_ceil(BLOCK);
     let per_task = units_per_task(blocks, BLOCK * program.cost(), par);
     if per_task >= blocks {
-        let mut regs = vec![0f32; program.instrs.len() * BLOCK];
+        // Small outputs need registers only as long as themselves.
+        let mut regs = vec![0f32; program.instrs.len() * numel.clamp(1, BLOCK)];
         let mut outs: Vec<&mut [f32]> = outputs.iter_mut().map(|o| &mut **o).collect();
         run_range(program, inputs, &walks, &mut outs, 0, &mut regs);
         return Ok(());
@@ -244,15 +245,17 @@ fn run_range_generic(
     regs: &mut [f32],
 ) {
     let len = outs.first().map_or(0, |o| o.len());
+    // Register length: `regs` holds one register per instruction.
+    let blk = regs.len() / program.instrs.len().max(1);
     let last = program.instrs.len().saturating_sub(1);
     let direct_last = program.outputs.len() == 1
         && program.outputs[0] as usize == last
         && !matches!(program.instrs[last], Instr::Input(_));
     let mut done = 0;
     while done < len {
-        let n = (len - done).min(BLOCK);
+        let n = (len - done).min(blk);
         for (i, ins) in program.instrs.iter().enumerate() {
-            let (before, after) = regs.split_at_mut(i * BLOCK);
+            let (before, after) = regs.split_at_mut(i * blk);
             // The last instruction, when it is the only output, writes the output
             // directly (one pass less over the block).
             let dst = if direct_last && i == last {
@@ -267,7 +270,7 @@ fn run_range_generic(
                     let at = l.offset + start + done;
                     &src[at..at + n]
                 }
-                _ => &before[r as usize * BLOCK..r as usize * BLOCK + n],
+                _ => &before[r as usize * blk..r as usize * blk + n],
             };
             match *ins {
                 Instr::Input(k) => {
@@ -291,7 +294,7 @@ fn run_range_generic(
                     let at = l.offset + start + done;
                     &src[at..at + n]
                 }
-                _ => &regs[r as usize * BLOCK..r as usize * BLOCK + n],
+                _ => &regs[r as usize * blk..r as usize * blk + n],
             };
             out[done..done + n].copy_from_slice(from);
         }
