@@ -37,19 +37,8 @@ impl fmt::Display for StreamId {
 
 /// Engine-wide settings.
 pub(crate) mod config {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    static QUEUE_LIMIT: AtomicUsize = AtomicUsize::new(4096);
-
-    /// Ops a queue holds before it flushes by itself.
-    pub fn queue_limit() -> usize {
-        QUEUE_LIMIT.load(Ordering::Relaxed)
-    }
-
-    /// Sets the queue limit (at least 1).
-    pub fn set_queue_limit(n: usize) {
-        QUEUE_LIMIT.store(n.max(1), Ordering::Relaxed);
-    }
+    /// Ops a stream queues before it flushes by itself, unless set per stream.
+    pub const DEFAULT_QUEUE_LIMIT: usize = 4096;
 }
 
 static REGISTRY: Mutex<Option<HashMap<StreamId, Weak<StreamCell>>>> = Mutex::new(None);
@@ -150,9 +139,10 @@ pub fn sync() -> Result<()> {
     with_current(|c| c.sync())
 }
 
-/// Sets how many ops a stream queues before it flushes by itself (default 4096).
+/// Sets how many ops the calling thread's stream queues before it flushes by itself
+/// (default 4096; at least 1).
 pub fn set_queue_limit(n: usize) {
-    config::set_queue_limit(n)
+    with_current(|c| c.set_queue_limit(n))
 }
 
 /// Turns fusion, the plan cache and planned arenas on (the default) or off for the

@@ -98,6 +98,8 @@ struct Queue {
     threads: usize,
     /// Whether segments run through fused, cached plans.
     unfused: bool,
+    /// Ops queued before the stream flushes by itself (0: the default).
+    limit: usize,
     last_flush: Option<FlushInfo>,
     closed: bool,
 }
@@ -145,7 +147,12 @@ impl StreamCell {
             task: Task { op, inputs, output },
             rel,
         });
-        if q.ops.len() >= config::queue_limit() {
+        let limit = if q.limit == 0 {
+            config::DEFAULT_QUEUE_LIMIT
+        } else {
+            q.limit
+        };
+        if q.ops.len() >= limit {
             self.flush_locked(&mut q, u64::MAX, FlushReason::QueueLimit);
         }
     }
@@ -309,6 +316,11 @@ impl StreamCell {
     /// The stable hash of the ops queued now (the key the pending segment would have).
     pub fn pending_key(&self) -> u64 {
         self.queue.lock().rel.hash()
+    }
+
+    /// Sets how many ops this stream queues before it flushes by itself.
+    pub(crate) fn set_queue_limit(&self, n: usize) {
+        self.queue.lock().limit = n.max(1);
     }
 
     /// Turns fused, planned execution on or off for this stream.
