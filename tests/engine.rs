@@ -138,3 +138,29 @@ fn ranks_above_the_maximum_are_errors() {
     assert!(x.broadcast_as(&dims).is_err());
     assert_eq!(x.to_vec::<f32>().unwrap(), vec![1.0]);
 }
+
+#[test]
+fn a_long_element_wise_chain_is_split_into_several_fused_kernels() {
+    streamfuse::set_queue_limit(100_000);
+    let one = Tensor::ones(&[4], DType::F32).unwrap();
+    let mut x = Tensor::zeros(&[4], DType::F32).unwrap();
+    for _ in 0..3000 {
+        x = x.add(&one).unwrap();
+    }
+    assert_eq!(x.to_vec::<f32>().unwrap(), vec![3000.0; 4]);
+    let info = streamfuse::last_flush().unwrap();
+    assert!(info.kernels > 1, "{info:?}");
+    streamfuse::set_queue_limit(4096);
+}
+
+#[test]
+fn zero_sized_shapes_with_huge_dims_are_errors_not_overflows() {
+    assert!(Tensor::zeros(&[usize::MAX / 2 + 1, 0], DType::F32).is_err());
+    assert!(Tensor::zeros(&[0, usize::MAX, 4], DType::F32).is_err());
+    let a = Tensor::zeros(&[1 << 59, 0], DType::F32).unwrap();
+    let e = Tensor::cat(&[&a, &a, &a, &a, &a, &a, &a, &a, &a], 0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cat"), "{e}");
+    assert_eq!(a.to_vec::<f32>().unwrap(), Vec::<f32>::new());
+}

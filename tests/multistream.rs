@@ -149,3 +149,34 @@ fn two_streams_draining_each_other_do_not_deadlock() {
     assert_eq!(v[0], 600.0);
     assert_eq!(v[127], 727.0);
 }
+
+/// Ops recorded inside rayon jobs: each worker thread has its own stream, and a worker
+/// that flushes must not pick up another job of its own thread while its stream is
+/// locked (kernels on workers run serially).
+#[test]
+fn rayon_jobs_can_record_and_read_tensors() {
+    use rayon::prelude::*;
+    // More workers than cores, so that workers wait inside parallel kernels.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(4)
+        .build()
+        .unwrap();
+    let mut sums = Vec::new();
+    for _round in 0..8 {
+        sums = pool.install(|| {
+            (0..64)
+                .into_par_iter()
+                .map(|i| {
+                    let x = Tensor::full(i as f32 / 64.0, &[1 << 20]).unwrap();
+                    let y = x.exp().unwrap().add(&x).unwrap();
+                    let v = y.to_vec::<f32>().unwrap();
+                    v[v.len() / 2]
+                })
+                .collect()
+        });
+    }
+    for (i, s) in sums.iter().enumerate() {
+        let v = i as f32 / 64.0;
+        assert!((s - (v.exp() + v)).abs() < 1e-4, "job {i}: {s}");
+    }
+}

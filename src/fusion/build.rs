@@ -124,6 +124,10 @@ fn describe(ops: &[&Op], rels: &[&RelativeOp], n: usize) -> (Vec<Value>, Vec<Fac
     (values, facts)
 }
 
+/// The most ops one fused kernel takes: keeps register numbers (u16) far from
+/// overflow and the register file (512 f32 per instruction) in L2.
+const MAX_GROUP_OPS: usize = 64;
+
 fn fusible(op: &Op) -> bool {
     matches!(op.kind, OpKind::Unary(_) | OpKind::Binary(_))
         && op.output.as_ref().is_some_and(|o| o.dtype == DType::F32)
@@ -155,6 +159,7 @@ fn fuse(ops: &[&Op], rels: &[&RelativeOp], facts: &[Facts], values: &[Value]) ->
                 .dims;
             let join = producing_groups.iter().find(|&&(g, v)| {
                 groups[g].2
+                    && groups[g].0.len() < MAX_GROUP_OPS
                     && groups[g].1 == dims
                     && values[v as usize].layout == Layout::contiguous(&dims)
                     && facts[v as usize].root == v

@@ -195,6 +195,14 @@ impl StreamCell {
             },
             rel,
         });
+        let limit = if q.limit == 0 {
+            config::DEFAULT_QUEUE_LIMIT
+        } else {
+            q.limit
+        };
+        if q.ops.len() >= limit {
+            self.flush_locked(&mut q, u64::MAX, FlushReason::QueueLimit);
+        }
     }
 
     /// Runs every queued op up to and including absolute position `upto` (all of them
@@ -334,7 +342,13 @@ impl StreamCell {
     }
 }
 
+/// The thread budget of a flush. On a rayon worker thread kernels run serially: a
+/// worker that waited inside a parallel kernel could pick up another rayon job of the
+/// same thread, which would record on this very stream while its lock is held.
 fn par(threads: usize) -> Par {
+    if rayon::current_thread_index().is_some() {
+        return Par::serial();
+    }
     if threads == 0 {
         Par::all()
     } else {

@@ -79,13 +79,20 @@ fn checked_numel(dims: &[usize], op: &'static str) -> Result<usize> {
             ),
         });
     }
-    dims.iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .filter(|&n| n <= isize::MAX as usize / 8)
-        .ok_or_else(|| Error::Shape {
+    // Dims of size 0 do not excuse the others: strides are products of the dims after
+    // them, so those products must fit too.
+    let limit = isize::MAX as usize / 8;
+    let fits = dims
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d.max(1)))
+        .is_some_and(|n| n <= limit);
+    if !fits {
+        return Err(Error::Shape {
             op,
             msg: format!("shape {dims:?} has too many elements"),
-        })
+        });
+    }
+    Ok(dims.iter().product())
 }
 
 impl Tensor {

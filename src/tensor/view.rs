@@ -172,8 +172,14 @@ impl Tensor {
                     ),
                 });
             }
-            dims[d] += t.dims()[d];
+            dims[d] = dims[d]
+                .checked_add(t.dims()[d])
+                .ok_or_else(|| Error::Shape {
+                    op,
+                    msg: format!("joined dim {d} overflows"),
+                })?;
         }
+        super::checked_numel(&dims, op)?;
         Ok(Tensor::record(
             OpKind::Cat { dim: d },
             tensors,
