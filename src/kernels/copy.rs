@@ -11,7 +11,7 @@ use std::any::Any;
 
 use super::elementwise::map;
 use super::par::for_each_chunk;
-use super::strided::{run, Walk};
+use super::strided::{copy_runs, Walk};
 use super::{check_dst, check_input, error, KernelError, Par};
 use crate::ir::{Element, Layout};
 
@@ -139,25 +139,6 @@ pub fn cat<T: Element>(
         }
     });
     Ok(())
-}
-
-/// Copies elements `start..start + out.len()` (row-major) of a walked input into `out`.
-fn copy_runs<T: Element>(src: &[T], walk: &Walk<1>, start: usize, out: &mut [T]) {
-    let stride = walk.inner_strides()[0];
-    let mut pos = 0;
-    walk.for_each_run(start, out.len(), |[first], len| {
-        let out = &mut out[pos..pos + len];
-        pos += len;
-        match stride {
-            1 => out.copy_from_slice(&src[first..first + len]),
-            0 => out.fill(src[first]),
-            s => {
-                for (d, &x) in out.iter_mut().zip(run(src, first, s, len)) {
-                    *d = x;
-                }
-            }
-        }
-    });
 }
 
 #[cfg(test)]

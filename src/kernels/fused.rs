@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use super::math;
 use super::par::units_per_task;
-use super::strided::{run, Walk};
+use super::strided::{copy_runs, Walk};
 use super::{check_input, error, KernelError, Par};
 use crate::ir::{BinaryOp, Layout, UnaryOp};
 
@@ -149,13 +149,9 @@ pub fn fused(
             format_args!("an output holds {} elements, {numel} expected", o.len()),
         ));
     }
-    let walks: Vec<(Walk<1>, usize)> = inputs
+    let walks: Vec<Walk<1>> = inputs
         .iter()
-        .map(|(_, l)| {
-            let w = Walk::new(&l.dims, [&l.strides], [l.offset]);
-            let s = w.inner_strides()[0];
-            (w, s)
-        })
+        .map(|(_, l)| Walk::new(&l.dims, [&l.strides], [l.offset]))
         .collect();
     let blocks = numel.div_ceil(BLOCK);
     let per_task = units_per_task(blocks, BLOCK * program.cost(), par);
@@ -188,7 +184,7 @@ pub fn fused(
 fn run_range(
     program: &FusedProgram,
     inputs: &[(&[f32], &Layout)],
-    walks: &[(Walk<1>, usize)],
+    walks: &[Walk<1>],
     outs: &mut [&mut [f32]],
     start: usize,
     regs: &mut [f32],
@@ -221,7 +217,7 @@ macro_rules! simd_variant {
         unsafe fn $name(
             program: &FusedProgram,
             inputs: &[(&[f32], &Layout)],
-            walks: &[(Walk<1>, usize)],
+            walks: &[Walk<1>],
             outs: &mut [&mut [f32]],
             start: usize,
             regs: &mut [f32],
@@ -239,7 +235,7 @@ simd_variant!(run_range_avx2, "avx2,fma");
 fn run_range_generic(
     program: &FusedProgram,
     inputs: &[(&[f32], &Layout)],
-    walks: &[(Walk<1>, usize)],
+    walks: &[Walk<1>],
     outs: &mut [&mut [f32]],
     start: usize,
     regs: &mut [f32],
@@ -276,8 +272,7 @@ fn run_range_generic(
                 Instr::Input(k) => {
                     let (src, l) = inputs[k as usize];
                     if !l.is_contiguous() {
-                        let (walk, stride) = &walks[k as usize];
-                        load(src, walk, *stride, start + done, dst);
+                        copy_runs(src, &walks[k as usize], start + done, dst);
                     }
                 }
                 Instr::Unary(op, a) => unary_block(op, reg(a), dst),
@@ -300,25 +295,6 @@ fn run_range_generic(
         }
         done += n;
     }
-}
-
-/// Copies output elements `start..start + dst.len()` of one input into `dst`.
-#[inline(always)]
-fn load(src: &[f32], walk: &Walk<1>, stride: usize, start: usize, dst: &mut [f32]) {
-    let mut pos = 0;
-    walk.for_each_run(start, dst.len(), |[first], len| {
-        let d = &mut dst[pos..pos + len];
-        match stride {
-            1 => d.copy_from_slice(&src[first..first + len]),
-            0 => d.fill(src[first]),
-            s => {
-                for (t, &x) in d.iter_mut().zip(run(src, first, s, len)) {
-                    *t = x;
-                }
-            }
-        }
-        pos += len;
-    });
 }
 
 /// `dst[i] = op(a[i])`; one loop per op so that each is vectorised.
@@ -457,9 +433,7 @@ mod tests {
             ],
             outputs: vec![5],
         };
-        let walk = Walk::new(&la.dims, [&la.strides], [la.offset]);
-        let stride = walk.inner_strides()[0];
-        let walks = vec![(walk, stride)];
+        let walks = vec![Walk::new(&la.dims, [&la.strides], [la.offset])];
         let mut regs = vec![0f32; p.instrs.len() * BLOCK];
         let mut o1 = vec![0f32; 3000];
         let mut o2 = vec![0f32; 3000];

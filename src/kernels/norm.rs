@@ -10,7 +10,7 @@
 
 use super::math;
 use super::par::for_each_chunk;
-use super::strided::{run, Walk};
+use super::strided::{copy_runs, run, Walk};
 use super::{check_dst, check_input, error, KernelError, Par};
 use crate::ir::Layout;
 
@@ -137,22 +137,8 @@ where
     F: Fn(&mut [f32]) + Sync + Send,
 {
     let walk = Walk::new(&layout.dims, [&layout.strides], [layout.offset]);
-    let stride = walk.inner_strides()[0];
     for_each_chunk(dst, n, n * cost, par, |first_row, out| {
-        let mut pos = 0;
-        walk.for_each_run(first_row * n, out.len(), |[first], len| {
-            let out = &mut out[pos..pos + len];
-            pos += len;
-            match stride {
-                1 => out.copy_from_slice(&src[first..first + len]),
-                0 => out.fill(src[first]),
-                s => {
-                    for (d, &x) in out.iter_mut().zip(run(src, first, s, len)) {
-                        *d = x;
-                    }
-                }
-            }
-        });
+        copy_runs(src, &walk, first_row * n, out);
         for row in out.chunks_exact_mut(n) {
             f(row);
         }

@@ -171,6 +171,26 @@ pub(crate) fn run<T>(
         .step_by(stride.max(1))
 }
 
+/// Copies elements `start..start + out.len()` (row-major) of a walked input into `out`.
+#[inline(always)]
+pub(crate) fn copy_runs<T: Copy>(src: &[T], walk: &Walk<1>, start: usize, out: &mut [T]) {
+    let stride = walk.inner_strides()[0];
+    let mut pos = 0;
+    walk.for_each_run(start, out.len(), |[first], len| {
+        let out = &mut out[pos..pos + len];
+        pos += len;
+        match stride {
+            1 => out.copy_from_slice(&src[first..first + len]),
+            0 => out.fill(src[first]),
+            s => {
+                for (d, &x) in out.iter_mut().zip(run(src, first, s, len)) {
+                    *d = x;
+                }
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

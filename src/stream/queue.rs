@@ -147,14 +147,7 @@ impl StreamCell {
             task: Task { op, inputs, output },
             rel,
         });
-        let limit = if q.limit == 0 {
-            config::DEFAULT_QUEUE_LIMIT
-        } else {
-            q.limit
-        };
-        if q.ops.len() >= limit {
-            self.flush_locked(&mut q, u64::MAX, FlushReason::QueueLimit);
-        }
+        self.flush_if_full(&mut q);
     }
 
     /// Queues the Drop of a tensor whose last handle went away, if the tensor is still
@@ -195,13 +188,18 @@ impl StreamCell {
             },
             rel,
         });
+        self.flush_if_full(&mut q);
+    }
+
+    /// Flushes the whole queue when it has reached the stream's limit.
+    fn flush_if_full(&self, q: &mut Queue) {
         let limit = if q.limit == 0 {
             config::DEFAULT_QUEUE_LIMIT
         } else {
             q.limit
         };
         if q.ops.len() >= limit {
-            self.flush_locked(&mut q, u64::MAX, FlushReason::QueueLimit);
+            self.flush_locked(q, u64::MAX, FlushReason::QueueLimit);
         }
     }
 
