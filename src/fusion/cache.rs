@@ -67,41 +67,51 @@ static CACHE: RwLock<Option<HashMap<u64, Vec<Entry>>>> = RwLock::new(None);
 static HITS: AtomicUsize = AtomicUsize::new(0);
 static MISSES: AtomicUsize = AtomicUsize::new(0);
 
-fn find(entries: &[Entry], ops: &[&Op], rels: &[&RelativeOp]) -> Option<Arc<ExecutionPlan>> {
+fn find<T>(
+    entries: &[Entry],
+    segment: &[T],
+    parts: &impl Fn(&T) -> (&Op, &RelativeOp),
+) -> Option<Arc<ExecutionPlan>> {
     entries
         .iter()
         .find(|e| {
-            e.signature.len() == ops.len()
-                && e.signature
-                    .iter()
-                    .zip(ops.iter().zip(rels))
-                    .all(|(s, (op, rel))| s.matches(op, rel))
+            e.signature.len() == segment.len()
+                && e.signature.iter().zip(segment).all(|(s, t)| {
+                    let (op, rel) = parts(t);
+                    s.matches(op, rel)
+                })
         })
         .map(|e| e.plan.clone())
 }
 
-/// The plan of the segment `ops` (with relative forms `rels`) and key `key`, built on a
-/// miss. Returns the plan and whether it was a hit.
-pub fn get_or_build(key: u64, ops: &[&Op], rels: &[&RelativeOp]) -> (Arc<ExecutionPlan>, bool) {
+/// The plan of the segment `segment` (each element's op and relative form given by
+/// `parts`) with key `key`, built on a miss. Returns the plan and whether it was a hit;
+/// a hit allocates nothing.
+pub fn get_or_build<T>(
+    key: u64,
+    segment: &[T],
+    parts: impl Fn(&T) -> (&Op, &RelativeOp),
+) -> (Arc<ExecutionPlan>, bool) {
     if let Some(plan) = CACHE
         .read()
         .as_ref()
         .and_then(|m| m.get(&key))
-        .and_then(|entries| find(entries, ops, rels))
+        .and_then(|entries| find(entries, segment, &parts))
     {
         HITS.fetch_add(1, Ordering::Relaxed);
         return (plan, true);
     }
     MISSES.fetch_add(1, Ordering::Relaxed);
-    let plan = Arc::new(build(ops, rels));
+    let (ops, rels): (Vec<&Op>, Vec<&RelativeOp>) = segment.iter().map(&parts).unzip();
+    let plan = Arc::new(build(&ops, &rels));
     let signature = ops
         .iter()
-        .zip(rels)
+        .zip(&rels)
         .map(|(o, r)| SigOp::new(o, r))
         .collect();
     let mut map = CACHE.write();
     let entries = map.get_or_insert_with(HashMap::new).entry(key).or_default();
-    if let Some(existing) = find(entries, ops, rels) {
+    if let Some(existing) = find(entries, segment, &parts) {
         return (existing, false); // another stream built it meanwhile
     }
     entries.push(Entry {

@@ -7,7 +7,7 @@
 //! layout the engine builds stays inside its buffer: `offset + max_index() < buffer.len()`
 //! is checked by the kernels before they index.
 
-use super::Dims;
+use super::{Dims, MAX_RANK};
 
 /// Dims, strides (in elements) and offset of a tensor over its buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -169,13 +169,16 @@ impl Layout {
         }
         // Merge old dims into chunks that are mutually contiguous, then split each chunk
         // across the new dims that cover exactly its element count.
-        let old: Vec<(usize, usize)> = self
-            .dims
-            .iter()
-            .zip(&self.strides)
-            .filter(|(&d, _)| d != 1)
-            .map(|(&d, &s)| (d, s))
-            .collect();
+        // (dim, stride) pairs of the old dims other than 1, kept inline.
+        let mut old = [(0usize, 0usize); MAX_RANK];
+        let mut n_old = 0;
+        for (&d, &s) in self.dims.iter().zip(&self.strides) {
+            if d != 1 {
+                old[n_old] = (d, s);
+                n_old += 1;
+            }
+        }
+        let old = &old[..n_old];
         let mut strides = Dims::zeros(dims.len());
         let mut oi = 0;
         let mut ni = 0;

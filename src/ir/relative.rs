@@ -15,7 +15,7 @@ use super::{Op, TensorId};
 
 /// The ids of one op in relative form: inputs then output, numbered by first appearance
 /// in the segment.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RelativeOp {
     /// Relative ids of the inputs, in the op's input order.
     pub inputs: Vec<u32>,
@@ -124,7 +124,17 @@ impl RelativeBuilder {
 
     /// Renumbers `op` and folds it into the segment hash.
     pub fn push(&mut self, op: &Op) -> RelativeOp {
-        let inputs: Vec<u32> = op.inputs.iter().map(|t| self.relative(t.id)).collect();
+        self.push_into(op, Vec::with_capacity(op.inputs.len()))
+    }
+
+    /// [`push`](Self::push), writing the relative input ids into `inputs` (emptied
+    /// first): a caller that recycles these vectors records without allocating.
+    pub fn push_into(&mut self, op: &Op, mut inputs: Vec<u32>) -> RelativeOp {
+        inputs.clear();
+        for t in &op.inputs {
+            let r = self.relative(t.id);
+            inputs.push(r);
+        }
         let output = op.output.as_ref().map(|t| self.relative(t.id));
         let h = &mut self.hasher;
         op.kind.hash(h);

@@ -12,10 +12,12 @@ use std::sync::Arc;
 
 use super::{Buffer, Data, DataMut, Slot, SlotState, StorageElement};
 use crate::error::Error;
+use crate::ir::relative::RelativeOp;
 use crate::ir::{DType, Element, Layout, Op, OpKind, ReduceOp};
 use crate::kernels::{self, KernelError, Par};
 
-/// One op ready to run: its description and the slots it reads and fills.
+/// One op ready to run: its description, the slots it reads and fills, and its relative
+/// form in the segment it was queued in.
 #[derive(Debug)]
 pub struct Task {
     /// What to compute.
@@ -24,14 +26,42 @@ pub struct Task {
     pub inputs: Vec<Arc<Slot>>,
     /// The slot of `op.output`.
     pub output: Option<Arc<Slot>>,
+    /// The op with ids numbered by first appearance in its segment (the plan-cache key
+    /// and the plan's value numbers).
+    pub rel: RelativeOp,
 }
 
-/// Runs `tasks` in order with kernels limited to `par`; returns the first error.
-pub fn execute(tasks: impl IntoIterator<Item = Task>, par: Par) -> Option<Error> {
+impl Task {
+    /// Lets go of the task's slots (the last reference of a slot recycles it), keeping
+    /// the emptied vectors for reuse.
+    pub fn release_slots(&mut self) {
+        for s in self.inputs.drain(..) {
+            Slot::release(s);
+        }
+        if let Some(s) = self.output.take() {
+            Slot::release(s);
+        }
+    }
+}
+
+/// Runs `tasks` in order with kernels limited to `par`; returns the first error. Each
+/// task lets go of its slots right after it runs, so a buffer goes back to the pool as
+/// soon as its last reader has run.
+pub fn execute<'a>(tasks: impl IntoIterator<Item = &'a mut Task>, par: Par) -> Option<Error> {
     let mut first_error = None;
     for task in tasks {
-        let Some(out) = &task.output else { continue };
-        let state = match gather(&task) {
+        run_task(task, par, &mut first_error);
+        task.release_slots();
+    }
+    first_error
+}
+
+/// Runs one task and fills its output slot; a kernel error is also kept in
+/// `first_error` (if that holds none yet).
+fn run_task(task: &Task, par: Par, first_error: &mut Option<Error>) {
+    {
+        let Some(out) = &task.output else { return };
+        let state = match gather(task) {
             Err(e) => SlotState::Failed(e),
             Ok(inputs) => match run(&task.op, &inputs, par) {
                 Ok(buffer) => SlotState::Ready(buffer),
@@ -48,7 +78,6 @@ pub fn execute(tasks: impl IntoIterator<Item = Task>, par: Par) -> Option<Error>
         };
         out.set(state);
     }
-    first_error
 }
 
 /// The input buffers of a task, or the error of a failed input.
@@ -116,10 +145,12 @@ fn run(op: &Op, inputs: &[Arc<Buffer>], par: Par) -> Result<Arc<Buffer>, KernelE
     if let OpKind::View = op.kind {
         return Ok(inputs[0].clone());
     }
-    let mut buffer = Buffer::alloc(out.dtype, out.layout.numel());
+    let mut buffer = Buffer::shared(out.dtype, out.layout.numel());
     let data: Vec<Data<'_>> = inputs.iter().map(|b| b.data()).collect();
-    run_into(op, &data, buffer.data_mut(), par)?;
-    Ok(Arc::new(buffer))
+    let out = Arc::get_mut(&mut buffer)
+        .ok_or_else(|| KernelError("a fresh buffer is shared (engine bug)".into()))?;
+    run_into(op, &data, out.data_mut(), par)?;
+    Ok(buffer)
 }
 
 /// Runs one op's kernel: reads `inputs` (in the op's input order, through the layouts

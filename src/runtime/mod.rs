@@ -8,11 +8,12 @@
 mod execute;
 pub mod observer;
 mod planned;
+pub(crate) mod recycle;
 mod slot;
 mod storage;
 
 pub use execute::{execute, run_into, Task};
-pub use planned::{execute_plan, pooled_arena_bytes};
+pub use planned::{execute_plan, pooled_arena_bytes, PlanScratch};
 pub use slot::{Slot, SlotState};
 pub use storage::{
     live_buffers, live_bytes, peak_bytes, pooled_bytes, reset_peak_bytes, size_class, Buffer, Data,

@@ -19,7 +19,7 @@ use super::observer;
 use super::{Buffer, Data, DataMut, Slot, SlotState, Task};
 use crate::error::Error;
 use crate::fusion::{ExecutionPlan, Home, Kernel};
-use crate::ir::relative::RelativeOp;
+use crate::ir::Layout;
 use crate::kernels::{self, KernelError, Par};
 
 /// Free arenas, kept for the next segment.
@@ -60,20 +60,72 @@ pub fn pooled_arena_bytes() -> usize {
     ARENAS.lock().iter().map(|a| a.len() * 4).sum()
 }
 
-/// Splits `arena` into the regions `writes` (`(start, len)`, pairwise disjoint) and the
-/// read-only gaps between them (with their start offsets).
-#[allow(clippy::type_complexity)]
+/// Reuses the allocation of an emptied vector for elements of another type with the
+/// same size and alignment (std collects a mapped `IntoIter` in place), so scratch
+/// vectors that hold borrows of one segment's arena can be kept for the next one.
+fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
+    v.clear();
+    v.into_iter()
+        .map(|_| unreachable!("the vector is empty"))
+        .collect()
+}
+
+/// Scratch vectors of [`execute_plan`], kept by a stream between its segments so that
+/// replaying a cached plan allocates nothing.
+#[derive(Debug, Default)]
+pub struct PlanScratch {
+    /// Per value: the task and input position (`u32::MAX`: the output) of its slot.
+    slot_at: Vec<Option<(u32, u32)>>,
+    /// Buffers of inputs and pooled values, by relative id.
+    bufs: Vec<Option<Arc<Buffer>>>,
+    /// The error of each failed value.
+    failed: Vec<Option<Error>>,
+    /// Kernels of the current level that run.
+    runnable: Vec<usize>,
+    /// Arena regions `(start, len)` written by the current level, kernel by kernel.
+    writes: Vec<(usize, usize)>,
+    /// Per runnable kernel: its index, arena outputs and pooled outputs.
+    jobs: Vec<Job>,
+    /// Pooled outputs of the current level, kernel by kernel.
+    pooled: Vec<(u32, Arc<Buffer>)>,
+    /// One result per runnable kernel.
+    results: Vec<Result<(), KernelError>>,
+    /// Sort order of `writes` while carving.
+    order: Vec<usize>,
+    /// Storage for the carved output slices (same size as `Option<&mut [f32]>`).
+    outs: Vec<(usize, usize)>,
+    /// Storage for the carved read-only gaps (same size as `(usize, &[f32])`).
+    gaps: Vec<(usize, usize, usize)>,
+}
+
+/// One kernel of a level: its index in the plan and how many arena and pooled outputs
+/// it writes.
+#[derive(Clone, Copy, Debug)]
+struct Job {
+    kernel: usize,
+    arena: usize,
+    pooled: usize,
+}
+
+/// Splits `arena` into the regions `writes` (`(start, len)`, pairwise disjoint; put in
+/// `out` in the order of `writes`) and the read-only gaps between them (with their
+/// start offsets, into `gaps`).
 fn carve<'a>(
     arena: &'a mut [f32],
     writes: &[(usize, usize)],
-) -> Result<(Vec<&'a mut [f32]>, Vec<(usize, &'a [f32])>), KernelError> {
-    let mut order: Vec<usize> = (0..writes.len()).collect();
-    order.sort_by_key(|&i| writes[i].0);
-    let mut out: Vec<Option<&'a mut [f32]>> = (0..writes.len()).map(|_| None).collect();
-    let mut gaps = Vec::with_capacity(writes.len() + 1);
+    order: &mut Vec<usize>,
+    out: &mut Vec<Option<&'a mut [f32]>>,
+    gaps: &mut Vec<(usize, &'a [f32])>,
+) -> Result<(), KernelError> {
+    order.clear();
+    order.extend(0..writes.len());
+    order.sort_unstable_by_key(|&i| writes[i].0);
+    out.clear();
+    out.resize_with(writes.len(), || None);
+    gaps.clear();
     let mut rest = arena;
     let mut at = 0;
-    for i in order {
+    for &i in order.iter() {
         let (start, len) = writes[i];
         if start < at || start + len > at + rest.len() {
             return Err(KernelError(format!(
@@ -88,12 +140,7 @@ fn carve<'a>(
         at = start + len;
     }
     gaps.push((at, &*rest));
-    Ok((
-        out.into_iter()
-            .map(|w| w.expect("every write carved"))
-            .collect(),
-        gaps,
-    ))
+    Ok(())
 }
 
 /// The read-only region `start..start + len` of a carved arena.
@@ -112,33 +159,40 @@ fn read<'a>(
         })
 }
 
-struct Run<'p> {
-    plan: &'p ExecutionPlan,
-    /// Buffers of inputs and pooled values, by relative id.
-    bufs: Vec<Option<Arc<Buffer>>>,
-    failed: Vec<Option<Error>>,
+/// What the kernels of one level read: the plan, the segment's ops, the buffers of
+/// inputs and pooled values, and the arena's read-only gaps.
+struct Reads<'a, 'g> {
+    plan: &'a ExecutionPlan,
+    tasks: &'a [Task],
+    bufs: &'a [Option<Arc<Buffer>>],
+    gaps: &'a [(usize, &'g [f32])],
 }
 
-impl Run<'_> {
-    fn root(&self, v: u32) -> usize {
-        match self.plan.values[v as usize].home {
-            Home::View { root } => root as usize,
-            _ => v as usize,
-        }
+/// The value whose buffer value `v` reads.
+fn root(plan: &ExecutionPlan, v: u32) -> usize {
+    match plan.values[v as usize].home {
+        Home::View { root } => root as usize,
+        _ => v as usize,
     }
+}
 
-    fn region(&self, r: usize) -> Option<(usize, usize)> {
-        match self.plan.values[r].home {
-            Home::Arena { offset } => Some((offset, self.plan.values[r].layout.numel())),
-            _ => None,
-        }
+/// The arena region `(offset, len)` of root `r`, if it is planned in the arena.
+fn region(plan: &ExecutionPlan, r: usize) -> Option<(usize, usize)> {
+    match plan.values[r].home {
+        Home::Arena { offset } => Some((offset, plan.values[r].layout.numel())),
+        _ => None,
     }
+}
 
+impl<'a> Reads<'a, '_> {
     /// The elements of value `v`'s root, from a buffer or the carved arena.
-    fn data<'a>(&'a self, v: u32, gaps: &[(usize, &'a [f32])]) -> Result<Data<'a>, KernelError> {
-        let r = self.root(v);
-        if let Some((start, len)) = self.region(r) {
-            return Ok(Data::F32(read(gaps, start, len)?));
+    fn data(&self, v: u32) -> Result<Data<'a>, KernelError>
+    where
+        Self: 'a,
+    {
+        let r = root(self.plan, v);
+        if let Some((start, len)) = region(self.plan, r) {
+            return Ok(Data::F32(read(self.gaps, start, len)?));
         }
         self.bufs[r]
             .as_ref()
@@ -147,36 +201,47 @@ impl Run<'_> {
     }
 }
 
-/// Runs `plan` for a segment whose ops are `tasks` with relative forms `rels`; fills
-/// the slots of escaping values. Returns the first kernel error.
+/// Runs `plan` for the segment `tasks` (whose relative forms the plan was made from);
+/// fills the slots of escaping values. Returns the first kernel error. `scratch` holds
+/// the bookkeeping between calls (no allocation once it has grown to the plan).
 pub fn execute_plan(
     plan: &ExecutionPlan,
-    tasks: Vec<Task>,
-    rels: &[RelativeOp],
+    tasks: &[Task],
+    scratch: &mut PlanScratch,
     par: Par,
 ) -> Option<Error> {
     let n = plan.values.len();
-    let mut slots: Vec<Option<Arc<Slot>>> = vec![None; n];
-    for (task, rel) in tasks.iter().zip(rels) {
-        for (s, &v) in task.inputs.iter().zip(&rel.inputs) {
-            slots[v as usize].get_or_insert_with(|| s.clone());
+    let s = &mut *scratch;
+    s.slot_at.clear();
+    s.slot_at.resize(n, None);
+    s.bufs.clear();
+    s.bufs.resize(n, None);
+    s.failed.clear();
+    s.failed.resize(n, None);
+    for (t, task) in tasks.iter().enumerate() {
+        for (pos, &v) in task.rel.inputs.iter().enumerate() {
+            s.slot_at[v as usize].get_or_insert((t as u32, pos as u32));
         }
-        if let (Some(s), Some(v)) = (&task.output, rel.output) {
-            slots[v as usize] = Some(s.clone());
+        if let (Some(_), Some(v)) = (&task.output, task.rel.output) {
+            s.slot_at[v as usize] = Some((t as u32, u32::MAX));
         }
     }
-    let mut run = Run {
-        plan,
-        bufs: vec![None; n],
-        failed: vec![None; n],
+    let slot = |at: Option<(u32, u32)>| -> Option<&Arc<Slot>> {
+        let (t, pos) = at?;
+        let task = &tasks[t as usize];
+        if pos == u32::MAX {
+            task.output.as_ref()
+        } else {
+            task.inputs.get(pos as usize)
+        }
     };
-    for (v, slot) in slots.iter().enumerate() {
+    for v in 0..n {
         if plan.values[v].home == Home::Input {
-            match slot.as_ref().map(|s| s.state()) {
-                Some(SlotState::Ready(b)) => run.bufs[v] = Some(b),
-                Some(SlotState::Failed(e)) => run.failed[v] = Some(e),
+            match slot(s.slot_at[v]).map(|s| s.state()) {
+                Some(SlotState::Ready(b)) => s.bufs[v] = Some(b),
+                Some(SlotState::Failed(e)) => s.failed[v] = Some(e),
                 _ => {
-                    run.failed[v] = Some(Error::Kernel {
+                    s.failed[v] = Some(Error::Kernel {
                         op: "segment",
                         msg: format!("input r{v} was never computed (engine bug)"),
                     })
@@ -194,22 +259,22 @@ pub fn execute_plan(
         while end < plan.kernels.len() && plan.levels[end] == plan.levels[k] {
             end += 1;
         }
-        let mut runnable = Vec::with_capacity(end - k);
+        s.runnable.clear();
         for (i, kernel) in plan.kernels[k..end].iter().enumerate() {
             let (ins, outs) = crate::fusion::kernel_io(kernel);
-            if let Some(e) = ins.iter().find_map(|&v| run.failed[run.root(v)].clone()) {
+            if let Some(e) = ins.iter().find_map(|&v| s.failed[root(plan, v)].clone()) {
                 for &o in outs {
-                    run.failed[o as usize] = Some(e.clone());
+                    s.failed[o as usize] = Some(e.clone());
                 }
                 continue;
             }
             if observe {
-                observer::record(plan, k + i, ins, outs, |v| run.root(v) as u32);
+                observer::record(plan, k + i, ins, outs, |v| root(plan, v) as u32);
             }
-            runnable.push(k + i);
+            s.runnable.push(k + i);
         }
-        let results = run_level(&mut run, &runnable, &tasks, &mut arena, par);
-        for (&ki, result) in runnable.iter().zip(results) {
+        run_level(plan, tasks, s, &mut arena, par);
+        for (&ki, result) in s.runnable.iter().zip(s.results.drain(..)) {
             let Err(e) = result else { continue };
             let kernel = &plan.kernels[ki];
             let name = match kernel {
@@ -220,18 +285,18 @@ pub fn execute_plan(
             log::debug!("kernel error: {e}");
             first_error.get_or_insert_with(|| e.clone());
             for &o in crate::fusion::kernel_io(kernel).1 {
-                run.failed[o as usize] = Some(e.clone());
+                s.failed[o as usize] = Some(e.clone());
             }
         }
         k = end;
     }
     give_back_arena(arena);
-    for (v, slot) in slots.iter().enumerate() {
-        let (Some(slot), true) = (slot, plan.values[v].escapes) else {
+    for v in 0..n {
+        let (Some(slot), true) = (slot(s.slot_at[v]), plan.values[v].escapes) else {
             continue;
         };
-        let r = run.root(v as u32);
-        let state = match (&run.failed[v], &run.failed[r], &run.bufs[r]) {
+        let r = root(plan, v as u32);
+        let state = match (&s.failed[v], &s.failed[r], &s.bufs[r]) {
             (Some(e), _, _) | (_, Some(e), _) => SlotState::Failed(e.clone()),
             (_, _, Some(b)) => SlotState::Ready(b.clone()),
             _ => SlotState::Failed(Error::Kernel {
@@ -241,120 +306,181 @@ pub fn execute_plan(
         };
         slot.set(state);
     }
+    // Let go of the segment's buffers now (the slots hold what escapes).
+    for b in s.bufs.iter_mut() {
+        if let Some(b) = b.take() {
+            Buffer::release(b);
+        }
+    }
+    s.failed.iter_mut().for_each(|e| *e = None);
     first_error
 }
 
-/// One kernel of a level, ready to run: its index, its arena outputs and its pooled
-/// outputs.
-type Job<'a, 'b> = (usize, Vec<&'a mut [f32]>, &'b mut Vec<(u32, Buffer)>);
-
-/// Runs the kernels `ks` of one level: carves the arena once for all their outputs,
-/// then runs them one after the other, or at once on rayon when the stream may use
-/// several threads. Returns one result per kernel.
+/// Runs the kernels `scratch.runnable` of one level: carves the arena once for all
+/// their outputs, then runs them one after the other, or at once on rayon when the
+/// stream may use several threads. Leaves one result per kernel in `scratch.results`
+/// and the level's pooled outputs in `scratch.bufs`.
 fn run_level(
-    run: &mut Run<'_>,
-    ks: &[usize],
+    plan: &ExecutionPlan,
     tasks: &[Task],
+    scratch: &mut PlanScratch,
     arena: &mut [f32],
     par: Par,
-) -> Vec<Result<(), KernelError>> {
-    let plan = run.plan;
+) {
+    let PlanScratch {
+        bufs,
+        runnable,
+        writes,
+        jobs,
+        pooled,
+        results,
+        order,
+        outs,
+        gaps,
+        ..
+    } = scratch;
     // Arena outputs are carved out; the others get pooled buffers.
-    let mut writes = Vec::new();
-    let mut counts = Vec::with_capacity(ks.len());
-    let mut pooled: Vec<Vec<(u32, Buffer)>> = Vec::with_capacity(ks.len());
-    for &k in ks {
-        let outs = crate::fusion::kernel_io(&plan.kernels[k]).1;
-        let before = writes.len();
-        writes.extend(outs.iter().filter_map(|&o| run.region(o as usize)));
-        counts.push(writes.len() - before);
-        pooled.push(
-            outs.iter()
-                .filter(|&&o| run.region(o as usize).is_none())
-                .map(|&o| {
+    writes.clear();
+    jobs.clear();
+    pooled.clear();
+    for &k in runnable.iter() {
+        let o = crate::fusion::kernel_io(&plan.kernels[k]).1;
+        let (w, p) = (writes.len(), pooled.len());
+        for &o in o {
+            match region(plan, o as usize) {
+                Some(r) => writes.push(r),
+                None => {
                     let val = &plan.values[o as usize];
-                    (o, Buffer::alloc(val.dtype, val.layout.numel()))
-                })
-                .collect(),
-        );
-    }
-    let results = match carve(arena, &writes) {
-        Err(e) => ks.iter().map(|_| Err(e.clone())).collect(),
-        Ok((arena_outs, gaps)) => {
-            let mut arena_outs = arena_outs.into_iter();
-            let jobs: Vec<Job<'_, '_>> = ks
-                .iter()
-                .zip(&counts)
-                .zip(pooled.iter_mut())
-                .map(|((&k, &n), p)| (k, arena_outs.by_ref().take(n).collect(), p))
-                .collect();
-            let run_ref = &*run;
-            if jobs.len() > 1 && par.threads > 1 {
-                let mut results: Vec<Result<(), KernelError>> =
-                    (0..jobs.len()).map(|_| Ok(())).collect();
-                rayon::scope(|s| {
-                    for ((k, outs, p), r) in jobs.into_iter().zip(results.iter_mut()) {
-                        let gaps = &gaps;
-                        s.spawn(move |_| {
-                            *r = run_kernel(
-                                run_ref,
-                                &plan.kernels[k],
-                                tasks,
-                                outs,
-                                p,
-                                gaps,
-                                Par::serial(),
-                            )
-                        });
-                    }
-                });
-                results
-            } else {
-                jobs.into_iter()
-                    .map(|(k, outs, p)| {
-                        run_kernel(run_ref, &plan.kernels[k], tasks, outs, p, &gaps, par)
-                    })
-                    .collect()
+                    pooled.push((o, Buffer::shared(val.dtype, val.layout.numel())));
+                }
             }
         }
-    };
-    for p in pooled {
-        for (o, b) in p {
-            run.bufs[o as usize] = Some(Arc::new(b));
+        jobs.push(Job {
+            kernel: k,
+            arena: writes.len() - w,
+            pooled: pooled.len() - p,
+        });
+    }
+    results.clear();
+    results.resize_with(jobs.len(), || Ok(()));
+    let mut carved_outs: Vec<Option<&mut [f32]>> = recycle(std::mem::take(outs));
+    let mut carved_gaps: Vec<(usize, &[f32])> = recycle(std::mem::take(gaps));
+    match carve(arena, writes, order, &mut carved_outs, &mut carved_gaps) {
+        Err(e) => results.iter_mut().for_each(|r| *r = Err(e.clone())),
+        Ok(()) => {
+            let reads = Reads {
+                plan,
+                tasks,
+                bufs,
+                gaps: &carved_gaps,
+            };
+            let parallel = jobs.len() > 1 && par.threads > 1;
+            run_jobs(
+                &reads,
+                jobs,
+                &mut carved_outs,
+                pooled,
+                results,
+                parallel,
+                par,
+            );
         }
     }
-    results
+    *outs = recycle(carved_outs);
+    *gaps = recycle(carved_gaps);
+    for (o, b) in pooled.drain(..) {
+        bufs[o as usize] = Some(b);
+    }
 }
 
-/// Runs one kernel: reads its inputs from buffers or the arena's read-only `gaps`,
-/// writes its arena outputs into `arena_outs` and the others into `pooled`.
+/// Runs `jobs`, whose arena outputs are `outs` and pooled outputs `pooled` (job after
+/// job), writing one result each; halves them across rayon (`join`, which needs no
+/// allocation) when `parallel`, with serial kernels.
+fn run_jobs(
+    reads: &Reads<'_, '_>,
+    jobs: &[Job],
+    outs: &mut [Option<&mut [f32]>],
+    pooled: &mut [(u32, Arc<Buffer>)],
+    results: &mut [Result<(), KernelError>],
+    parallel: bool,
+    par: Par,
+) {
+    if parallel && jobs.len() > 1 {
+        let mid = jobs.len() / 2;
+        let na: usize = jobs[..mid].iter().map(|j| j.arena).sum();
+        let np: usize = jobs[..mid].iter().map(|j| j.pooled).sum();
+        let (j0, j1) = jobs.split_at(mid);
+        let (o0, o1) = outs.split_at_mut(na);
+        let (p0, p1) = pooled.split_at_mut(np);
+        let (r0, r1) = results.split_at_mut(mid);
+        rayon::join(
+            || run_jobs(reads, j0, o0, p0, r0, true, Par::serial()),
+            || run_jobs(reads, j1, o1, p1, r1, true, Par::serial()),
+        );
+        return;
+    }
+    let (mut outs, mut pooled) = (outs, pooled);
+    for (job, result) in jobs.iter().zip(results) {
+        let (o, rest) = std::mem::take(&mut outs).split_at_mut(job.arena);
+        let (p, prest) = std::mem::take(&mut pooled).split_at_mut(job.pooled);
+        (outs, pooled) = (rest, prest);
+        *result = run_kernel(reads, &reads.plan.kernels[job.kernel], o, p, par);
+    }
+}
+
+/// Collects up to `N` items into an array on the stack, or into a `Vec` beyond that,
+/// and calls `f` on them: per-kernel argument lists without a heap allocation.
+fn with_list<T: Copy, R, const N: usize>(
+    items: impl ExactSizeIterator<Item = Result<T, KernelError>>,
+    empty: T,
+    f: impl FnOnce(&[T]) -> Result<R, KernelError>,
+) -> Result<R, KernelError> {
+    let n = items.len();
+    if n <= N {
+        let mut buf = [empty; N];
+        for (slot, item) in buf.iter_mut().zip(items) {
+            *slot = item?;
+        }
+        f(&buf[..n])
+    } else {
+        let v = items.collect::<Result<Vec<T>, _>>()?;
+        f(&v)
+    }
+}
+
+/// Runs one kernel: reads its inputs from buffers or the arena's read-only gaps, writes
+/// its arena outputs into `arena_outs` and the others into `pooled` (both in the
+/// kernel's output order).
 fn run_kernel(
-    run: &Run<'_>,
+    reads: &Reads<'_, '_>,
     kernel: &Kernel,
-    tasks: &[Task],
-    arena_outs: Vec<&mut [f32]>,
-    pooled: &mut [(u32, Buffer)],
-    gaps: &[(usize, &[f32])],
+    arena_outs: &mut [Option<&mut [f32]>],
+    pooled: &mut [(u32, Arc<Buffer>)],
     par: Par,
 ) -> Result<(), KernelError> {
-    let mut arena_outs = arena_outs.into_iter();
+    let plan = reads.plan;
+    let mut arena_outs = arena_outs.iter_mut();
     let mut pooled = pooled.iter_mut();
     // Destinations in the kernel's output order.
     let mut dst = |o: u32| -> Result<DataMut<'_>, KernelError> {
-        let d = if run.region(o as usize).is_some() {
-            arena_outs.next().map(DataMut::F32)
+        let d = if region(plan, o as usize).is_some() {
+            arena_outs.next().and_then(|w| w.take()).map(DataMut::F32)
         } else {
-            pooled.next().map(|(_, b)| b.data_mut())
+            pooled
+                .next()
+                .and_then(|(_, b)| Arc::get_mut(b))
+                .map(|b| b.data_mut())
         };
         d.ok_or_else(|| KernelError(format!("no place for r{o} (engine bug)")))
     };
     match kernel {
         Kernel::Op { op, inputs, output } => {
-            let data = inputs
-                .iter()
-                .map(|&v| run.data(v, gaps))
-                .collect::<Result<Vec<_>, _>>()?;
-            run_into(&tasks[*op].op, &data, dst(output[0])?, par)
+            let out = dst(output[0])?;
+            with_list::<_, _, 4>(
+                inputs.iter().map(|&v| reads.data(v)),
+                Data::F32(&[]),
+                |data| run_into(&reads.tasks[*op].op, data, out, par),
+            )
         }
         Kernel::Fused {
             program,
@@ -362,21 +488,33 @@ fn run_kernel(
             outputs,
             ..
         } => {
-            let data = inputs
-                .iter()
-                .map(|(v, l)| match run.data(*v, gaps)? {
-                    Data::F32(s) => Ok((s, l)),
-                    _ => Err(KernelError("fused input is not f32 (engine bug)".into())),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut dsts: Vec<&mut [f32]> = Vec::with_capacity(outputs.len());
-            for &o in outputs {
-                match dst(o)? {
-                    DataMut::F32(d) => dsts.push(d),
-                    _ => return Err(KernelError("fused output is not f32 (engine bug)".into())),
+            const MAX_OUTS: usize = 8;
+            let mut dsts: [&mut [f32]; MAX_OUTS] = Default::default();
+            let mut many = Vec::new();
+            for (i, &o) in outputs.iter().enumerate() {
+                let DataMut::F32(d) = dst(o)? else {
+                    return Err(KernelError("fused output is not f32 (engine bug)".into()));
+                };
+                if outputs.len() <= MAX_OUTS {
+                    dsts[i] = d;
+                } else {
+                    many.push(d);
                 }
             }
-            kernels::fused(program, &data, &mut dsts, par)
+            let dsts: &mut [&mut [f32]] = if outputs.len() <= MAX_OUTS {
+                &mut dsts[..outputs.len()]
+            } else {
+                &mut many
+            };
+            let empty = Layout::contiguous(&[]);
+            with_list::<_, _, 8>(
+                inputs.iter().map(|(v, l)| match reads.data(*v)? {
+                    Data::F32(s) => Ok((s, l)),
+                    _ => Err(KernelError("fused input is not f32 (engine bug)".into())),
+                }),
+                (&[][..], &empty),
+                |data| kernels::fused(program, data, dsts, par),
+            )
         }
     }
 }
@@ -388,16 +526,23 @@ mod tests {
     #[test]
     fn carving_separates_writes_from_reads() {
         let mut arena: Vec<f32> = (0..10).map(|x| x as f32).collect();
-        let (mut w, gaps) = carve(&mut arena, &[(6, 2), (1, 2)]).unwrap();
-        assert_eq!(w[0], &[6.0, 7.0]);
-        assert_eq!(w[1], &[1.0, 2.0]);
-        w[0][0] = -1.0;
+        let (mut order, mut w, mut gaps) = (Vec::new(), Vec::new(), Vec::new());
+        carve(&mut arena, &[(6, 2), (1, 2)], &mut order, &mut w, &mut gaps).unwrap();
+        assert_eq!(w[0].as_deref(), Some(&[6.0, 7.0][..]));
+        assert_eq!(w[1].as_deref(), Some(&[1.0, 2.0][..]));
+        w[0].as_mut().unwrap()[0] = -1.0;
         assert_eq!(read(&gaps, 3, 3).unwrap(), &[3.0, 4.0, 5.0]);
         assert!(read(&gaps, 5, 2).is_err(), "straddles a write");
+        drop((w, gaps));
+        let (mut w, mut gaps) = (Vec::new(), Vec::new());
         assert!(
-            carve(&mut arena, &[(0, 4), (3, 2)]).is_err(),
+            carve(&mut arena, &[(0, 4), (3, 2)], &mut order, &mut w, &mut gaps).is_err(),
             "overlapping writes"
         );
-        assert!(carve(&mut arena, &[(8, 4)]).is_err(), "past the end");
+        let (mut w, mut gaps) = (Vec::new(), Vec::new());
+        assert!(
+            carve(&mut arena, &[(8, 4)], &mut order, &mut w, &mut gaps).is_err(),
+            "past the end"
+        );
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::Buffer;
+use super::{recycle, Buffer};
 use crate::ir::TensorId;
 use crate::Error;
 
@@ -44,6 +44,15 @@ pub struct Slot {
 impl Slot {
     /// A slot whose data is still to be computed.
     pub fn pending(id: TensorId) -> Arc<Slot> {
+        if let Some(mut cell) = recycle::slots::take() {
+            if let Some(s) = Arc::get_mut(&mut cell) {
+                s.id = id;
+                *s.state.get_mut() = SlotState::Pending;
+                *s.pending.get_mut() = true;
+                *s.producer.get_mut() = u64::MAX;
+                return cell;
+            }
+        }
         Arc::new(Slot {
             id,
             state: Mutex::new(SlotState::Pending),
@@ -95,8 +104,22 @@ impl Slot {
     }
 }
 
-impl Drop for Slot {
-    fn drop(&mut self) {
+impl Slot {
+    /// Lets go of one reference to a slot. The last one empties the slot (its buffer is
+    /// released as by a drop) and keeps it on this thread's free list for the next
+    /// [`Slot::pending`], so a repeated pass makes no new slots.
+    pub fn release(mut slot: Arc<Slot>) {
+        let Some(s) = Arc::get_mut(&mut slot) else {
+            return; // other references remain; this one goes
+        };
+        s.log_free();
+        if let SlotState::Ready(b) = std::mem::replace(s.state.get_mut(), SlotState::Pending) {
+            Buffer::release(b);
+        }
+        recycle::slots::give(slot);
+    }
+
+    fn log_free(&mut self) {
         if log::log_enabled!(log::Level::Trace) {
             if let SlotState::Ready(b) = self.state.get_mut() {
                 if Arc::strong_count(b) == 1 {
@@ -104,5 +127,11 @@ impl Drop for Slot {
                 }
             }
         }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.log_free();
     }
 }

@@ -10,8 +10,11 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
+
+use super::recycle;
 
 use crate::ir::{DType, Element};
 
@@ -133,6 +136,8 @@ storage_element!(i64, I64);
 pub struct Buffer {
     storage: Storage,
     len: usize,
+    /// False for an emptied shell on a free list (its storage went back to the pool).
+    live: bool,
 }
 
 static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
@@ -182,7 +187,47 @@ impl Buffer {
     fn track(storage: Storage, len: usize) -> Buffer {
         LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
         add_live_bytes(storage.capacity_len() * storage.dtype().size_in_bytes());
-        Buffer { storage, len }
+        Buffer {
+            storage,
+            len,
+            live: true,
+        }
+    }
+
+    /// A pooled buffer of `len` elements behind an `Arc`, reusing an emptied shell of
+    /// this thread's free list when there is one (so no allocation at all after warm-up).
+    pub fn shared(dtype: DType, len: usize) -> Arc<Buffer> {
+        if let Some(mut cell) = recycle::buffers::take() {
+            if let Some(b) = Arc::get_mut(&mut cell) {
+                let fresh = Buffer::alloc(dtype, len);
+                let old = std::mem::replace(b, fresh);
+                debug_assert!(!old.live, "free shells hold no storage");
+                return cell;
+            }
+        }
+        Arc::new(Buffer::alloc(dtype, len))
+    }
+
+    /// Lets go of one reference to a shared buffer. The last one gives the storage back
+    /// to the pool (as a drop would) and keeps the emptied shell for [`Buffer::shared`].
+    pub fn release(mut buffer: Arc<Buffer>) {
+        let Some(b) = Arc::get_mut(&mut buffer) else {
+            return;
+        };
+        b.give_back();
+        recycle::buffers::give(buffer);
+    }
+
+    /// Returns the storage to the pool and updates the counters; leaves an empty shell.
+    fn give_back(&mut self) {
+        if !self.live {
+            return;
+        }
+        self.live = false;
+        let storage = std::mem::replace(&mut self.storage, Storage::F32(Vec::new()));
+        LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
+        sub_live_bytes(storage.capacity_len() * storage.dtype().size_in_bytes());
+        POOL.give_back(storage);
     }
 
     /// The element type.
@@ -234,10 +279,7 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        let storage = std::mem::replace(&mut self.storage, Storage::F32(Vec::new()));
-        LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
-        sub_live_bytes(storage.capacity_len() * storage.dtype().size_in_bytes());
-        POOL.give_back(storage);
+        self.give_back();
     }
 }
 

@@ -22,7 +22,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use crate::error::Result;
-use crate::ir::Op;
+use crate::ir::{OpKind, TensorDesc};
 use crate::runtime::Slot;
 
 /// The id of a stream (one per thread that records ops).
@@ -97,18 +97,21 @@ pub(crate) fn with_current<R>(f: impl FnOnce(&Arc<StreamCell>) -> R) -> R {
     }
 }
 
-/// Records `op` (reading the tensors of `inputs`: slot and home stream) on the calling
-/// thread's stream and returns the stream and the output's slot. Inputs still pending
-/// in another stream are made first, by draining that stream up to the op that makes
-/// them.
-pub(crate) fn record<'a>(
-    op: Op,
-    inputs: impl Iterator<Item = (&'a Arc<Slot>, &'a Arc<StreamCell>)>,
-) -> (Arc<StreamCell>, Arc<Slot>) {
+/// Queues an op of `kind` on the calling thread's stream and returns that stream and
+/// the output's slot. `inputs` gives each input's description, slot and home stream;
+/// an input still pending in another stream first drains that stream up to the op
+/// that makes it (so this stream never waits on another while holding its own lock).
+pub(crate) fn record<'a, I>(
+    kind: OpKind,
+    inputs: I,
+    output: TensorDesc,
+) -> (Arc<StreamCell>, Arc<Slot>)
+where
+    I: Iterator<Item = (&'a TensorDesc, &'a Arc<Slot>, &'a Arc<StreamCell>)> + Clone,
+{
     OPS.fetch_add(1, Ordering::Relaxed);
     with_current(|cell| {
-        let mut slots = Vec::with_capacity(op.inputs.len());
-        for ((slot, home), desc) in inputs.zip(&op.inputs) {
+        for (desc, slot, home) in inputs.clone() {
             if slot.is_pending() && home.id() != cell.id() {
                 log::trace!("{}: drains {} for {}", cell.id(), home.id(), desc.id);
                 home.flush(
@@ -119,15 +122,12 @@ pub(crate) fn record<'a>(
                     },
                 );
             }
-            slots.push(slot.clone());
         }
-        let out = Slot::pending(op.output.as_ref().expect("ops record an output").id);
-        cell.push(op, slots, Some(out.clone()));
+        let out = cell.push(kind, inputs.map(|(d, s, _)| (d, s)), output);
         (cell.clone(), out)
     })
 }
 
-/// The calling thread's stream.
 pub(crate) fn current() -> Arc<StreamCell> {
     with_current(|c| c.clone())
 }

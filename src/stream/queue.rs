@@ -24,7 +24,7 @@ use crate::fusion::cache;
 use crate::ir::relative::{RelativeBuilder, RelativeOp};
 use crate::ir::{Op, OpKind, TensorDesc, TensorId};
 use crate::kernels::Par;
-use crate::runtime::{execute, execute_plan, Slot, Task};
+use crate::runtime::{execute, execute_plan, PlanScratch, Slot, Task};
 
 /// Why a stream's queue was flushed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,17 +79,61 @@ pub struct FlushInfo {
     pub arena_lower_bound: usize,
 }
 
-/// A queued op: the task to run and its relative form in the current segment.
-#[derive(Debug)]
-struct QueuedOp {
-    task: Task,
-    rel: RelativeOp,
+/// Emptied vectors of executed tasks, kept so that queuing the next ops allocates
+/// nothing.
+#[derive(Debug, Default)]
+struct Spares {
+    descs: Vec<Vec<TensorDesc>>,
+    slots: Vec<Vec<Arc<Slot>>>,
+    ids: Vec<Vec<u32>>,
+}
+
+impl Spares {
+    /// The most vectors of each kind kept.
+    const MAX: usize = 1 << 14;
+
+    fn descs(&mut self) -> Vec<TensorDesc> {
+        self.descs.pop().unwrap_or_default()
+    }
+
+    fn slots(&mut self) -> Vec<Arc<Slot>> {
+        self.slots.pop().unwrap_or_default()
+    }
+
+    fn ids(&mut self) -> Vec<u32> {
+        self.ids.pop().unwrap_or_default()
+    }
+
+    /// Lets go of a finished task's slots and keeps its vectors.
+    fn keep(&mut self, task: &mut Task) {
+        task.release_slots();
+        let mut descs = std::mem::take(&mut task.op.inputs);
+        let slots = std::mem::take(&mut task.inputs);
+        let mut ids = std::mem::take(&mut task.rel.inputs);
+        if self.descs.len() < Self::MAX && descs.capacity() > 0 {
+            descs.clear();
+            self.descs.push(descs);
+        }
+        if self.slots.len() < Self::MAX && slots.capacity() > 0 {
+            self.slots.push(slots); // emptied by release_slots
+        }
+        if self.ids.len() < Self::MAX && ids.capacity() > 0 {
+            ids.clear();
+            self.ids.push(ids);
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct Queue {
-    ops: VecDeque<QueuedOp>,
+    ops: VecDeque<Task>,
+    /// The segment being run (empty between flushes; kept for its capacity).
+    running: VecDeque<Task>,
     rel: RelativeBuilder,
+    /// Renumbers a prefix of the queue for a partial flush's key.
+    prefix: RelativeBuilder,
+    spares: Spares,
+    scratch: PlanScratch,
     /// Ops executed so far.
     cursor: u64,
     /// First kernel error since the last sync.
@@ -125,29 +169,30 @@ impl StreamCell {
         self.id
     }
 
-    /// Queues `op`, which reads `inputs` and fills `output`. Flushes when the queue
-    /// reaches its limit. On a closed stream the op runs at once.
-    pub(crate) fn push(&self, op: Op, inputs: Vec<Arc<Slot>>, output: Option<Arc<Slot>>) {
+    /// Queues an op of `kind` that reads `inputs` (descriptions and slots) and makes
+    /// `output`; returns the output's slot. Flushes when the queue reaches its limit.
+    /// On a closed stream the op runs at once.
+    pub(crate) fn push<'a>(
+        &self,
+        kind: OpKind,
+        inputs: impl Iterator<Item = (&'a TensorDesc, &'a Arc<Slot>)>,
+        output: TensorDesc,
+    ) -> Arc<Slot> {
         let mut q = self.queue.lock();
-        if q.closed {
-            let task = Task { op, inputs, output };
-            if let Some(e) = execute([task], par(q.threads)) {
-                q.error.get_or_insert(e);
-            }
-            return;
+        let mut descs = q.spares.descs();
+        let mut slots = q.spares.slots();
+        for (d, s) in inputs {
+            descs.push(d.clone());
+            slots.push(s.clone());
         }
-        if let Some(out) = &output {
-            out.set_producer(q.cursor + q.ops.len() as u64);
-        }
-        if log::log_enabled!(log::Level::Trace) {
-            log::trace!("{}: register {op}", self.id);
-        }
-        let rel = q.rel.push(&op);
-        q.ops.push_back(QueuedOp {
-            task: Task { op, inputs, output },
-            rel,
-        });
-        self.flush_if_full(&mut q);
+        let out = Slot::pending(output.id);
+        let op = Op {
+            kind,
+            inputs: descs,
+            output: Some(output),
+        };
+        self.enqueue(&mut q, op, slots, Some(out.clone()));
+        out
     }
 
     /// Queues the Drop of a tensor whose last handle went away, if the tensor is still
@@ -171,28 +216,48 @@ impl StreamCell {
         if q.closed {
             return;
         }
+        let mut descs = q.spares.descs();
+        let mut slots = q.spares.slots();
+        descs.push(desc);
+        slots.push(slot.clone());
         let op = Op {
             kind: OpKind::Drop,
-            inputs: vec![desc],
+            inputs: descs,
             output: None,
         };
+        self.enqueue(&mut q, op, slots, None);
+    }
+
+    /// Queues `op` (or runs it at once on a closed stream), then flushes when the queue
+    /// has reached the stream's limit.
+    fn enqueue(&self, q: &mut Queue, op: Op, inputs: Vec<Arc<Slot>>, output: Option<Arc<Slot>>) {
+        if q.closed {
+            let mut task = Task {
+                op,
+                inputs,
+                output,
+                rel: RelativeOp::default(),
+            };
+            if let Some(e) = execute([&mut task], par(q.threads)) {
+                q.error.get_or_insert(e);
+            }
+            q.spares.keep(&mut task);
+            return;
+        }
+        if let Some(out) = &output {
+            out.set_producer(q.cursor + q.ops.len() as u64);
+        }
         if log::log_enabled!(log::Level::Trace) {
             log::trace!("{}: register {op}", self.id);
         }
-        let rel = q.rel.push(&op);
-        q.ops.push_back(QueuedOp {
-            task: Task {
-                op,
-                inputs: vec![slot.clone()],
-                output: None,
-            },
+        let ids = q.spares.ids();
+        let rel = q.rel.push_into(&op, ids);
+        q.ops.push_back(Task {
+            op,
+            inputs,
+            output,
             rel,
         });
-        self.flush_if_full(&mut q);
-    }
-
-    /// Flushes the whole queue when it has reached the stream's limit.
-    fn flush_if_full(&self, q: &mut Queue) {
         let limit = if q.limit == 0 {
             config::DEFAULT_QUEUE_LIMIT
         } else {
@@ -216,20 +281,30 @@ impl StreamCell {
         }
         let n = ((upto - q.cursor).saturating_add(1)).min(q.ops.len() as u64) as usize;
         let partial = n < q.ops.len();
+        let (unfused, par) = (q.unfused, par(q.threads));
+        let Queue {
+            ops,
+            running,
+            rel,
+            prefix,
+            spares,
+            ..
+        } = &mut *q;
         let key = if partial {
-            let mut b = RelativeBuilder::new();
-            q.ops.iter().take(n).for_each(|o| {
-                b.push(&o.task.op);
-            });
-            b.hash()
+            prefix.clear();
+            for o in ops.iter().take(n) {
+                let ids = prefix.push_into(&o.op, spares.ids()).inputs;
+                spares.ids.push(ids);
+            }
+            prefix.hash()
         } else {
-            q.rel.hash()
+            rel.hash()
         };
         let mut info = FlushInfo {
             ops: n,
             key,
             reason,
-            planned: !q.unfused,
+            planned: !unfused,
             cache_hit: false,
             kernels: n,
             arena_bytes: 0,
@@ -238,25 +313,36 @@ impl StreamCell {
         log::trace!(
             "{}: flush {n} of {} ops ({reason}), segment {key:016x}",
             self.id,
-            q.ops.len()
+            ops.len()
         );
-        let segment: Vec<QueuedOp> = q.ops.drain(..n).collect();
-        q.cursor += n as u64;
+        debug_assert!(running.is_empty(), "a flush runs one segment at a time");
+        rel.clear();
         if partial {
-            q.rel.clear();
-            let Queue { ops, rel, .. } = &mut *q;
+            running.extend(ops.drain(..n));
             for o in ops.iter_mut() {
-                o.rel = rel.push(&o.task.op);
+                let ids = std::mem::take(&mut o.rel.inputs);
+                o.rel = rel.push_into(&o.op, ids);
             }
         } else {
-            q.rel.clear();
+            std::mem::swap(ops, running);
         }
+        q.cursor += n as u64;
         super::count_segment();
-        let error = if q.unfused {
-            execute(segment.into_iter().map(|o| o.task), par(q.threads))
+        let Queue {
+            running,
+            spares,
+            scratch,
+            ..
+        } = &mut *q;
+        let error = if unfused {
+            execute(running.iter_mut(), par)
         } else {
-            self.run_planned(segment, &mut info, par(q.threads))
+            self.run_planned(running.make_contiguous(), scratch, &mut info, par)
         };
+        for task in running.iter_mut() {
+            spares.keep(task);
+        }
+        running.clear();
         q.last_flush = Some(info);
         if let Some(e) = error {
             q.error.get_or_insert(e);
@@ -264,11 +350,15 @@ impl StreamCell {
     }
 
     /// Runs a segment through its cached plan (fused kernels, planned arena).
-    fn run_planned(&self, segment: Vec<QueuedOp>, info: &mut FlushInfo, par: Par) -> Option<Error> {
+    fn run_planned(
+        &self,
+        segment: &[Task],
+        scratch: &mut PlanScratch,
+        info: &mut FlushInfo,
+        par: Par,
+    ) -> Option<Error> {
         let key = info.key;
-        let ops: Vec<&Op> = segment.iter().map(|o| &o.task.op).collect();
-        let rels: Vec<&RelativeOp> = segment.iter().map(|o| &o.rel).collect();
-        let (plan, hit) = cache::get_or_build(key, &ops, &rels);
+        let (plan, hit) = cache::get_or_build(key, segment, |t| (&t.op, &t.rel));
         info.cache_hit = hit;
         info.kernels = plan.kernel_count();
         info.arena_bytes = plan.arena_bytes();
@@ -280,9 +370,7 @@ impl StreamCell {
                 log::trace!("{}: plan cache miss for {key:016x}; built {plan}", self.id);
             }
         }
-        let (tasks, rels): (Vec<Task>, Vec<RelativeOp>) =
-            segment.into_iter().map(|o| (o.task, o.rel)).unzip();
-        execute_plan(&plan, tasks, &rels, par)
+        execute_plan(&plan, segment, scratch, par)
     }
 
     /// Flushes everything and returns (and clears) the first kernel error since the

@@ -51,7 +51,8 @@ impl Tensor {
                     msg: format!("batch dims of {a:?} and {b:?} cannot be broadcast together"),
                 },
             )?;
-        dims.extend([m, n]);
+        dims.push(m);
+        dims.push(n);
         super::checked_numel(&dims, op)?;
         Ok(Tensor::record(
             OpKind::MatMul,

@@ -6,12 +6,13 @@
 
 use super::Tensor;
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, DType, Layout, OpKind, UnaryOp};
+use crate::ir::{BinaryOp, DType, Dims, Layout, OpKind, UnaryOp};
 
 /// The shape both operands broadcast to, or an error naming `op` and both shapes.
-pub(crate) fn broadcast_shape(a: &[usize], b: &[usize], op: &'static str) -> Result<Vec<usize>> {
+pub(crate) fn broadcast_shape(a: &[usize], b: &[usize], op: &'static str) -> Result<Dims> {
     let rank = a.len().max(b.len());
-    let mut out = vec![0; rank];
+    // Both operands are tensors, so both ranks (and the result's) are at most MAX_RANK.
+    let mut out = Dims::zeros(rank);
     for i in 0..rank {
         let da = if i + a.len() >= rank {
             a[i + a.len() - rank]
@@ -206,10 +207,10 @@ mod tests {
     #[test]
     fn broadcast_shapes() {
         assert_eq!(
-            broadcast_shape(&[2, 1, 3], &[4, 1], "add").unwrap(),
-            vec![2, 4, 3]
+            *broadcast_shape(&[2, 1, 3], &[4, 1], "add").unwrap(),
+            [2, 4, 3]
         );
-        assert_eq!(broadcast_shape(&[], &[2], "add").unwrap(), vec![2]);
+        assert_eq!(*broadcast_shape(&[], &[2], "add").unwrap(), [2]);
         let e = broadcast_shape(&[2, 3], &[4], "add")
             .unwrap_err()
             .to_string();

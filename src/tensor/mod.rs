@@ -22,7 +22,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::ir::{DType, Layout, Op, OpKind, TensorDesc, TensorId, MAX_RANK};
+use crate::ir::{DType, Layout, OpKind, TensorDesc, TensorId, MAX_RANK};
 use crate::kernels::{self, Par};
 use crate::runtime::{Buffer, Slot, SlotState, StorageElement};
 use crate::stream::{self, FlushReason, StreamCell};
@@ -32,22 +32,86 @@ use crate::stream::{self, FlushReason, StreamCell};
 /// Cloning is cheap (an `Arc`). A `Tensor` is `Send + Sync`: it can be read, used in
 /// ops or dropped on any thread.
 #[derive(Clone)]
-pub struct Tensor(Arc<Handle>);
+pub struct Tensor(Option<Arc<Handle>>);
 
-struct Handle {
+/// What a tensor handle holds; shared by its clones.
+pub(crate) struct Handle {
     desc: TensorDesc,
-    slot: Arc<Slot>,
+    /// `None` once released (the handle waits on a free list for reuse).
+    slot: Option<Arc<Slot>>,
     home: Arc<StreamCell>,
+}
+
+crate::runtime::recycle::free_list!(
+    /// Free tensor handles (no slot).
+    handles,
+    super::Handle
+);
+
+impl Handle {
+    /// The last handle of a tensor went away: queue its Drop (when still pending) and
+    /// let go of the slot.
+    fn release(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            self.home.push_drop(self.desc.clone(), &slot);
+            Slot::release(slot);
+        }
+    }
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        let desc = TensorDesc {
-            id: self.desc.id,
-            dtype: self.desc.dtype,
-            layout: self.desc.layout,
+        // Reached only when the last two clones of a tensor were dropped at once on
+        // two threads (neither saw itself as the last); otherwise `Tensor::drop`
+        // released the handle already.
+        self.release();
+    }
+}
+
+impl Drop for Tensor {
+    fn drop(&mut self) {
+        let Some(mut handle) = self.0.take() else {
+            return;
         };
-        self.home.push_drop(desc, &self.slot);
+        if let Some(h) = Arc::get_mut(&mut handle) {
+            h.release();
+            handles::give(handle);
+        }
+    }
+}
+
+impl Tensor {
+    /// A handle for a tensor described by `desc` whose data is (or will be) in `slot`,
+    /// made by stream `home`; reuses a free handle of this thread when there is one.
+    fn from_parts(desc: TensorDesc, slot: Arc<Slot>, home: Arc<StreamCell>) -> Tensor {
+        if let Some(mut cell) = handles::take() {
+            if let Some(h) = Arc::get_mut(&mut cell) {
+                h.desc = desc;
+                h.slot = Some(slot);
+                h.home = home;
+                return Tensor(Some(cell));
+            }
+        }
+        Tensor(Some(Arc::new(Handle {
+            desc,
+            slot: Some(slot),
+            home,
+        })))
+    }
+
+    /// The handle (present for the whole life of a `Tensor`).
+    fn h(&self) -> &Handle {
+        self.0
+            .as_deref()
+            .expect("a tensor holds its handle until dropped")
+    }
+
+    /// The tensor's data slot.
+    fn slot(&self) -> &Arc<Slot> {
+        self.h()
+            .slot
+            .as_ref()
+            .expect("a handle in use holds its slot")
     }
 }
 
@@ -56,7 +120,9 @@ impl fmt::Debug for Tensor {
         write!(
             f,
             "Tensor({} {}{:?})",
-            self.0.desc.id, self.0.desc.dtype, self.0.desc.layout.dims
+            self.h().desc.id,
+            self.h().desc.dtype,
+            self.h().desc.layout.dims
         )
     }
 }
@@ -147,11 +213,11 @@ impl Tensor {
     fn ready(buffer: Buffer, dtype: DType, layout: Layout) -> Tensor {
         let home = stream::current();
         let id = TensorId::fresh();
-        Tensor(Arc::new(Handle {
-            desc: TensorDesc { id, dtype, layout },
-            slot: Slot::ready(id, buffer),
+        Tensor::from_parts(
+            TensorDesc { id, dtype, layout },
+            Slot::ready(id, buffer),
             home,
-        }))
+        )
     }
 
     /// Queues `kind` on the calling thread's stream with `inputs`, and returns the
@@ -163,23 +229,22 @@ impl Tensor {
             dtype,
             layout,
         };
-        let op = Op {
+        let (home, slot) = stream::record(
             kind,
-            inputs: inputs.iter().map(|t| t.0.desc.clone()).collect(),
-            output: Some(desc.clone()),
-        };
-        let (home, slot) = stream::record(op, inputs.iter().map(|t| (&t.0.slot, &t.0.home)));
-        Tensor(Arc::new(Handle { desc, slot, home }))
+            inputs.iter().map(|t| (&t.h().desc, t.slot(), &t.h().home)),
+            desc.clone(),
+        );
+        Tensor::from_parts(desc, slot, home)
     }
 
     /// The tensor's SSA id (unique in the process).
     pub fn id(&self) -> TensorId {
-        self.0.desc.id
+        self.h().desc.id
     }
 
     /// The size of each dimension.
     pub fn dims(&self) -> &[usize] {
-        &self.0.desc.layout.dims
+        &self.h().desc.layout.dims
     }
 
     /// The number of dimensions.
@@ -189,22 +254,22 @@ impl Tensor {
 
     /// The number of elements.
     pub fn numel(&self) -> usize {
-        self.0.desc.layout.numel()
+        self.h().desc.layout.numel()
     }
 
     /// The element type.
     pub fn dtype(&self) -> DType {
-        self.0.desc.dtype
+        self.h().desc.dtype
     }
 
     /// The strided layout through which the tensor reads its buffer.
     pub fn layout(&self) -> &Layout {
-        &self.0.desc.layout
+        &self.h().desc.layout
     }
 
     /// Whether the tensor's data has been computed (or failed).
     pub fn is_ready(&self) -> bool {
-        !self.0.slot.is_pending()
+        !self.slot().is_pending()
     }
 
     /// Computes the tensor if needed and returns its elements in row-major order. `T`
@@ -241,13 +306,13 @@ impl Tensor {
 
     /// Runs whatever the tensor still waits for and returns its buffer.
     fn materialize(&self) -> Result<Arc<Buffer>> {
-        let slot = &self.0.slot;
+        let slot = &self.slot();
         if slot.is_pending() {
             // The owner flushes its whole queue (the Drops queued after the producer
             // belong in the segment); another thread drains only what it needs.
-            let own = stream::with_current(|c| c.id() == self.0.home.id());
+            let own = stream::with_current(|c| c.id() == self.h().home.id());
             let upto = if own { u64::MAX } else { slot.producer() };
-            self.0.home.flush(upto, FlushReason::Read(self.id()));
+            self.h().home.flush(upto, FlushReason::Read(self.id()));
         }
         match slot.state() {
             SlotState::Ready(b) => Ok(b),
@@ -262,7 +327,7 @@ impl Tensor {
     /// Elements of an already computed tensor, without flushing anything; `None` if
     /// the tensor is still pending or failed.
     pub(crate) fn peek<T: TensorElement>(&self) -> Option<Vec<T>> {
-        if self.0.slot.is_pending() || self.dtype() != T::DTYPE {
+        if self.slot().is_pending() || self.dtype() != T::DTYPE {
             return None;
         }
         self.to_vec().ok()

@@ -7,7 +7,7 @@
 
 use super::{Dim, Tensor};
 use crate::error::{Error, Result};
-use crate::ir::{DType, Layout, OpKind};
+use crate::ir::{DType, Dims, Layout, OpKind};
 
 impl Tensor {
     fn view(&self, layout: Layout) -> Tensor {
@@ -42,7 +42,7 @@ impl Tensor {
     pub fn transpose(&self, d0: impl Dim, d1: impl Dim) -> Result<Tensor> {
         let a = d0.resolve(self.rank(), "transpose")?;
         let b = d1.resolve(self.rank(), "transpose")?;
-        let mut perm: Vec<usize> = (0..self.rank()).collect();
+        let mut perm: Dims = (0..self.rank()).collect();
         perm.swap(a, b);
         Ok(self.view(self.layout().permute(&perm)))
     }

@@ -1,0 +1,62 @@
+//! Free lists of reference-counted cells, so that a repeated forward pass allocates
+//! nothing once it has run once.
+//!
+//! Every recorded op makes a tensor handle and a slot, and every escaping result gets a
+//! shared buffer; each is an `Arc`. Instead of freeing an `Arc` whose last reference the
+//! engine itself lets go, the engine empties it and keeps it on a free list of its
+//! thread; the next op of that thread takes it from there. Only an `Arc` that is
+//! provably unique ([`Arc::get_mut`] succeeds: no other strong or weak reference) is
+//! kept, so a recycled cell can never be observed by anyone else. The lists are
+//! per thread (no lock, no contention between streams) and bounded ([`MAX_FREE`]), and
+//! a thread that ends frees its lists like any other thread-local.
+
+/// The most cells of one kind a thread keeps free.
+pub const MAX_FREE: usize = 4096;
+
+/// Defines a thread-local free list of `Arc<$t>` with `take` and `give` functions.
+macro_rules! free_list {
+    ($(#[$doc:meta])* $name:ident, $t:ty) => {
+        $(#[$doc])*
+        pub(crate) mod $name {
+            use std::cell::RefCell;
+            use std::sync::Arc;
+
+            thread_local! {
+                static FREE: RefCell<Vec<Arc<$t>>> = const { RefCell::new(Vec::new()) };
+            }
+
+            /// A cell from this thread's free list (unique: `Arc::get_mut` succeeds on it).
+            pub(crate) fn take() -> Option<Arc<$t>> {
+                FREE.try_with(|f| f.borrow_mut().pop()).ok().flatten()
+            }
+
+            /// Keeps `cell` for a later `take`, if it is unique and the list has room;
+            /// drops it otherwise. The caller has emptied it.
+            pub(crate) fn give(mut cell: Arc<$t>) {
+                if Arc::get_mut(&mut cell).is_none() {
+                    return;
+                }
+                let _ = FREE.try_with(|f| {
+                    if let Ok(mut f) = f.try_borrow_mut() {
+                        if f.len() < $crate::runtime::recycle::MAX_FREE {
+                            f.push(cell);
+                        }
+                    }
+                });
+            }
+        }
+    };
+}
+
+free_list!(
+    /// Free slots (state `Pending`).
+    slots,
+    crate::runtime::Slot
+);
+free_list!(
+    /// Free shared buffers (no storage).
+    buffers,
+    crate::runtime::Buffer
+);
+
+pub(crate) use free_list;
