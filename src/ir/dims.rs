@@ -6,14 +6,16 @@
 //! checks ranks against [`MAX_RANK`] before building a `Dims`.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::ops::{Deref, DerefMut};
 
 /// The largest rank a tensor may have.
 pub const MAX_RANK: usize = 8;
 
 /// Up to [`MAX_RANK`] `usize`s stored inline; derefs to a slice. Entries past `len`
-/// are always zero, so the derived `Eq` and `Hash` see only the slice.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// are always zero, so the derived `Eq` sees only the slice; `Hash` reads only the
+/// used entries (cheaper, and the same equivalence).
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct Dims {
     len: u8,
     v: [usize; MAX_RANK],
@@ -69,6 +71,17 @@ impl Dims {
         self.v[n - 1] = 0;
         self.len -= 1;
         x
+    }
+}
+
+// Entries past `len` are always 0 (every method keeps them so), so hashing only the
+// used ones agrees with the derived `Eq`.
+impl Hash for Dims {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u8(self.len);
+        for &x in self.iter() {
+            state.write_usize(x);
+        }
     }
 }
 

@@ -17,6 +17,7 @@ pub use dtype::{DType, Element};
 pub use layout::{contiguous_strides, Layout};
 pub use op::{BinaryOp, Op, OpKind, ReduceOp, TensorDesc, UnaryOp};
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -25,10 +26,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct TensorId(pub u64);
 
 impl TensorId {
-    /// A fresh id, never handed out before.
+    /// A fresh id, never handed out before. Each thread takes ids from the process-wide
+    /// counter in blocks, so handing one out is usually a thread-local increment.
     pub fn fresh() -> TensorId {
+        const BLOCK: u64 = 1024;
         static NEXT: AtomicU64 = AtomicU64::new(1);
-        TensorId(NEXT.fetch_add(1, Ordering::Relaxed))
+        thread_local! {
+            static RANGE: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+        }
+        let from_block = RANGE.try_with(|r| {
+            let (mut next, mut end) = r.get();
+            if next == end {
+                next = NEXT.fetch_add(BLOCK, Ordering::Relaxed);
+                end = next + BLOCK;
+            }
+            r.set((next + 1, end));
+            next
+        });
+        TensorId(from_block.unwrap_or_else(|_| NEXT.fetch_add(1, Ordering::Relaxed)))
     }
 }
 

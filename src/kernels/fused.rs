@@ -10,9 +10,8 @@
 //! same strided walks as the single-op kernels; large outputs are split across rayon
 //! tasks of whole blocks.
 
+use std::cell::RefCell;
 use std::fmt;
-
-use rayon::prelude::*;
 
 use super::math;
 use super::par::units_per_task;
@@ -149,34 +148,111 @@ pub fn fused(
             format_args!("an output holds {} elements, {numel} expected", o.len()),
         ));
     }
-    let walks: Vec<Walk<1>> = inputs
-        .iter()
-        .map(|(_, l)| Walk::new(&l.dims, [&l.strides], [l.offset]))
-        .collect();
+    let walk = |(_, l): &(&[f32], &Layout)| Walk::new(&l.dims, [&l.strides], [l.offset]);
+    const INLINE: usize = 8;
+    let inline_walks: [Walk<1>; INLINE];
+    let heap_walks: Vec<Walk<1>>;
+    let walks: &[Walk<1>] = if inputs.len() <= INLINE {
+        inline_walks = std::array::from_fn(|k| match inputs.get(k) {
+            Some(i) => walk(i),
+            None => Walk::new(&[], [&[]], [0]),
+        });
+        &inline_walks[..inputs.len()]
+    } else {
+        heap_walks = inputs.iter().map(walk).collect();
+        &heap_walks
+    };
     let blocks = numel.div_ceil(BLOCK);
     let per_task = units_per_task(blocks, BLOCK * program.cost(), par);
     if per_task >= blocks {
         // Small outputs need registers only as long as themselves.
-        let mut regs = vec![0f32; program.instrs.len() * numel.clamp(1, BLOCK)];
-        let mut outs: Vec<&mut [f32]> = outputs.iter_mut().map(|o| &mut **o).collect();
-        run_range(program, inputs, &walks, &mut outs, 0, &mut regs);
+        with_registers(program.instrs.len() * numel.clamp(1, BLOCK), |regs| {
+            run_range(program, inputs, walks, outputs, 0, regs)
+        });
         return Ok(());
     }
-    // Cut every output at the same block boundaries and hand each task its pieces.
-    let chunk = per_task * BLOCK;
-    let mut tasks: Vec<(usize, Vec<&mut [f32]>)> = (0..blocks.div_ceil(per_task))
-        .map(|t| (t * chunk, Vec::with_capacity(outputs.len())))
-        .collect();
-    for out in outputs.iter_mut() {
-        for (t, piece) in out.chunks_mut(chunk).enumerate() {
-            tasks[t].1.push(piece);
-        }
-    }
-    tasks.into_par_iter().for_each(|(start, mut outs)| {
-        let mut regs = vec![0f32; program.instrs.len() * BLOCK];
-        run_range(program, inputs, &walks, &mut outs, start, &mut regs);
-    });
+    // Halve the outputs at block boundaries until a piece is one task's work.
+    let regs = program.instrs.len() * BLOCK;
+    split_run(program, inputs, walks, outputs, 0, per_task * BLOCK, regs);
     Ok(())
+}
+
+/// Runs the program over `outs` (output elements from `start` on), halving them at a
+/// block boundary across `rayon::join` (no allocation) while they are longer than
+/// `chunk` elements.
+fn split_run(
+    program: &FusedProgram,
+    inputs: &[(&[f32], &Layout)],
+    walks: &[Walk<1>],
+    outs: &mut [&mut [f32]],
+    start: usize,
+    chunk: usize,
+    regs: usize,
+) {
+    let len = outs.first().map_or(0, |o| o.len());
+    if len <= chunk {
+        with_registers(regs, |r| run_range(program, inputs, walks, outs, start, r));
+        return;
+    }
+    let mid = (len / 2).div_ceil(BLOCK) * BLOCK;
+    const INLINE: usize = 8;
+    if outs.len() > INLINE {
+        let (mut left, mut right): (Vec<&mut [f32]>, Vec<&mut [f32]>) =
+            outs.iter_mut().map(|o| o.split_at_mut(mid)).unzip();
+        rayon::join(
+            || split_run(program, inputs, walks, &mut left, start, chunk, regs),
+            || split_run(program, inputs, walks, &mut right, start + mid, chunk, regs),
+        );
+        return;
+    }
+    let n = outs.len();
+    let mut left: [&mut [f32]; INLINE] = Default::default();
+    let mut right: [&mut [f32]; INLINE] = Default::default();
+    for ((o, l), r) in outs.iter_mut().zip(&mut left).zip(&mut right) {
+        (*l, *r) = o.split_at_mut(mid);
+    }
+    rayon::join(
+        || split_run(program, inputs, walks, &mut left[..n], start, chunk, regs),
+        || {
+            split_run(
+                program,
+                inputs,
+                walks,
+                &mut right[..n],
+                start + mid,
+                chunk,
+                regs,
+            )
+        },
+    );
+}
+
+/// Calls `f` with `len` register floats from this thread's scratch (grown when too
+/// short, never shrunk), so running a program allocates nothing after warm-up.
+/// (A slice of a freshly grown scratch holds zeros; later ones hold old values, which
+/// is fine: a program writes every register before reading it.)
+fn with_registers(len: usize, f: impl FnOnce(&mut [f32])) {
+    thread_local! {
+        static REGS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    }
+    let mut f = Some(f);
+    let done = REGS.try_with(|r| {
+        // A program never runs inside another on the same thread; if it somehow did,
+        // the borrow fails and that run gets registers of its own.
+        let Ok(mut regs) = r.try_borrow_mut() else {
+            return false;
+        };
+        if regs.len() < len {
+            // Room for 32 full registers at least, so that a thread's first program
+            // sizes it for the usual ones, whichever of them it happens to run first.
+            regs.resize(len.next_power_of_two().max(32 * BLOCK), 0.0);
+        }
+        (f.take().expect("called once"))(&mut regs[..len]);
+        true
+    });
+    if !matches!(done, Ok(true)) {
+        (f.take().expect("not called yet"))(&mut vec![0.0; len]);
+    }
 }
 
 /// Runs the program for output elements `start..start + outs[0].len()`, with the

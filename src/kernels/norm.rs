@@ -8,6 +8,8 @@
 //! with several independent accumulators (layer norm uses two passes: the mean, then the
 //! biased variance of the centred values, as PyTorch does).
 
+use std::borrow::Cow;
+
 use super::math;
 use super::par::for_each_chunk;
 use super::strided::{copy_runs, run, Walk};
@@ -58,7 +60,7 @@ pub fn layer_norm(
         }
         let var = sum_squares(row) / n as f32;
         let rstd = 1.0 / (var + eps).sqrt();
-        for ((x, &w), &b) in row.iter_mut().zip(&w).zip(&b) {
+        for ((x, &w), &b) in row.iter_mut().zip(w.iter()).zip(b.iter()) {
             *x = *x * rstd * w + b;
         }
     });
@@ -82,7 +84,7 @@ pub fn rms_norm(
     let eps = eps as f32;
     rows(src, layout, dst, n, 5, par, |row| {
         let r = 1.0 / (sum_squares(row) / n as f32 + eps).sqrt();
-        for (x, &w) in row.iter_mut().zip(&w) {
+        for (x, &w) in row.iter_mut().zip(w.iter()) {
             *x = *x * r * w;
         }
     });
@@ -104,14 +106,14 @@ fn row_len(
     Ok(n)
 }
 
-/// Reads a 1-D parameter of length `n` into a contiguous vector.
-fn vector(
+/// A 1-D parameter of length `n` as a contiguous slice (borrowed when it is one already).
+fn vector<'a>(
     kernel: &str,
     what: &str,
-    buf: &[f32],
+    buf: &'a [f32],
     layout: &Layout,
     n: usize,
-) -> Result<Vec<f32>, KernelError> {
+) -> Result<Cow<'a, [f32]>, KernelError> {
     check_input(kernel, what, buf.len(), layout)?;
     if layout.dims != [n] {
         return Err(error(
@@ -124,9 +126,10 @@ fn vector(
     }
     let (off, stride) = (layout.offset, layout.strides[0]);
     Ok(match (n, stride) {
-        (0, _) => Vec::new(),
-        (_, 0) => vec![buf[off]; n],
-        _ => run(buf, off, stride, n).copied().collect(),
+        (0, _) => Cow::Borrowed(&[]),
+        (_, 1) => Cow::Borrowed(&buf[off..off + n]),
+        (_, 0) => Cow::Owned(vec![buf[off]; n]),
+        _ => Cow::Owned(run(buf, off, stride, n).copied().collect()),
     })
 }
 

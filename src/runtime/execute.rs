@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::{Buffer, Data, DataMut, Slot, SlotState, StorageElement};
 use crate::error::Error;
 use crate::ir::relative::RelativeOp;
-use crate::ir::{DType, Element, Layout, Op, OpKind, ReduceOp};
+use crate::ir::{DType, Dims, Element, Layout, Op, OpKind, ReduceOp};
 use crate::kernels::{self, KernelError, Par};
 
 /// One op ready to run: its description, the slots it reads and fills, and its relative
@@ -281,8 +281,10 @@ fn matmul_layouts(
 ) -> Result<(Layout, Layout), KernelError> {
     let batch = &out_dims[..out_dims.len() - 2];
     let with_batch = |x: &Layout| {
-        let mut dims = batch.to_vec();
-        dims.extend_from_slice(&x.dims[x.rank() - 2..]);
+        let mut dims = Dims::from_slice(batch);
+        for &d in &x.dims[x.rank() - 2..] {
+            dims.push(d);
+        }
         broadcast(x, &dims)
     };
     Ok((with_batch(l)?, with_batch(r)?))

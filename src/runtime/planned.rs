@@ -119,7 +119,9 @@ fn carve<'a>(
 ) -> Result<(), KernelError> {
     order.clear();
     order.extend(0..writes.len());
-    order.sort_unstable_by_key(|&i| writes[i].0);
+    if writes.len() > 1 {
+        order.sort_unstable_by_key(|&i| writes[i].0);
+    }
     out.clear();
     out.resize_with(writes.len(), || None);
     gaps.clear();

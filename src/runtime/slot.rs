@@ -31,7 +31,9 @@ pub enum SlotState {
 /// The data cell of one tensor.
 #[derive(Debug)]
 pub struct Slot {
-    id: TensorId,
+    /// The tensor's id (atomic only so that a recycled slot can be renamed through a
+    /// shared reference).
+    id: AtomicU64,
     state: Mutex<SlotState>,
     /// Mirrors `state` being `Pending`, so the hot path can ask without the lock. Set
     /// (with `Release`) only after the state is stored.
@@ -44,17 +46,13 @@ pub struct Slot {
 impl Slot {
     /// A slot whose data is still to be computed.
     pub fn pending(id: TensorId) -> Arc<Slot> {
-        if let Some(mut cell) = recycle::slots::take() {
-            if let Some(s) = Arc::get_mut(&mut cell) {
-                s.id = id;
-                *s.state.get_mut() = SlotState::Pending;
-                *s.pending.get_mut() = true;
-                *s.producer.get_mut() = u64::MAX;
-                return cell;
-            }
+        if let Some(cell) = recycle::slots::take() {
+            // Free slots are unique and were reset to a pending state by `release`.
+            cell.id.store(id.0, Ordering::Relaxed);
+            return cell;
         }
         Arc::new(Slot {
-            id,
+            id: AtomicU64::new(id.0),
             state: Mutex::new(SlotState::Pending),
             pending: AtomicBool::new(true),
             producer: AtomicU64::new(u64::MAX),
@@ -64,7 +62,7 @@ impl Slot {
     /// A slot that already holds data.
     pub fn ready(id: TensorId, buffer: Buffer) -> Arc<Slot> {
         Arc::new(Slot {
-            id,
+            id: AtomicU64::new(id.0),
             state: Mutex::new(SlotState::Ready(Arc::new(buffer))),
             pending: AtomicBool::new(false),
             producer: AtomicU64::new(u64::MAX),
@@ -73,7 +71,7 @@ impl Slot {
 
     /// The id of the tensor whose data this is.
     pub fn id(&self) -> TensorId {
-        self.id
+        TensorId(self.id.load(Ordering::Relaxed))
     }
 
     /// A copy of the current state.
@@ -109,6 +107,11 @@ impl Slot {
     /// released as by a drop) and keeps it on this thread's free list for the next
     /// [`Slot::pending`], so a repeated pass makes no new slots.
     pub fn release(mut slot: Arc<Slot>) {
+        // A plain load first: most references are not the last, and for those one
+        // atomic decrement (the drop) is all it costs.
+        if Arc::strong_count(&slot) != 1 {
+            return;
+        }
         let Some(s) = Arc::get_mut(&mut slot) else {
             return; // other references remain; this one goes
         };
@@ -116,14 +119,17 @@ impl Slot {
         if let SlotState::Ready(b) = std::mem::replace(s.state.get_mut(), SlotState::Pending) {
             Buffer::release(b);
         }
+        *s.pending.get_mut() = true;
+        *s.producer.get_mut() = u64::MAX;
         recycle::slots::give(slot);
     }
 
     fn log_free(&mut self) {
         if log::log_enabled!(log::Level::Trace) {
+            let id = self.id();
             if let SlotState::Ready(b) = self.state.get_mut() {
                 if Arc::strong_count(b) == 1 {
-                    log::trace!("free {} ({} elements)", self.id, b.len());
+                    log::trace!("free {id} ({} elements)", b.len());
                 }
             }
         }

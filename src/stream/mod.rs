@@ -44,7 +44,12 @@ pub(crate) mod config {
 static REGISTRY: Mutex<Option<HashMap<StreamId, Weak<StreamCell>>>> = Mutex::new(None);
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 static SEGMENTS: AtomicUsize = AtomicUsize::new(0);
-static OPS: AtomicUsize = AtomicUsize::new(0);
+/// Ops recorded by streams that have closed (open streams count their own).
+static CLOSED_OPS: AtomicUsize = AtomicUsize::new(0);
+
+pub(crate) fn count_closed_stream_ops(n: usize) {
+    CLOSED_OPS.fetch_add(n, Ordering::Relaxed);
+}
 
 pub(crate) fn count_segment() {
     SEGMENTS.fetch_add(1, Ordering::Relaxed);
@@ -97,19 +102,20 @@ pub(crate) fn with_current<R>(f: impl FnOnce(&Arc<StreamCell>) -> R) -> R {
     }
 }
 
-/// Queues an op of `kind` on the calling thread's stream and returns that stream and
-/// the output's slot. `inputs` gives each input's description, slot and home stream;
-/// an input still pending in another stream first drains that stream up to the op
-/// that makes it (so this stream never waits on another while holding its own lock).
-pub(crate) fn record<'a, I>(
+/// Queues an op of `kind` on the calling thread's stream and returns `made` called on
+/// the output's slot and that stream. `inputs` gives each input's description, slot and
+/// home stream; an input still pending in another stream first drains that stream up
+/// to the op that makes it (so this stream never waits on another while holding its
+/// own lock).
+pub(crate) fn record<'a, I, R>(
     kind: OpKind,
     inputs: I,
     output: TensorDesc,
-) -> (Arc<StreamCell>, Arc<Slot>)
+    made: impl FnOnce(Arc<Slot>, &Arc<StreamCell>) -> R,
+) -> R
 where
     I: Iterator<Item = (&'a TensorDesc, &'a Arc<Slot>, &'a Arc<StreamCell>)> + Clone,
 {
-    OPS.fetch_add(1, Ordering::Relaxed);
     with_current(|cell| {
         for (desc, slot, home) in inputs.clone() {
             if slot.is_pending() && home.id() != cell.id() {
@@ -124,7 +130,7 @@ where
             }
         }
         let out = cell.push(kind, inputs.map(|(d, s, _)| (d, s)), output);
-        (cell.clone(), out)
+        made(out, cell)
     })
 }
 
@@ -199,6 +205,10 @@ pub fn reset_peak_bytes() {
 
 /// A snapshot of the engine's counters.
 pub fn stats() -> EngineStats {
+    let streams: Vec<Arc<StreamCell>> = REGISTRY
+        .lock()
+        .as_ref()
+        .map_or_else(Vec::new, |m| m.values().filter_map(Weak::upgrade).collect());
     EngineStats {
         live_buffers: crate::runtime::live_buffers(),
         live_bytes: crate::runtime::live_bytes(),
@@ -206,7 +216,8 @@ pub fn stats() -> EngineStats {
         pooled_bytes: crate::runtime::pooled_bytes() + crate::runtime::pooled_arena_bytes(),
         plan_cache: crate::fusion::cache::stats(),
         live_streams: REGISTRY.lock().as_ref().map_or(0, |m| m.len()),
-        ops_recorded: OPS.load(Ordering::Relaxed),
+        ops_recorded: CLOSED_OPS.load(Ordering::Relaxed)
+            + streams.iter().map(|s| s.recorded()).sum::<usize>(),
         segments: SEGMENTS.load(Ordering::Relaxed),
     }
 }

@@ -146,6 +146,8 @@ struct Queue {
     limit: usize,
     last_flush: Option<FlushInfo>,
     closed: bool,
+    /// Ops recorded on this stream (Drops not counted).
+    recorded: usize,
 }
 
 /// One stream: a lazy queue of ops behind its own lock.
@@ -179,6 +181,11 @@ impl StreamCell {
         output: TensorDesc,
     ) -> Arc<Slot> {
         let mut q = self.queue.lock();
+        if q.closed {
+            super::count_closed_stream_ops(1);
+        } else {
+            q.recorded += 1;
+        }
         let mut descs = q.spares.descs();
         let mut slots = q.spares.slots();
         for (d, s) in inputs {
@@ -388,8 +395,16 @@ impl StreamCell {
     pub(crate) fn close(&self) {
         let mut q = self.queue.lock();
         self.flush_locked(&mut q, u64::MAX, FlushReason::Close);
+        if !q.closed {
+            super::count_closed_stream_ops(std::mem::take(&mut q.recorded));
+        }
         q.closed = true;
         log::trace!("{}: closed", self.id);
+    }
+
+    /// Ops recorded on this stream while it was open (Drops not counted).
+    pub(crate) fn recorded(&self) -> usize {
+        self.queue.lock().recorded
     }
 
     /// Number of ops waiting in the queue.

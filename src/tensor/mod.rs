@@ -73,6 +73,9 @@ impl Drop for Tensor {
         let Some(mut handle) = self.0.take() else {
             return;
         };
+        if Arc::strong_count(&handle) != 1 {
+            return; // other clones remain
+        }
         if let Some(h) = Arc::get_mut(&mut handle) {
             h.release();
             handles::give(handle);
@@ -83,19 +86,21 @@ impl Drop for Tensor {
 impl Tensor {
     /// A handle for a tensor described by `desc` whose data is (or will be) in `slot`,
     /// made by stream `home`; reuses a free handle of this thread when there is one.
-    fn from_parts(desc: TensorDesc, slot: Arc<Slot>, home: Arc<StreamCell>) -> Tensor {
+    fn from_parts(desc: TensorDesc, slot: Arc<Slot>, home: &Arc<StreamCell>) -> Tensor {
         if let Some(mut cell) = handles::take() {
             if let Some(h) = Arc::get_mut(&mut cell) {
                 h.desc = desc;
                 h.slot = Some(slot);
-                h.home = home;
+                if !Arc::ptr_eq(&h.home, home) {
+                    h.home = home.clone();
+                }
                 return Tensor(Some(cell));
             }
         }
         Tensor(Some(Arc::new(Handle {
             desc,
             slot: Some(slot),
-            home,
+            home: home.clone(),
         })))
     }
 
@@ -216,7 +221,7 @@ impl Tensor {
         Tensor::from_parts(
             TensorDesc { id, dtype, layout },
             Slot::ready(id, buffer),
-            home,
+            &home,
         )
     }
 
@@ -229,12 +234,12 @@ impl Tensor {
             dtype,
             layout,
         };
-        let (home, slot) = stream::record(
+        stream::record(
             kind,
             inputs.iter().map(|t| (&t.h().desc, t.slot(), &t.h().home)),
             desc.clone(),
-        );
-        Tensor::from_parts(desc, slot, home)
+            |slot, home| Tensor::from_parts(desc, slot, home),
+        )
     }
 
     /// The tensor's SSA id (unique in the process).
