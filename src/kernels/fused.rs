@@ -13,6 +13,8 @@
 use std::cell::RefCell;
 use std::fmt;
 
+use parking_lot::Mutex;
+
 use super::math;
 use super::par::units_per_task;
 use super::strided::{copy_runs, Walk};
@@ -227,6 +229,26 @@ fn split_run(
     );
 }
 
+/// Register files made ahead, one per thread that may run programs at once (rayon's
+/// workers, the threads that flush, a few more): a thread's first program takes one
+/// instead of allocating, so which thread happens to run which kernel after warm-up
+/// (rayon decides) never causes an allocation.
+static SPARE_REGISTERS: Mutex<Option<Vec<Vec<f32>>>> = Mutex::new(None);
+
+/// Registers per spare register file: the usual program fits (BERT's have under 10).
+const SPARE_REGISTER_COUNT: usize = 32;
+
+fn spare_registers() -> Vec<f32> {
+    let mut spare = SPARE_REGISTERS.lock();
+    let list = spare.get_or_insert_with(|| {
+        (0..rayon::current_num_threads() + 4)
+            .map(|_| vec![0.0; SPARE_REGISTER_COUNT * BLOCK])
+            .collect()
+    });
+    list.pop()
+        .unwrap_or_else(|| vec![0.0; SPARE_REGISTER_COUNT * BLOCK])
+}
+
 /// Calls `f` with `len` register floats from this thread's scratch (grown when too
 /// short, never shrunk), so running a program allocates nothing after warm-up.
 /// (A slice of a freshly grown scratch holds zeros; later ones hold old values, which
@@ -242,10 +264,11 @@ fn with_registers(len: usize, f: impl FnOnce(&mut [f32])) {
         let Ok(mut regs) = r.try_borrow_mut() else {
             return false;
         };
+        if regs.is_empty() {
+            *regs = spare_registers();
+        }
         if regs.len() < len {
-            // Room for 32 full registers at least, so that a thread's first program
-            // sizes it for the usual ones, whichever of them it happens to run first.
-            regs.resize(len.next_power_of_two().max(32 * BLOCK), 0.0);
+            regs.resize(len.next_power_of_two(), 0.0);
         }
         (f.take().expect("called once"))(&mut regs[..len]);
         true
