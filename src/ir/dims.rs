@@ -13,9 +13,8 @@ use std::ops::{Deref, DerefMut};
 pub const MAX_RANK: usize = 8;
 
 /// Up to [`MAX_RANK`] `usize`s stored inline; derefs to a slice. Entries past `len`
-/// are always zero, so the derived `Eq` sees only the slice; `Hash` reads only the
-/// used entries (cheaper, and the same equivalence).
-#[derive(Clone, Copy, PartialEq, Eq, Default)]
+/// are always zero; `Eq` and `Hash` read only the used entries.
+#[derive(Clone, Copy, Default)]
 pub struct Dims {
     len: u8,
     v: [usize; MAX_RANK],
@@ -73,6 +72,15 @@ impl Dims {
         x
     }
 }
+
+// Compares only the used entries (the others are 0 anyway): a short memcmp.
+impl PartialEq for Dims {
+    fn eq(&self, other: &Dims) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Dims {}
 
 // Entries past `len` are always 0 (every method keeps them so), so hashing only the
 // used ones agrees with the derived `Eq`.

@@ -152,13 +152,12 @@ pub fn fused(
     }
     let walk = |(_, l): &(&[f32], &Layout)| Walk::new(&l.dims, [&l.strides], [l.offset]);
     const INLINE: usize = 8;
-    let inline_walks: [Walk<1>; INLINE];
+    let mut inline_walks = [Walk::<1>::EMPTY; INLINE];
     let heap_walks: Vec<Walk<1>>;
     let walks: &[Walk<1>] = if inputs.len() <= INLINE {
-        inline_walks = std::array::from_fn(|k| match inputs.get(k) {
-            Some(i) => walk(i),
-            None => Walk::new(&[], [&[]], [0]),
-        });
+        for (w, i) in inline_walks.iter_mut().zip(inputs) {
+            *w = walk(i);
+        }
         &inline_walks[..inputs.len()]
     } else {
         heap_walks = inputs.iter().map(walk).collect();

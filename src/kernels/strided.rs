@@ -17,7 +17,7 @@
 use crate::ir::Dims;
 
 /// A joint walk over `N` layouts that share the same dims.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Walk<const N: usize> {
     /// The simplified outer dims (all but the innermost), outermost first.
     outer_dims: Dims,
@@ -32,6 +32,15 @@ pub(crate) struct Walk<const N: usize> {
 }
 
 impl<const N: usize> Walk<N> {
+    /// The walk over no elements' layouts of rank 0 (a placeholder in arrays of walks).
+    pub(crate) const EMPTY: Walk<N> = Walk {
+        outer_dims: Dims::new(),
+        outer_strides: [Dims::new(); N],
+        inner_len: 1,
+        inner_strides: [0; N],
+        offsets: [0; N],
+    };
+
     /// Simplifies `N` layouts with the same `dims` (given by their strides and offsets).
     pub(crate) fn new(dims: &[usize], strides: [&[usize]; N], offsets: [usize; N]) -> Walk<N> {
         // Collected innermost first.

@@ -221,7 +221,8 @@ pub fn execute_plan(
     s.failed.clear();
     s.failed.resize(n, None);
     for (t, task) in tasks.iter().enumerate() {
-        for (pos, &v) in task.rel.inputs.iter().enumerate() {
+        // (Drops hold no slots.)
+        for (pos, &v) in task.rel.inputs.iter().enumerate().take(task.inputs.len()) {
             s.slot_at[v as usize].get_or_insert((t as u32, pos as u32));
         }
         if let (Some(_), Some(v)) = (&task.output, task.rel.output) {

@@ -224,9 +224,10 @@ impl StreamCell {
             return;
         }
         let mut descs = q.spares.descs();
-        let mut slots = q.spares.slots();
         descs.push(desc);
-        slots.push(slot.clone());
+        // The Drop holds no slot: the op that makes the tensor is queued here too (the
+        // tensor is pending), and its task holds the slot until the segment has run.
+        let slots = Vec::new(); // no allocation
         let op = Op {
             kind: OpKind::Drop,
             inputs: descs,
@@ -350,6 +351,10 @@ impl StreamCell {
             spares.keep(task);
         }
         running.clear();
+        if q.ops.is_empty() {
+            // Keep queuing into the deque that has grown to a whole segment.
+            std::mem::swap(&mut q.ops, &mut q.running);
+        }
         q.last_flush = Some(info);
         if let Some(e) = error {
             q.error.get_or_insert(e);
