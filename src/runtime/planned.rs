@@ -3,12 +3,17 @@
 //! The plan says where every value lives ([`Home`]); this module makes it so. Segment
 //! inputs are read from their slots. Values planned in the arena are slices of one
 //! `Vec<f32>` taken from a pool for the segment and given back after it: for each
-//! kernel the arena is split into the output regions (written) and the gaps between
-//! them (read), so the borrow checker itself proves that a kernel never reads what it
-//! writes; an input region that straddles an output region is a planning bug and fails
-//! the kernel with an error rather than reading torn data. Values that escape get
+//! level the arena is split into the output regions of its kernels (written) and the
+//! gaps between them (read), so the borrow checker itself proves that a kernel never
+//! reads what any kernel of its level writes; an input region that straddles an
+//! output region is a planning bug and fails the kernel with an error rather than
+//! reading torn data. Kernels of a level run one after the other, or halved across
+//! `rayon::join` when the stream may use several threads. Values that escape get
 //! pooled buffers, and their slots are filled at the end. A failed input fails every
 //! kernel downstream of it, with the same error.
+//!
+//! All bookkeeping lives in a [`PlanScratch`] that the stream keeps between segments,
+//! so replaying a cached plan allocates nothing.
 
 use std::sync::Arc;
 

@@ -6,6 +6,11 @@
 //! that whoever flushes next sees every earlier op finished. The cursor counts ops
 //! executed so far: an op's absolute position is `cursor + index in the queue`.
 //!
+//! A stream recycles what its ops need: the vectors of executed tasks go to `Spares`
+//! and back into the next ops, the segment is swapped out of the queue rather than
+//! copied, and the plan executor's scratch stays with the stream, so a repeated forward
+//! pass queues and runs without allocating.
+//!
 //! Lock discipline (why no deadlock is possible): a thread holds at most one stream
 //! lock at a time. Running a segment never needs another stream, because an op that
 //! reads another stream's pending tensor drains that stream *before* it is queued
