@@ -3,7 +3,7 @@
 //! Every thread that records an op gets its own stream ([`StreamCell`]), found through
 //! a thread-local. Recording touches only that stream, unless an input is still
 //! pending in another stream: then that stream is first drained up to the op that
-//! makes the input, on the recording thread ([`record`]). When the thread ends, its
+//! makes the input, on the recording thread (`record`). When the thread ends, its
 //! stream is flushed and closed, so nothing it queued is lost or leaks.
 //!
 //! Tensor data lives in slots shared by handles and queued ops (see
