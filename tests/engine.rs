@@ -164,3 +164,24 @@ fn zero_sized_shapes_with_huge_dims_are_errors_not_overflows() {
     assert!(e.contains("cat"), "{e}");
     assert_eq!(a.to_vec::<f32>().unwrap(), Vec::<f32>::new());
 }
+
+#[test]
+fn engine_statistics_count_plan_cache_hits_misses_and_plan_sizes() {
+    // Other tests of this binary run at the same time, so only increases are checked.
+    let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0, -4.0, 5.0, 6.0], &[2, 3]).unwrap();
+    let w = Tensor::from_vec(vec![0.5f32; 12], &[3, 4]).unwrap();
+    let before = streamfuse::stats();
+    program(&x, &w).to_vec::<f32>().unwrap();
+    let after_first = streamfuse::stats();
+    program(&x, &w).to_vec::<f32>().unwrap();
+    let after = streamfuse::stats();
+    assert!(after.plan_cache.hits > before.plan_cache.hits, "{after:?}");
+    assert!(after.plan_cache.misses + after.plan_cache.hits >= before.plan_cache.misses + 2);
+    assert!(after.plan_cache.plans >= 1 && after.plan_cache.kernels >= after.plan_cache.plans);
+    assert!(after.plan_cache.ops >= after.plan_cache.kernels);
+    assert!(
+        after.ops_recorded >= after_first.ops_recorded + 3,
+        "{after:?}"
+    );
+    assert!(after.segments >= before.segments + 2);
+}

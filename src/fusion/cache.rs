@@ -130,18 +130,31 @@ pub struct CacheStats {
     pub misses: usize,
     /// Plans stored.
     pub plans: usize,
+    /// Kernels of all stored plans together (the plans' size).
+    pub kernels: usize,
+    /// Ops of the segments of all stored plans together.
+    pub ops: usize,
+    /// Arena bytes of all stored plans together (each plan's arena is taken from the
+    /// pool only while its segment runs).
+    pub arena_bytes: usize,
 }
 
 /// A snapshot of the cache counters.
 pub fn stats() -> CacheStats {
-    CacheStats {
+    let mut stats = CacheStats {
         hits: HITS.load(Ordering::Relaxed),
         misses: MISSES.load(Ordering::Relaxed),
-        plans: CACHE
-            .read()
-            .as_ref()
-            .map_or(0, |m| m.values().map(Vec::len).sum()),
+        ..CacheStats::default()
+    };
+    if let Some(m) = CACHE.read().as_ref() {
+        for e in m.values().flatten() {
+            stats.plans += 1;
+            stats.kernels += e.plan.kernel_count();
+            stats.ops += e.plan.ops;
+            stats.arena_bytes += e.plan.arena_bytes();
+        }
     }
+    stats
 }
 
 /// Forgets every stored plan (counters are kept).

@@ -382,7 +382,13 @@ impl StreamCell {
         info.arena_lower_bound = plan.arena_lower_bound * 4;
         if log::log_enabled!(log::Level::Trace) {
             if hit {
-                log::trace!("{}: plan cache hit for {key:016x}", self.id);
+                log::trace!(
+                    "{}: plan cache hit for {key:016x}: {} ops -> {} kernels, arena {} B",
+                    self.id,
+                    plan.ops,
+                    plan.kernel_count(),
+                    plan.arena_bytes()
+                );
             } else {
                 log::trace!("{}: plan cache miss for {key:016x}; built {plan}", self.id);
             }
