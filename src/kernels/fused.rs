@@ -130,6 +130,25 @@ pub fn fused(
     outputs: &mut [&mut [f32]],
     par: Par,
 ) -> Result<(), KernelError> {
+    fused_in_place(program, inputs, &[], outputs, par)
+}
+
+/// [`fused`] where some inputs are read from the buffers of the outputs that
+/// overwrite them (in-place reuse of a dying input).
+///
+/// Each pair `(k, j)` of `in_place` says that input `k` is the current contents of
+/// `outputs[j]`: its slice in `inputs` is ignored (it may be empty) and its layout
+/// must be contiguous from offset 0 (element `i` of the input is element `i` of the
+/// output). The kernel reads every element of such an input before it writes the
+/// output element at the same index. An input or output may take part in one pair
+/// at most.
+pub fn fused_in_place(
+    program: &FusedProgram,
+    inputs: &[(&[f32], &Layout)],
+    in_place: &[(usize, usize)],
+    outputs: &mut [&mut [f32]],
+    par: Par,
+) -> Result<(), KernelError> {
     program.check()?;
     if inputs.len() != program.inputs || outputs.len() != program.outputs.len() {
         return Err(error(
@@ -147,8 +166,28 @@ pub fn fused(
         Some((_, l)) => l.numel(),
         None => outputs.first().map_or(0, |o| o.len()),
     };
+    for (i, &(k, j)) in in_place.iter().enumerate() {
+        let twice = in_place[..i].iter().any(|&(k2, j2)| k2 == k || j2 == j);
+        let bad = match inputs.get(k) {
+            _ if twice => Some("input or output in two pairs"),
+            None => Some("no such input"),
+            _ if j >= outputs.len() => Some("no such output"),
+            Some((_, l)) if !l.is_contiguous() || l.offset != 0 => {
+                Some("the input is not contiguous from offset 0")
+            }
+            Some(_) => None,
+        };
+        if let Some(why) = bad {
+            return Err(error(
+                "fused",
+                format_args!("in-place pair (input {k}, output {j}): {why}"),
+            ));
+        }
+    }
     for (k, (src, layout)) in inputs.iter().enumerate() {
-        check_input("fused", "input", src.len(), layout)?;
+        if !in_place.iter().any(|&(i, _)| i == k) {
+            check_input("fused", "input", src.len(), layout)?;
+        }
         if layout.dims != inputs[0].1.dims {
             return Err(error(
                 "fused",
@@ -165,15 +204,25 @@ pub fn fused(
             format_args!("an output holds {} elements, {numel} expected", o.len()),
         ));
     }
-    run_on(Path::detect(), program, inputs, outputs, numel, par);
+    run_on(
+        Path::detect(),
+        program,
+        inputs,
+        in_place,
+        outputs,
+        numel,
+        par,
+    );
     Ok(())
 }
 
-/// [`fused`] after its checks, on the given path (which the CPU must support).
+/// [`fused_in_place`] after its checks, on the given path (which the CPU must
+/// support).
 fn run_on(
     path: Path,
     program: &FusedProgram,
     inputs: &[(&[f32], &Layout)],
+    in_place: &[(usize, usize)],
     outputs: &mut [&mut [f32]],
     numel: usize,
     par: Par,
@@ -182,7 +231,7 @@ fn run_on(
         .iter()
         .map(|(_, l)| Walk::new(&l.dims, [&l.strides], [l.offset]))
         .collect();
-    let sched = Schedule::new(program, |k| inputs[k].1.is_contiguous());
+    let sched = Schedule::new(program, |k| inputs[k].1.is_contiguous(), in_place);
     let tile = path.tile();
     let tiles = numel.div_ceil(tile);
     // Each task gets at least `MIN_TASK_WORK` elements, however cheap the program: a
@@ -219,6 +268,9 @@ enum Src {
     Input(u16),
     /// A spill tile: a saved register or a gathered input.
     Tile(u16),
+    /// Output `j`, read before it is written: an input that the output overwrites in
+    /// place.
+    Output(u16),
 }
 
 /// One step of a [`Schedule`]. Steps work on an accumulator (one register over one
@@ -227,6 +279,8 @@ enum Src {
 enum Step {
     /// Copy input `k` (read through its layout) into spill tile `t`.
     Gather(u16, u16),
+    /// Copy output `j` (the input it overwrites in place) into spill tile `t`.
+    Keep(u16, u16),
     /// `acc = src`.
     Load(Src),
     /// `acc = op(acc)`.
@@ -255,9 +309,38 @@ struct Schedule {
 }
 
 impl Schedule {
-    /// The schedule of a checked `program`; `in_place(k)` says whether input `k` may be
-    /// read in place (it is contiguous) rather than gathered.
-    fn new(program: &FusedProgram, in_place: impl Fn(usize) -> bool) -> Schedule {
+    /// The schedule of a checked `program`; `contiguous(k)` says whether input `k` may
+    /// be read in place rather than gathered; `(k, j)` in `aliases` says input `k` is
+    /// read from output `j`. An aliased input is read straight from the output when
+    /// every such read comes before the output is written; otherwise it is kept in a
+    /// spill tile first.
+    fn new(
+        program: &FusedProgram,
+        contiguous: impl Fn(usize) -> bool,
+        aliases: &[(usize, usize)],
+    ) -> Schedule {
+        let alias = |k: usize| aliases.iter().find(|&&(i, _)| i == k).map(|&(_, j)| j);
+        let direct = Schedule::build(program, &contiguous, &|k| alias(k).map(|j| (j, false)));
+        // The steps reading output `j` that come after a step writing it.
+        let late = |j: usize| {
+            let (src, out) = (Src::Output(j as u16), Step::Output(j as u16));
+            direct.steps.iter().skip_while(|&&s| s != out).any(
+                |s| matches!(*s, Step::Load(x) | Step::AccOp(_, x) | Step::OpAcc(_, x) if x == src),
+            )
+        };
+        if !aliases.iter().any(|&(_, j)| late(j)) {
+            return direct;
+        }
+        Schedule::build(program, &contiguous, &|k| alias(k).map(|j| (j, late(j))))
+    }
+
+    /// [`Schedule::new`] once the aliased inputs are known: `alias(k)` is the output
+    /// input `k` is read from and whether it must be kept in a spill tile first.
+    fn build(
+        program: &FusedProgram,
+        in_place: &dyn Fn(usize) -> bool,
+        alias: &dyn Fn(usize) -> Option<(usize, bool)>,
+    ) -> Schedule {
         /// What the schedule knows of one register.
         #[derive(Clone, Copy)]
         struct Reg {
@@ -306,7 +389,15 @@ impl Schedule {
             let r = i as u16;
             match *ins {
                 Instr::Input(k) => {
-                    regs[i].at = if in_place(k as usize) {
+                    regs[i].at = if let Some((j, keep)) = alias(k as usize) {
+                        if keep {
+                            steps.push(Step::Keep(j as u16, tiles));
+                            tiles += 1;
+                            Src::Tile(tiles - 1)
+                        } else {
+                            Src::Output(j as u16)
+                        }
+                    } else if in_place(k as usize) {
                         Src::Input(k)
                     } else {
                         steps.push(Step::Gather(k, tiles));
@@ -480,17 +571,18 @@ impl Job<'_> {
         for s in &self.sched.steps {
             match *s {
                 Step::Gather(k, t) => self.gather(k, at, &mut regs[t as usize][..n]),
-                Step::Load(Src::Input(k)) => acc[..n].copy_from_slice(self.whole(k, at, n)),
+                Step::Keep(j, t) => {
+                    regs[t as usize][..n].copy_from_slice(&outs[j as usize][done..done + n])
+                }
                 Step::Load(Src::Tile(t)) => acc = regs[t as usize],
+                Step::Load(x) => acc[..n].copy_from_slice(self.part(outs, regs, x, at, done, n)),
                 Step::Unary(op) => unary_acc(op, &mut acc),
-                Step::AccOp(op, Src::Input(k)) => {
-                    binary_acc(op, &mut acc, self.whole(k, at, n), true)
+                Step::AccOp(op, x) => {
+                    binary_acc(op, &mut acc, self.part(outs, regs, x, at, done, n), true)
                 }
-                Step::AccOp(op, Src::Tile(t)) => binary_acc(op, &mut acc, &regs[t as usize], true),
-                Step::OpAcc(op, Src::Input(k)) => {
-                    binary_acc(op, &mut acc, self.whole(k, at, n), false)
+                Step::OpAcc(op, x) => {
+                    binary_acc(op, &mut acc, self.part(outs, regs, x, at, done, n), false)
                 }
-                Step::OpAcc(op, Src::Tile(t)) => binary_acc(op, &mut acc, &regs[t as usize], false),
                 Step::Square(op) => {
                     let a = acc;
                     binary_acc(op, &mut acc, &a, true)
@@ -498,6 +590,24 @@ impl Job<'_> {
                 Step::Save(t) => regs[t as usize] = acc,
                 Step::Output(j) => outs[j as usize][done..done + n].copy_from_slice(&acc[..n]),
             }
+        }
+    }
+
+    /// The first `n` elements of operand `x` for the tile at `at` (`done` in `outs`).
+    #[inline(always)]
+    fn part<'a, const N: usize>(
+        &'a self,
+        outs: &'a [&mut [f32]],
+        regs: &'a [[f32; N]],
+        x: Src,
+        at: usize,
+        done: usize,
+        n: usize,
+    ) -> &'a [f32] {
+        match x {
+            Src::Input(k) => self.whole(k, at, n),
+            Src::Tile(t) => &regs[t as usize][..n],
+            Src::Output(j) => &outs[j as usize][done..done + n],
         }
     }
 
@@ -663,7 +773,7 @@ mod tests {
         let n = inputs[0].1.numel();
         let mut outs = vec![vec![0f32; n]; p.outputs.len()];
         let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
-        run_on(path, p, inputs, &mut refs, n, par);
+        run_on(path, p, inputs, &[], &mut refs, n, par);
         outs
     }
 
@@ -829,16 +939,102 @@ mod tests {
             ],
             outputs: vec![8],
         };
-        let s = Schedule::new(&p, |_| true);
+        let s = Schedule::new(&p, |_| true, &[]);
         assert_eq!(s.tiles, 0);
         assert_eq!(s.steps.len(), 10, "{:?}", s.steps);
         assert_eq!(s.steps[0], Step::Load(Src::Input(0)));
         assert_eq!(s.steps[4], Step::AccOp(BinaryOp::Mul, Src::Input(0)));
         assert_eq!(s.steps[9], Step::Output(0));
         // Not read in place: the input is gathered once into a tile.
-        let s = Schedule::new(&p, |_| false);
+        let s = Schedule::new(&p, |_| false, &[]);
         assert_eq!(s.tiles, 1);
         assert_eq!(s.steps[0], Step::Gather(0, 0));
+    }
+
+    /// An input read from the output that overwrites it gives what a separate input
+    /// gives, on every path, whether it can be read straight from the output or must
+    /// be kept first (read again after the output is written).
+    #[test]
+    fn in_place_inputs_match_separate_ones() {
+        let mut rng = Rng::new(3);
+        let n = 1000;
+        let x = specials(&mut rng, n);
+        let y = specials(&mut rng, n);
+        let l = Layout::contiguous(&[n]);
+        let direct = FusedProgram {
+            inputs: 2,
+            instrs: vec![
+                Instr::Input(0),
+                Instr::Input(1),
+                Instr::Binary(BinaryOp::Sub, 1, 0),
+                Instr::Unary(UnaryOp::Sqrt, 2),
+                Instr::Binary(BinaryOp::Maximum, 0, 3),
+            ],
+            outputs: vec![4],
+        };
+        let late = FusedProgram {
+            inputs: 2,
+            instrs: vec![
+                Instr::Input(0),
+                Instr::Input(1),
+                Instr::Unary(UnaryOp::Neg, 0),
+                Instr::Binary(BinaryOp::Mul, 2, 0), // reads input 0 after output 0
+                Instr::Binary(BinaryOp::Minimum, 1, 3),
+            ],
+            outputs: vec![2, 4],
+        };
+        assert!(!Schedule::new(&direct, |_| true, &[(0, 0)])
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::Keep(..))));
+        assert_eq!(
+            Schedule::new(&late, |_| true, &[(0, 0)]).steps[0],
+            Step::Keep(0, 0)
+        );
+        for (p, pairs) in [(&direct, vec![(0, 0)]), (&late, vec![(0, 0), (1, 1)])] {
+            let want = run(Path::Portable, p, &[(&x, &l), (&y, &l)], Par::serial());
+            for path in paths() {
+                for par in crate::kernels::testutil::pars() {
+                    let mut outs = vec![x.clone(); p.outputs.len()];
+                    for &(k, j) in &pairs {
+                        outs[j] = [&x, &y][k].clone();
+                    }
+                    let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
+                    let ins = [(&x[..], &l), (&y[..], &l)];
+                    let ins: Vec<(&[f32], &Layout)> = ins
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &(d, l))| {
+                            let aliased = pairs.iter().any(|&(i, _)| i == k);
+                            (if aliased { &[][..] } else { d }, l)
+                        })
+                        .collect();
+                    run_on(path, p, &ins, &pairs, &mut refs, n, par);
+                    same_bits(&want, &outs, &format!("{path:?} {par:?} {p}"));
+                }
+            }
+        }
+        // Bad pairs are errors.
+        let mut o = vec![0f32; n];
+        for pairs in [vec![(2, 0)], vec![(0, 1)], vec![(0, 0), (1, 0)]] {
+            let r = fused_in_place(
+                &direct,
+                &[(&x, &l), (&y, &l)],
+                &pairs,
+                &mut [&mut o],
+                Par::serial(),
+            );
+            assert!(r.is_err(), "{pairs:?}");
+        }
+        let t = Layout::contiguous(&[2, n / 2]).permute(&[1, 0]);
+        let neg = FusedProgram {
+            inputs: 1,
+            instrs: vec![Instr::Input(0), Instr::Unary(UnaryOp::Neg, 0)],
+            outputs: vec![1],
+        };
+        assert!(
+            fused_in_place(&neg, &[(&x, &t)], &[(0, 0)], &mut [&mut o], Par::serial()).is_err()
+        );
     }
 
     #[test]

@@ -46,7 +46,7 @@ mod testutil;
 
 pub use copy::{cast, cat, copy, fill};
 pub use elementwise::{binary, unary};
-pub use fused::{fused, FusedProgram, Instr, BLOCK};
+pub use fused::{fused, fused_in_place, FusedProgram, Instr, BLOCK};
 pub use index::index_select;
 pub use matmul::matmul;
 pub use norm::{layer_norm, rms_norm, softmax};

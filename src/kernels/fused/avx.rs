@@ -197,21 +197,20 @@ macro_rules! each {
     };
 }
 
-/// The whole tile a step reads: of a contiguous input (in place), or a spill tile.
+/// The whole tile a step reads: of a contiguous input (in place), a spill tile, or
+/// an output not yet written (the input it overwrites).
 #[inline(always)]
 fn operand<'a, const N: usize>(
     job: &'a Job<'_>,
+    outs: &'a [&mut [f32]],
     regs: &'a [[f32; N]],
     x: Src,
     at: usize,
+    done: usize,
 ) -> &'a [f32; N] {
-    match x {
-        Src::Input(k) => job
-            .whole(k, at, N)
-            .try_into()
-            .expect("whole() gives the N elements asked for"),
-        Src::Tile(t) => &regs[t as usize],
-    }
+    job.part(outs, regs, x, at, done, N)
+        .try_into()
+        .expect("part() gives the N elements asked for")
 }
 
 /// `$acc[$i] = op($a, $b)` for every vector `$i` of the accumulator, with the match on
@@ -280,8 +279,10 @@ macro_rules! variant {
                 for s in &job.sched.steps {
                     match *s {
                         Step::Gather(k, t) => job.gather(k, at, &mut regs[t as usize]),
+                        Step::Keep(j, t) => regs[t as usize]
+                            .copy_from_slice(&outs[j as usize][done..done + $tile]),
                         Step::Load(x) => {
-                            let x = operand(job, regs, x, at);
+                            let x = operand(job, outs, regs, x, at, done);
                             for (i, a) in acc.iter_mut().enumerate() {
                                 *a = $v::load(x, i);
                             }
@@ -313,11 +314,11 @@ macro_rules! variant {
                             }
                         },
                         Step::AccOp(op, x) => {
-                            let x = operand(job, regs, x, at);
+                            let x = operand(job, outs, regs, x, at, done);
                             each_binary!($v, op, acc, i => acc[i], $v::load(x, i));
                         }
                         Step::OpAcc(op, x) => {
-                            let x = operand(job, regs, x, at);
+                            let x = operand(job, outs, regs, x, at, done);
                             each_binary!($v, op, acc, i => $v::load(x, i), acc[i]);
                         }
                         Step::Square(op) => each_binary!($v, op, acc, i => acc[i], acc[i]),
