@@ -391,7 +391,8 @@ impl Schedule {
                 Instr::Input(k) => {
                     regs[i].at = if let Some((j, keep)) = alias(k as usize) {
                         if keep {
-                            steps.push(Step::Keep(j as u16, tiles));
+                            // First of all, before any step writes the output.
+                            steps.insert(0, Step::Keep(j as u16, tiles));
                             tiles += 1;
                             Src::Tile(tiles - 1)
                         } else {
@@ -991,7 +992,26 @@ mod tests {
             Schedule::new(&late, |_| true, &[(0, 0)]).steps[0],
             Step::Keep(0, 0)
         );
-        for (p, pairs) in [(&direct, vec![(0, 0)]), (&late, vec![(0, 0), (1, 1)])] {
+        // Input 1 is loaded after output 0 is written.
+        let after = FusedProgram {
+            inputs: 2,
+            instrs: vec![
+                Instr::Input(0),
+                Instr::Unary(affine_op(2.0, 1.0), 0),
+                Instr::Input(1),
+                Instr::Binary(BinaryOp::Maximum, 2, 1),
+            ],
+            outputs: vec![1, 3],
+        };
+        assert_eq!(
+            Schedule::new(&after, |_| true, &[(1, 0)]).steps[0],
+            Step::Keep(0, 0)
+        );
+        for (p, pairs) in [
+            (&direct, vec![(0, 0)]),
+            (&late, vec![(0, 0), (1, 1)]),
+            (&after, vec![(1, 0)]),
+        ] {
             let want = run(Path::Portable, p, &[(&x, &l), (&y, &l)], Par::serial());
             for path in paths() {
                 for par in crate::kernels::testutil::pars() {

@@ -360,13 +360,22 @@ fn run_kernel(
             program,
             inputs,
             outputs,
+            in_place,
             ..
         } => {
+            check_in_place(run, inputs, outputs, in_place)?;
             let data = inputs
                 .iter()
-                .map(|(v, l)| match run.data(*v, gaps)? {
-                    Data::F32(s) => Ok((s, l)),
-                    _ => Err(KernelError("fused input is not f32 (engine bug)".into())),
+                .enumerate()
+                .map(|(k, (v, l))| {
+                    // Read from its output's region, which the kernel is handed mutably.
+                    if in_place.iter().any(|&(i, _)| i == k) {
+                        return Ok((&[][..], l));
+                    }
+                    match run.data(*v, gaps)? {
+                        Data::F32(s) => Ok((s, l)),
+                        _ => Err(KernelError("fused input is not f32 (engine bug)".into())),
+                    }
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let mut dsts: Vec<&mut [f32]> = Vec::with_capacity(outputs.len());
@@ -376,9 +385,30 @@ fn run_kernel(
                     _ => return Err(KernelError("fused output is not f32 (engine bug)".into())),
                 }
             }
-            kernels::fused(program, &data, &mut dsts, par)
+            kernels::fused_in_place(program, &data, in_place, &mut dsts, par)
         }
     }
+}
+
+/// Checks that each in-place input `(k, j)` of a fused kernel lives exactly in the arena
+/// region of output `j` (the plan gave them one offset), so reading it from there reads
+/// its own elements.
+fn check_in_place(
+    run: &Run<'_>,
+    inputs: &[(u32, crate::ir::Layout)],
+    outputs: &[u32],
+    in_place: &[(usize, usize)],
+) -> Result<(), KernelError> {
+    for &(k, j) in in_place {
+        let input = inputs.get(k).and_then(|(v, _)| run.region(run.root(*v)));
+        let output = outputs.get(j).and_then(|&o| run.region(o as usize));
+        if input.is_none() || input != output {
+            return Err(KernelError(format!(
+                "in-place input {k} is not where output {j} is written (planning bug)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
