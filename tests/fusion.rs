@@ -110,6 +110,39 @@ fn intermediates_share_one_planned_arena_at_the_lower_bound() {
 }
 
 #[test]
+fn a_fused_kernel_overwrites_a_dying_input_in_place() {
+    // e = exp(x) is stored (the sum reads it), then y = e / sum(e) is the last reader
+    // of e, with e's length and layout: y may take e's bytes. z keeps y inside the
+    // segment (y dies there too).
+    let (rows, cols) = (64, 256);
+    let x = t(&[rows, cols], 9);
+    let f = || {
+        let e = x.exp().unwrap();
+        let s = e.sum_keepdim(1).unwrap();
+        let y = e.div(&s).unwrap();
+        y.sqrt().unwrap().sum_keepdim(1).unwrap()
+    };
+    let (fused, plain, info) = both(f);
+    assert_eq!(fused, plain);
+    let big = rows * cols * 4;
+    assert!(
+        info.arena_bytes < 2 * big,
+        "e and y share their bytes: {info:?}"
+    );
+    // The observer sees every read of e before y is written over it, and the peak it
+    // sees is the planner's bound.
+    observer::start();
+    f().to_vec::<f32>().unwrap();
+    let records = observer::take();
+    let peak = records.iter().map(|r| r.arena_live_bytes).max().unwrap();
+    assert_eq!(peak, info.arena_lower_bound, "{records:?}");
+    assert!(records.iter().any(|r| r.reads.iter().any(|a| r
+        .writes
+        .iter()
+        .any(|w| w.offset == a.offset && w.value != a.value))));
+}
+
+#[test]
 fn the_observer_sees_no_value_clobbered_before_its_last_read() {
     let p = support::encoder_params(32, 64);
     let x = t(&[2, 6, 32], 7);

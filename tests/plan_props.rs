@@ -23,7 +23,7 @@ fn check(p: &Problem, plan: &plan::Plan) -> Result<(), String> {
     }
     for (i, b) in p.buffers.iter().enumerate() {
         let o = plan.offsets[i];
-        if o % b.alignment != 0 {
+        if !o.is_multiple_of(b.alignment) {
             return Err(format!("buffer {i} misaligned"));
         }
         if o + b.size > plan.arena {

@@ -56,7 +56,8 @@ pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> ExecutionPlan {
     order.sort_by_key(|&k| (levels[k], k));
     let kernels: Vec<Kernel> = order.iter().map(|&k| kernels[k].clone()).collect();
     let levels: Vec<u32> = order.iter().map(|&k| levels[k]).collect();
-    let (arena_len, arena_lower_bound) = place(&kernels, &levels, &facts, &mut values);
+    let mut kernels = kernels;
+    let (arena_len, arena_lower_bound) = place(&mut kernels, &levels, &facts, &mut values);
     ExecutionPlan {
         values,
         kernels,
@@ -267,6 +268,7 @@ fn fused_kernel(
         input_ids,
         outputs,
         dims,
+        in_place: Vec::new(), // set by `place` when the memory plan allows it
     }
 }
 
@@ -301,8 +303,15 @@ fn levels(kernels: &[Kernel], facts: &[Facts], n_values: usize) -> Vec<u32> {
 
 /// Step 4: arena offsets for f32 roots born and dead in the segment; pooled buffers for
 /// the rest. Returns the arena length and the lower bound, in f32 elements.
+///
+/// A fused kernel's arena output may take the bytes of an arena input that dies at the
+/// kernel's level (an in-place pair of the planner) when the kernel reads it at the
+/// index it writes (the same length, a contiguous layout from offset 0) and nothing
+/// else reads it at that level (kernels of one level may run at once). Where the
+/// planner gives both the same offset, the kernel records the pair and reads that
+/// input from its output region.
 fn place(
-    kernels: &[Kernel],
+    kernels: &mut [Kernel],
     levels: &[u32],
     facts: &[Facts],
     values: &mut [Value],
@@ -345,7 +354,55 @@ fn place(
     if buffers.is_empty() {
         return (0, 0);
     }
-    let problem = plan::Problem::new(buffers);
+    let mut problem = plan::Problem::new(buffers);
+    // In-place candidates: (kernel, input k, output j, input buffer, output buffer).
+    let position = |v: usize| owners.iter().position(|&o| o == v);
+    let mut reads_at_last = vec![0usize; n];
+    for (k, &lvl) in kernels.iter().zip(levels) {
+        for &v in kernel_io(k).0 {
+            let r = facts[v as usize].root as usize;
+            if last[r] == lvl {
+                reads_at_last[r] += 1;
+            }
+        }
+    }
+    let mut pairs: Vec<(usize, usize, usize, usize, usize)> = Vec::new();
+    for (ki, (k, &lvl)) in kernels.iter().zip(levels).enumerate() {
+        let Kernel::Fused {
+            inputs,
+            outputs,
+            dims,
+            ..
+        } = k
+        else {
+            continue;
+        };
+        let whole = Layout::contiguous(dims);
+        for (j, &o) in outputs.iter().enumerate() {
+            let Some(out) = position(o as usize) else {
+                continue;
+            };
+            let numel = values[o as usize].layout.numel();
+            let found = inputs.iter().enumerate().find_map(|(i, (v, layout))| {
+                let r = facts[*v as usize].root as usize;
+                let inp = position(r)?;
+                let ok = last[r] == lvl
+                    && born[r] < lvl
+                    && reads_at_last[r] == 1
+                    && *layout == whole
+                    && values[r].layout.numel() == numel
+                    && !pairs.iter().any(|p| p.3 == inp);
+                ok.then_some((i, inp))
+            });
+            if let Some((i, inp)) = found {
+                pairs.push((ki, i, j, inp, out));
+            }
+        }
+    }
+    problem.in_place = pairs
+        .iter()
+        .map(|&(_, _, _, input, output)| plan::InPlace { input, output })
+        .collect();
     let options = plan::Options {
         time_limit: Duration::from_millis(50),
         threads: 1,
@@ -369,6 +426,14 @@ fn place(
             (offs, at, plan::lower_bound(&problem))
         }
     };
+    // Only where the planner took the offer does the kernel read in place.
+    for &(ki, i, j, inp, out) in &pairs {
+        if offsets.get(inp) == offsets.get(out) {
+            if let Kernel::Fused { in_place, .. } = &mut kernels[ki] {
+                in_place.push((i, j));
+            }
+        }
+    }
     for (v, off) in owners.into_iter().zip(offsets) {
         values[v].home = Home::Arena {
             offset: off as usize / 4,

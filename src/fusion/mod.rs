@@ -17,7 +17,11 @@
 //! 4. **Memory.** Every f32 root that is made and dies inside the segment is a buffer of
 //!    the static memory planner ([`crate::plan`]) with lifetime `[producer level, last
 //!    reader level + 1)`; the plan gives it an offset in one arena. Escaping roots and
-//!    other dtypes get pooled buffers of their own.
+//!    other dtypes get pooled buffers of their own. A fused kernel may overwrite an
+//!    input that dies at its level (same length, read at the same index it writes, no
+//!    other reader at that level): the pair goes to the planner as an in-place pair,
+//!    and when the planner gives both the same offset the kernel reads that input
+//!    from its own output region.
 //!
 //! The [`cache`] maps the segment's stable key (checked op by op against the stored
 //! signature, so a hash collision can never run a wrong plan) to the plan, so a repeated
@@ -93,6 +97,9 @@ pub enum Kernel {
         outputs: Vec<u32>,
         /// The dims of every value of the chain.
         dims: Dims,
+        /// In-place pairs `(k, j)`: input `k` is read from the arena region of output
+        /// `j`, which overwrites it (the memory plan gave both the same offset).
+        in_place: Vec<(usize, usize)>,
     },
 }
 
@@ -159,9 +166,17 @@ impl fmt::Display for ExecutionPlan {
                     inputs,
                     outputs,
                     dims,
+                    in_place,
                     ..
                 } => {
-                    let ins: Vec<String> = inputs.iter().map(|(v, _)| home(*v)).collect();
+                    let ins: Vec<String> = inputs
+                        .iter()
+                        .enumerate()
+                        .map(|(k, (v, _))| match in_place.iter().find(|p| p.0 == k) {
+                            Some(&(_, j)) => format!("{} (in place of r{})", home(*v), outputs[j]),
+                            None => home(*v),
+                        })
+                        .collect();
                     let outs: Vec<String> = outputs.iter().map(|&v| home(v)).collect();
                     writeln!(
                         f,

@@ -1,27 +1,44 @@
-//! The fused element-wise kernel: a small register program run over cache-sized blocks.
+//! The fused element-wise kernel: a small register program run tile by tile, with the
+//! values of a chain kept in vector registers.
 //!
 //! Fusion (module `fusion`) turns a chain of element-wise f32 ops into a
 //! [`FusedProgram`]: a list of instructions in SSA form, where instruction `i` defines
 //! register `i` (load input `k`, apply a unary op to a register, combine two registers).
-//! [`fused`] runs the program over the output in blocks of [`BLOCK`] elements: each
-//! register holds one block, so every intermediate value lives only in L1 and memory
-//! is touched once per input and once per output, whatever the length of the chain.
-//! Inputs are read through their layouts (broadcast, transposed, narrowed) with the
-//! same strided walks as the single-op kernels; large outputs are split across rayon
-//! tasks of whole blocks.
+//! [`fused`] first rewrites the program as a `Schedule` for an accumulator machine:
+//! each instruction applies to the result of the one before it where it can (the
+//! accumulator), reads its other operand straight from a contiguous input or from a
+//! *spill tile*, and only registers that are read again later are saved to one. It
+//! then runs the schedule over the output tile by tile: on x86-64 with AVX2 or AVX-512
+//! (`avx`), the accumulator is eight vectors held in registers (tiles of 64 or 128
+//! elements), so a chain costs a few vector instructions per op and element group and
+//! memory is touched once per input and once per output, whatever the length of the
+//! chain; elsewhere, portable loops the compiler vectorises run each step over tiles of
+//! [`BLOCK`] elements in L1. Every path gives the same bits.
+//!
+//! Inputs that are not contiguous (broadcast, transposed, narrowed) are gathered into
+//! a spill tile with the same strided walks as the single-op kernels; the last,
+//! partial tile runs on the portable loops over its valid elements only. Large outputs
+//! are split across rayon tasks of whole tiles, each at least `MIN_TASK_WORK` elements
+//! long.
 
 use std::cell::RefCell;
 use std::fmt;
+use std::thread::LocalKey;
 
 use parking_lot::Mutex;
 
 use super::math;
-use super::par::units_per_task;
+use super::par::{units_per_task, MIN_TASK_WORK};
 use super::strided::{copy_runs, Walk};
 use super::{check_input, error, KernelError, Par};
 use crate::ir::{BinaryOp, Layout, UnaryOp};
 
-/// Elements per register block: 2 KiB of f32 per register, so a program's registers stay in L1.
+#[cfg(target_arch = "x86_64")]
+mod avx;
+
+/// Elements per tile of the portable path, whose steps are loops over L1-resident
+/// tiles, long enough to amortise their dispatch. (The vector paths use tiles of 64
+/// (AVX2) or 128 (AVX-512) elements, held in registers.)
 pub const BLOCK: usize = 512;
 
 /// One instruction of a fused program; instruction `i` defines register `i`.
@@ -115,6 +132,25 @@ pub fn fused(
     outputs: &mut [&mut [f32]],
     par: Par,
 ) -> Result<(), KernelError> {
+    fused_in_place(program, inputs, &[], outputs, par)
+}
+
+/// [`fused`] where some inputs are read from the buffers of the outputs that
+/// overwrite them (in-place reuse of a dying input).
+///
+/// Each pair `(k, j)` of `in_place` says that input `k` is the current contents of
+/// `outputs[j]`: its slice in `inputs` is ignored (it may be empty) and its layout
+/// must be contiguous from offset 0 (element `i` of the input is element `i` of the
+/// output). The kernel reads every element of such an input before it writes the
+/// output element at the same index. An input or output may take part in one pair
+/// at most.
+pub fn fused_in_place(
+    program: &FusedProgram,
+    inputs: &[(&[f32], &Layout)],
+    in_place: &[(usize, usize)],
+    outputs: &mut [&mut [f32]],
+    par: Par,
+) -> Result<(), KernelError> {
     program.check()?;
     if inputs.len() != program.inputs || outputs.len() != program.outputs.len() {
         return Err(error(
@@ -132,8 +168,28 @@ pub fn fused(
         Some((_, l)) => l.numel(),
         None => outputs.first().map_or(0, |o| o.len()),
     };
+    for (i, &(k, j)) in in_place.iter().enumerate() {
+        let twice = in_place[..i].iter().any(|&(k2, j2)| k2 == k || j2 == j);
+        let bad = match inputs.get(k) {
+            _ if twice => Some("input or output in two pairs"),
+            None => Some("no such input"),
+            _ if j >= outputs.len() => Some("no such output"),
+            Some((_, l)) if !l.is_contiguous() || l.offset != 0 => {
+                Some("the input is not contiguous from offset 0")
+            }
+            Some(_) => None,
+        };
+        if let Some(why) = bad {
+            return Err(error(
+                "fused",
+                format_args!("in-place pair (input {k}, output {j}): {why}"),
+            ));
+        }
+    }
     for (k, (src, layout)) in inputs.iter().enumerate() {
-        check_input("fused", "input", src.len(), layout)?;
+        if !in_place.iter().any(|&(i, _)| i == k) {
+            check_input("fused", "input", src.len(), layout)?;
+        }
         if layout.dims != inputs[0].1.dims {
             return Err(error(
                 "fused",
@@ -150,10 +206,33 @@ pub fn fused(
             format_args!("an output holds {} elements, {numel} expected", o.len()),
         ));
     }
-    let walk = |(_, l): &(&[f32], &Layout)| Walk::new(&l.dims, [&l.strides], [l.offset]);
+    run_on(
+        Path::detect(),
+        program,
+        inputs,
+        in_place,
+        outputs,
+        numel,
+        par,
+    );
+    Ok(())
+}
+
+/// [`fused_in_place`] after its checks, on the given path (which the CPU must
+/// support).
+fn run_on(
+    path: Path,
+    program: &FusedProgram,
+    inputs: &[(&[f32], &Layout)],
+    in_place: &[(usize, usize)],
+    outputs: &mut [&mut [f32]],
+    numel: usize,
+    par: Par,
+) {
     const INLINE: usize = 8;
     let mut inline_walks = [Walk::<1>::EMPTY; INLINE];
     let heap_walks: Vec<Walk<1>>;
+    let walk = |(_, l): &(&[f32], &Layout)| Walk::new(&l.dims, [&l.strides], [l.offset]);
     let walks: &[Walk<1>] = if inputs.len() <= INLINE {
         for (w, i) in inline_walks.iter_mut().zip(inputs) {
             *w = walk(i);
@@ -163,292 +242,636 @@ pub fn fused(
         heap_walks = inputs.iter().map(walk).collect();
         &heap_walks
     };
-    let blocks = numel.div_ceil(BLOCK);
-    let per_task = units_per_task(blocks, BLOCK * program.cost(), par);
-    if per_task >= blocks {
-        // Small outputs need registers only as long as themselves.
-        with_registers(program.instrs.len() * numel.clamp(1, BLOCK), |regs| {
-            run_range(program, inputs, walks, outputs, 0, regs)
-        });
-        return Ok(());
-    }
-    // Halve the outputs at block boundaries until a piece is one task's work.
-    let regs = program.instrs.len() * BLOCK;
-    split_run(program, inputs, walks, outputs, 0, per_task * BLOCK, regs);
-    Ok(())
-}
-
-/// Runs the program over `outs` (output elements from `start` on), halving them at a
-/// block boundary across `rayon::join` (no allocation) while they are longer than
-/// `chunk` elements.
-fn split_run(
-    program: &FusedProgram,
-    inputs: &[(&[f32], &Layout)],
-    walks: &[Walk<1>],
-    outs: &mut [&mut [f32]],
-    start: usize,
-    chunk: usize,
-    regs: usize,
-) {
-    let len = outs.first().map_or(0, |o| o.len());
-    if len <= chunk {
-        with_registers(regs, |r| run_range(program, inputs, walks, outs, start, r));
-        return;
-    }
-    let mid = (len / 2).div_ceil(BLOCK) * BLOCK;
-    const INLINE: usize = 8;
-    if outs.len() > INLINE {
-        let (mut left, mut right): (Vec<&mut [f32]>, Vec<&mut [f32]>) =
-            outs.iter_mut().map(|o| o.split_at_mut(mid)).unzip();
-        rayon::join(
-            || split_run(program, inputs, walks, &mut left, start, chunk, regs),
-            || split_run(program, inputs, walks, &mut right, start + mid, chunk, regs),
-        );
-        return;
-    }
-    let n = outs.len();
-    let mut left: [&mut [f32]; INLINE] = Default::default();
-    let mut right: [&mut [f32]; INLINE] = Default::default();
-    for ((o, l), r) in outs.iter_mut().zip(&mut left).zip(&mut right) {
-        (*l, *r) = o.split_at_mut(mid);
-    }
-    rayon::join(
-        || split_run(program, inputs, walks, &mut left[..n], start, chunk, regs),
-        || {
-            split_run(
-                program,
-                inputs,
-                walks,
-                &mut right[..n],
-                start + mid,
-                chunk,
-                regs,
-            )
-        },
-    );
-}
-
-/// Register files made ahead, one per thread that may run programs at once (rayon's
-/// workers, the threads that flush, a few more): a thread's first program takes one
-/// instead of allocating, so which thread happens to run which kernel after warm-up
-/// (rayon decides) never causes an allocation.
-static SPARE_REGISTERS: Mutex<Option<Vec<Vec<f32>>>> = Mutex::new(None);
-
-/// Registers per spare register file: the usual program fits (BERT's have under 10).
-const SPARE_REGISTER_COUNT: usize = 32;
-
-fn spare_registers() -> Vec<f32> {
-    let mut spare = SPARE_REGISTERS.lock();
-    let list = spare.get_or_insert_with(|| {
-        (0..rayon::current_num_threads() + 4)
-            .map(|_| vec![0.0; SPARE_REGISTER_COUNT * BLOCK])
-            .collect()
-    });
-    list.pop()
-        .unwrap_or_else(|| vec![0.0; SPARE_REGISTER_COUNT * BLOCK])
-}
-
-/// Calls `f` with `len` register floats from this thread's scratch (grown when too
-/// short, never shrunk), so running a program allocates nothing after warm-up.
-/// (A slice of a freshly grown scratch holds zeros; later ones hold old values, which
-/// is fine: a program writes every register before reading it.)
-fn with_registers(len: usize, f: impl FnOnce(&mut [f32])) {
-    thread_local! {
-        static REGS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    }
-    let mut f = Some(f);
-    let done = REGS.try_with(|r| {
-        // A program never runs inside another on the same thread; if it somehow did,
-        // the borrow fails and that run gets registers of its own.
-        let Ok(mut regs) = r.try_borrow_mut() else {
-            return false;
-        };
-        if regs.is_empty() {
-            *regs = spare_registers();
-        }
-        if regs.len() < len {
-            regs.resize(len.next_power_of_two(), 0.0);
-        }
-        (f.take().expect("called once"))(&mut regs[..len]);
-        true
-    });
-    if !matches!(done, Ok(true)) {
-        (f.take().expect("not called yet"))(&mut vec![0.0; len]);
-    }
-}
-
-/// Runs the program for output elements `start..start + outs[0].len()`, with the
-/// widest vector instructions this CPU has.
-fn run_range(
-    program: &FusedProgram,
-    inputs: &[(&[f32], &Layout)],
-    walks: &[Walk<1>],
-    outs: &mut [&mut [f32]],
-    start: usize,
-    regs: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: `run_range_avx512` only differs from `run_range_generic` in the
-            // instructions the compiler may use; the CPU supports them (checked above).
-            // `fused::tests::vector_paths_match_the_generic_one` runs every path.
-            unsafe { run_range_avx512(program, inputs, walks, outs, start, regs) };
-            return;
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: as above, for AVX2 and FMA, whose support was just checked.
-            unsafe { run_range_avx2(program, inputs, walks, outs, start, regs) };
-            return;
-        }
-    }
-    run_range_generic(program, inputs, walks, outs, start, regs)
-}
-
-/// Defines `$name`: [`run_range_generic`] compiled with the target features `$features`.
-/// Callers must check that the CPU has them.
-macro_rules! simd_variant {
-    ($name:ident, $features:literal) => {
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = $features)]
-        unsafe fn $name(
-            program: &FusedProgram,
-            inputs: &[(&[f32], &Layout)],
-            walks: &[Walk<1>],
-            outs: &mut [&mut [f32]],
-            start: usize,
-            regs: &mut [f32],
-        ) {
-            run_range_generic(program, inputs, walks, outs, start, regs)
-        }
+    let sched = Schedule::new(program, |k| inputs[k].1.is_contiguous(), in_place);
+    let tile = path.tile();
+    let tiles = numel.div_ceil(tile);
+    // Each task gets at least `MIN_TASK_WORK` elements, however cheap the program: a
+    // memory-bound kernel streams best in long runs (and per-task costs stay small).
+    let per_task = units_per_task(tiles, tile * program.cost(), par).max(MIN_TASK_WORK / tile);
+    let job = Job {
+        sched: &sched,
+        inputs,
+        walks,
     };
+    if per_task >= tiles {
+        job.run(path, outputs, 0);
+        return;
+    }
+    job.split_run(path, outputs, 0, per_task * tile);
 }
 
-simd_variant!(run_range_avx512, "avx512f,avx512vl,avx2,fma");
-simd_variant!(run_range_avx2, "avx2,fma");
+/// What the schedule knows of one register.
+#[derive(Clone, Copy)]
+struct Reg {
+    /// The instruction that finds it in the accumulator: the next one that
+    /// computes something (inputs leave the accumulator alone).
+    next: usize,
+    /// Read by another instruction, so it must be kept in a spill tile.
+    spill: bool,
+    /// Where it is found when not in the accumulator. Every register read from
+    /// there is an input or has `spill`, so this is set before it is read.
+    at: Src,
+}
 
-/// The block loop, written once; inlined into each target-feature variant.
-#[inline(always)]
-fn run_range_generic(
-    program: &FusedProgram,
-    inputs: &[(&[f32], &Layout)],
-    walks: &[Walk<1>],
-    outs: &mut [&mut [f32]],
-    start: usize,
-    regs: &mut [f32],
-) {
-    let len = outs.first().map_or(0, |o| o.len());
-    // Register length: `regs` holds one register per instruction.
-    let blk = regs.len() / program.instrs.len().max(1);
-    let last = program.instrs.len().saturating_sub(1);
-    let direct_last = program.outputs.len() == 1
-        && program.outputs[0] as usize == last
-        && !matches!(program.instrs[last], Instr::Input(_));
-    let mut done = 0;
-    while done < len {
-        let n = (len - done).min(blk);
-        for (i, ins) in program.instrs.iter().enumerate() {
-            let (before, after) = regs.split_at_mut(i * blk);
-            // The last instruction, when it is the only output, writes the output
-            // directly (one pass less over the block).
-            let dst = if direct_last && i == last {
-                &mut outs[0][done..done + n]
-            } else {
-                &mut after[..n]
+/// Where a step reads its operand from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Src {
+    /// Contiguous input `k`, read in place.
+    Input(u16),
+    /// A spill tile: a saved register or a gathered input.
+    Tile(u16),
+    /// Output `j`, read before it is written: an input that the output overwrites in
+    /// place.
+    Output(u16),
+}
+
+/// One step of a [`Schedule`]. Steps work on an accumulator (one register over one
+/// tile, kept in vector registers by the vector paths) and on spill tiles in L1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Copy input `k` (read through its layout) into spill tile `t`.
+    Gather(u16, u16),
+    /// Copy output `j` (the input it overwrites in place) into spill tile `t`.
+    Keep(u16, u16),
+    /// `acc = src`.
+    Load(Src),
+    /// `acc = op(acc)`.
+    Unary(UnaryOp),
+    /// `acc = op(acc, src)`.
+    AccOp(BinaryOp, Src),
+    /// `acc = op(src, acc)`.
+    OpAcc(BinaryOp, Src),
+    /// `acc = op(acc, acc)`.
+    Square(BinaryOp),
+    /// `spill tile t = acc`.
+    Save(u16),
+    /// `output j = acc`.
+    Output(u16),
+}
+
+/// A [`FusedProgram`] rewritten for an accumulator machine: each instruction works on
+/// the result of the one before it where it can, so most values never leave vector
+/// registers; a register read again later is saved to a spill tile, an input that is
+/// not read in place is gathered into one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Schedule {
+    steps: Vec<Step>,
+    /// Number of spill tiles the steps use.
+    tiles: usize,
+}
+
+impl Schedule {
+    /// The schedule of a checked `program`; `contiguous(k)` says whether input `k` may
+    /// be read in place rather than gathered; `(k, j)` in `aliases` says input `k` is
+    /// read from output `j`. An aliased input is read straight from the output when
+    /// every such read comes before the output is written; otherwise it is kept in a
+    /// spill tile first.
+    fn new(
+        program: &FusedProgram,
+        contiguous: impl Fn(usize) -> bool,
+        aliases: &[(usize, usize)],
+    ) -> Schedule {
+        let alias = |k: usize| aliases.iter().find(|&&(i, _)| i == k).map(|&(_, j)| j);
+        let direct = Schedule::build(program, &contiguous, &|k| alias(k).map(|j| (j, false)));
+        // The steps reading output `j` that come after a step writing it.
+        let late = |j: usize| {
+            let (src, out) = (Src::Output(j as u16), Step::Output(j as u16));
+            direct.steps.iter().skip_while(|&&s| s != out).any(
+                |s| matches!(*s, Step::Load(x) | Step::AccOp(_, x) | Step::OpAcc(_, x) if x == src),
+            )
+        };
+        if !aliases.iter().any(|&(_, j)| late(j)) {
+            return direct;
+        }
+        Schedule::build(program, &contiguous, &|k| alias(k).map(|j| (j, late(j))))
+    }
+
+    /// [`Schedule::new`] once the aliased inputs are known: `alias(k)` is the output
+    /// input `k` is read from and whether it must be kept in a spill tile first.
+    fn build(
+        program: &FusedProgram,
+        in_place: &dyn Fn(usize) -> bool,
+        alias: &dyn Fn(usize) -> Option<(usize, bool)>,
+    ) -> Schedule {
+        let instrs = &program.instrs;
+        let n = instrs.len();
+        let mut regs = take_scratch(&REG_SCRATCH, &REG_SPARES);
+        regs.resize(
+            n,
+            Reg {
+                next: n,
+                spill: false,
+                at: Src::Tile(0),
+            },
+        );
+        let mut next = n;
+        for i in (0..n).rev() {
+            regs[i].next = next;
+            if !matches!(instrs[i], Instr::Input(_)) {
+                next = i;
+            }
+        }
+        for (j, ins) in instrs.iter().enumerate() {
+            let read = match *ins {
+                Instr::Input(_) => continue,
+                Instr::Unary(_, a) => [a, a],
+                Instr::Binary(_, a, b) => [a, b],
             };
-            // A contiguous input is read in place: its register is the input itself.
-            let reg = |r: u16| match program.instrs[r as usize] {
-                Instr::Input(k) if inputs[k as usize].1.is_contiguous() => {
-                    let (src, l) = inputs[k as usize];
-                    let at = l.offset + start + done;
-                    &src[at..at + n]
+            for r in read.map(usize::from) {
+                if !matches!(instrs[r], Instr::Input(_)) && regs[r].next != j {
+                    regs[r].spill = true;
                 }
-                _ => &before[r as usize * blk..r as usize * blk + n],
-            };
+            }
+        }
+        let mut steps = take_scratch(&STEP_SCRATCH, &STEP_SPARES);
+        let mut tiles = 0u16;
+        let mut acc: Option<u16> = None;
+        for (i, ins) in instrs.iter().enumerate() {
+            let r = i as u16;
             match *ins {
                 Instr::Input(k) => {
-                    let (src, l) = inputs[k as usize];
-                    if !l.is_contiguous() {
-                        copy_runs(src, &walks[k as usize], start + done, dst);
+                    regs[i].at = if let Some((j, keep)) = alias(k as usize) {
+                        if keep {
+                            // First of all, before any step writes the output.
+                            steps.insert(0, Step::Keep(j as u16, tiles));
+                            tiles += 1;
+                            Src::Tile(tiles - 1)
+                        } else {
+                            Src::Output(j as u16)
+                        }
+                    } else if in_place(k as usize) {
+                        Src::Input(k)
+                    } else {
+                        steps.push(Step::Gather(k, tiles));
+                        tiles += 1;
+                        Src::Tile(tiles - 1)
+                    };
+                    // An input that is also an output goes through the accumulator.
+                    if program.outputs.contains(&r) {
+                        steps.push(Step::Load(regs[i].at));
+                        acc = Some(r);
                     }
                 }
-                Instr::Unary(op, a) => unary_block(op, reg(a), dst),
-                Instr::Binary(op, a, b) => binary_block(op, reg(a), reg(b), dst),
-            }
-        }
-        for (out, &r) in outs.iter_mut().zip(&program.outputs) {
-            if direct_last {
-                break;
-            }
-            let from = match program.instrs[r as usize] {
-                Instr::Input(k) if inputs[k as usize].1.is_contiguous() => {
-                    let (src, l) = inputs[k as usize];
-                    let at = l.offset + start + done;
-                    &src[at..at + n]
+                Instr::Unary(op, a) => {
+                    if acc != Some(a) {
+                        steps.push(Step::Load(regs[a as usize].at));
+                    }
+                    steps.push(Step::Unary(op));
+                    acc = Some(r);
                 }
-                _ => &regs[r as usize * blk..r as usize * blk + n],
-            };
-            out[done..done + n].copy_from_slice(from);
+                Instr::Binary(op, a, b) => {
+                    let (la, lb) = (regs[a as usize].at, regs[b as usize].at);
+                    if a == b {
+                        if acc != Some(a) {
+                            steps.push(Step::Load(la));
+                        }
+                        steps.push(Step::Square(op));
+                    } else if acc == Some(a) {
+                        steps.push(Step::AccOp(op, lb));
+                    } else if acc == Some(b) {
+                        steps.push(Step::OpAcc(op, la));
+                    } else {
+                        steps.push(Step::Load(la));
+                        steps.push(Step::AccOp(op, lb));
+                    }
+                    acc = Some(r);
+                }
+            }
+            if acc != Some(r) {
+                continue;
+            }
+            for (j, _) in program.outputs.iter().enumerate().filter(|(_, &o)| o == r) {
+                steps.push(Step::Output(j as u16));
+            }
+            if regs[i].spill {
+                steps.push(Step::Save(tiles));
+                regs[i].at = Src::Tile(tiles);
+                tiles += 1;
+            }
         }
-        done += n;
+        give_scratch(&REG_SCRATCH, &REG_SPARES, regs);
+        Schedule {
+            steps,
+            tiles: tiles as usize,
+        }
     }
 }
 
-/// `dst[i] = op(a[i])`; one loop per op so that each is vectorised.
-#[inline(always)]
-fn unary_block(op: UnaryOp, a: &[f32], dst: &mut [f32]) {
+impl Drop for Schedule {
+    fn drop(&mut self) {
+        give_scratch(&STEP_SCRATCH, &STEP_SPARES, std::mem::take(&mut self.steps));
+    }
+}
+
+thread_local! {
+    /// Emptied step lists of finished schedules, for the next ones on this thread (a
+    /// fixed array: keeping a vector never allocates).
+    static STEP_SCRATCH: RefCell<[Option<Vec<Step>>; 2]> = const { RefCell::new([None, None]) };
+    /// Emptied register tables of [`Schedule::build`].
+    static REG_SCRATCH: RefCell<[Option<Vec<Reg>>; 2]> = const { RefCell::new([None, None]) };
+}
+
+/// Vectors made ahead for the threads that may run programs at once (rayon's workers,
+/// the threads that flush, a few more), each with room for the usual program: a
+/// thread whose own list is empty takes one instead of allocating, so which thread
+/// rayon happens to pick for a kernel after warm-up never causes an allocation.
+struct Spares<T> {
+    list: Mutex<Option<Vec<Vec<T>>>>,
+    capacity: usize,
+}
+
+impl<T> Spares<T> {
+    const fn new(capacity: usize) -> Spares<T> {
+        Spares {
+            list: Mutex::new(None),
+            capacity,
+        }
+    }
+
+    fn take(&self) -> Vec<T> {
+        let mut list = self.list.lock();
+        let list = list.get_or_insert_with(|| {
+            let n = rayon::current_num_threads() + 4;
+            let mut list = Vec::with_capacity(2 * n);
+            list.extend((0..n).map(|_| Vec::with_capacity(self.capacity)));
+            list
+        });
+        list.pop()
+            .unwrap_or_else(|| Vec::with_capacity(self.capacity))
+    }
+
+    /// Keeps an emptied vector for any thread (up to twice the number made ahead).
+    fn give(&self, v: Vec<T>) {
+        let mut list = self.list.lock();
+        if let Some(list) = list.as_mut() {
+            if list.len() < list.capacity() {
+                list.push(v);
+            }
+        }
+    }
+}
+
+/// Step lists made ahead (a 64-op program has at most about 200 steps).
+static STEP_SPARES: Spares<Step> = Spares::new(256);
+/// Register tables made ahead.
+static REG_SPARES: Spares<Reg> = Spares::new(256);
+
+/// An empty vector from this thread's kept ones, or from the spares made ahead.
+fn take_scratch<T>(
+    kept: &'static LocalKey<RefCell<[Option<Vec<T>>; 2]>>,
+    spares: &Spares<T>,
+) -> Vec<T> {
+    kept.try_with(|k| {
+        k.try_borrow_mut()
+            .ok()
+            .and_then(|mut k| k.iter_mut().find_map(Option::take))
+    })
+    .ok()
+    .flatten()
+    .unwrap_or_else(|| spares.take())
+}
+
+/// Keeps `v` (emptied) for this thread, or gives it back to the spares.
+fn give_scratch<T>(
+    kept: &'static LocalKey<RefCell<[Option<Vec<T>>; 2]>>,
+    spares: &Spares<T>,
+    mut v: Vec<T>,
+) {
+    v.clear();
+    if v.capacity() == 0 {
+        return;
+    }
+    let mut v = Some(v);
+    let _ = kept.try_with(|k| {
+        if let Ok(mut k) = k.try_borrow_mut() {
+            if let Some(free) = k.iter_mut().find(|x| x.is_none()) {
+                *free = v.take();
+            }
+        }
+    });
+    if let Some(v) = v {
+        spares.give(v);
+    }
+}
+
+/// Spill-tile memory made ahead, one block per thread that may run programs at once
+/// (rayon's workers, the threads that flush, a few more): a thread's first program
+/// takes one instead of allocating, so which thread rayon happens to pick for a kernel
+/// after warm-up never causes an allocation.
+static SPARE_TILES: Mutex<Option<Vec<Vec<f32>>>> = Mutex::new(None);
+
+/// Floats per spare block: 32 tiles of the largest tile size (the usual schedule has
+/// a handful).
+const SPARE_TILE_FLOATS: usize = 32 * BLOCK;
+
+fn spare_tiles() -> Vec<f32> {
+    let mut spare = SPARE_TILES.lock();
+    let list = spare.get_or_insert_with(|| {
+        (0..rayon::current_num_threads() + 4)
+            .map(|_| vec![0.0; SPARE_TILE_FLOATS])
+            .collect()
+    });
+    list.pop().unwrap_or_else(|| vec![0.0; SPARE_TILE_FLOATS])
+}
+
+/// Calls `f` with `count` spill tiles of `N` floats from this thread's scratch (grown
+/// when too short, never shrunk), so running a program allocates nothing after
+/// warm-up. Tiles hold stale values: a schedule writes a tile before reading it.
+fn with_tiles<const N: usize, R>(count: usize, f: impl FnOnce(&mut [[f32; N]]) -> R) -> R {
+    thread_local! {
+        static TILES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    }
+    let len = count * N;
+    let mut f = Some(f);
+    let done = TILES.try_with(|t| {
+        // A program never runs inside another on one thread; if one somehow did, the
+        // borrow fails and that run gets tiles of its own.
+        let mut t = t.try_borrow_mut().ok()?;
+        if t.is_empty() {
+            *t = spare_tiles();
+        }
+        if t.len() < len {
+            t.resize(len.next_power_of_two(), 0.0);
+        }
+        let (tiles, _) = t[..len].as_chunks_mut::<N>();
+        Some((f.take().expect("called once"))(tiles))
+    });
+    match done {
+        Ok(Some(r)) => r,
+        _ => (f.take().expect("not called yet"))(&mut vec![[0f32; N]; count]),
+    }
+}
+
+/// How the tiles are run: with AVX vectors held in registers, or with the portable
+/// loops (vectorised by the compiler over larger tiles in L1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    /// The portable loops, over tiles of [`BLOCK`].
+    Portable,
+    /// AVX2 and FMA (`avx::run_range_avx2`).
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// AVX2 code compiled with AVX-512 enabled: twice the vector registers.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl Path {
+    /// The best path this CPU runs.
+    fn detect() -> Path {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+                && std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Path::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Path::Avx2;
+            }
+        }
+        Path::Portable
+    }
+
+    /// Elements per tile.
+    fn tile(self) -> usize {
+        match self {
+            Path::Portable => BLOCK,
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => avx::TILE_AVX2,
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512 => avx::TILE_AVX512,
+        }
+    }
+}
+
+/// What every task of one kernel call shares.
+struct Job<'a> {
+    sched: &'a Schedule,
+    inputs: &'a [(&'a [f32], &'a Layout)],
+    walks: &'a [Walk<1>],
+}
+
+impl Job<'_> {
+    /// Runs the program for output elements `start..start + outs[0].len()` on `path`,
+    /// which must have come from [`Path::detect`] (or be [`Path::Portable`]).
+    fn run(&self, path: Path, outs: &mut [&mut [f32]], start: usize) {
+        let tiles = self.sched.tiles;
+        match path {
+            Path::Portable => {
+                with_tiles::<BLOCK, _>(tiles, |regs| self.run_portable(outs, start, regs))
+            }
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => with_tiles::<{ avx::TILE_AVX2 }, _>(tiles, |regs| {
+                // SAFETY: `Path::detect` returns `Avx2` only when the CPU has AVX2 and
+                // FMA, the only requirement of `run_range_avx2`.
+                // `fused::tests::vector_paths_match_the_generic_one` runs this path.
+                unsafe { avx::run_range_avx2(self, outs, start, regs) }
+            }),
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512 => with_tiles::<{ avx::TILE_AVX512 }, _>(tiles, |regs| {
+                // SAFETY: as above; `Avx512` means AVX-512F/VL, AVX2 and FMA.
+                unsafe { avx::run_range_avx512(self, outs, start, regs) }
+            }),
+        }
+    }
+
+    /// Runs the program over `outs` (output elements from `start` on), halving them at
+    /// a tile boundary across `rayon::join` (which needs no allocation) while they are
+    /// longer than `chunk` elements.
+    fn split_run(&self, path: Path, outs: &mut [&mut [f32]], start: usize, chunk: usize) {
+        let len = outs.first().map_or(0, |o| o.len());
+        if len <= chunk {
+            self.run(path, outs, start);
+            return;
+        }
+        let tile = path.tile();
+        let mid = (len / 2).div_ceil(tile) * tile;
+        const INLINE: usize = 8;
+        if outs.len() > INLINE {
+            let (mut left, mut right): (Vec<&mut [f32]>, Vec<&mut [f32]>) =
+                outs.iter_mut().map(|o| o.split_at_mut(mid)).unzip();
+            rayon::join(
+                || self.split_run(path, &mut left, start, chunk),
+                || self.split_run(path, &mut right, start + mid, chunk),
+            );
+            return;
+        }
+        let n = outs.len();
+        let mut left: [&mut [f32]; INLINE] = Default::default();
+        let mut right: [&mut [f32]; INLINE] = Default::default();
+        for ((o, l), r) in outs.iter_mut().zip(&mut left).zip(&mut right) {
+            (*l, *r) = o.split_at_mut(mid);
+        }
+        rayon::join(
+            || self.split_run(path, &mut left[..n], start, chunk),
+            || self.split_run(path, &mut right[..n], start + mid, chunk),
+        );
+    }
+
+    /// The portable path: whole tiles of `N`, then the partial last one.
+    fn run_portable<const N: usize>(
+        &self,
+        outs: &mut [&mut [f32]],
+        start: usize,
+        regs: &mut [[f32; N]],
+    ) {
+        let len = outs.first().map_or(0, |o| o.len());
+        let mut done = 0;
+        while done + N <= len {
+            self.run_tile(outs, regs, start, done, N);
+            done += N;
+        }
+        if done < len {
+            self.run_tile(outs, regs, start, done, len - done);
+        }
+    }
+
+    /// Runs the schedule over one tile with portable loops: the `n <= N` output
+    /// elements from `done` on in `outs` (`start + done` in the whole output). With
+    /// `n < N` (the last tile) only the first `n` elements of each register matter:
+    /// contiguous inputs are read for those only, and the rest hold stale values
+    /// that nothing reads.
     #[inline(always)]
-    fn map(a: &[f32], dst: &mut [f32], f: impl Fn(f32) -> f32) {
-        for (d, &x) in dst.iter_mut().zip(a) {
-            *d = f(x);
+    fn run_tile<const N: usize>(
+        &self,
+        outs: &mut [&mut [f32]],
+        regs: &mut [[f32; N]],
+        start: usize,
+        done: usize,
+        n: usize,
+    ) {
+        let at = start + done;
+        let mut acc = [0f32; N];
+        for s in &self.sched.steps {
+            match *s {
+                Step::Gather(k, t) => self.gather(k, at, &mut regs[t as usize][..n]),
+                Step::Keep(j, t) => {
+                    regs[t as usize][..n].copy_from_slice(&outs[j as usize][done..done + n])
+                }
+                Step::Load(Src::Tile(t)) => acc = regs[t as usize],
+                Step::Load(x) => acc[..n].copy_from_slice(self.part(outs, regs, x, at, done, n)),
+                Step::Unary(op) => unary_acc(op, &mut acc),
+                Step::AccOp(op, x) => {
+                    binary_acc(op, &mut acc, self.part(outs, regs, x, at, done, n), true)
+                }
+                Step::OpAcc(op, x) => {
+                    binary_acc(op, &mut acc, self.part(outs, regs, x, at, done, n), false)
+                }
+                Step::Square(op) => {
+                    let a = acc;
+                    binary_acc(op, &mut acc, &a, true)
+                }
+                Step::Save(t) => regs[t as usize] = acc,
+                Step::Output(j) => outs[j as usize][done..done + n].copy_from_slice(&acc[..n]),
+            }
+        }
+    }
+
+    /// The first `n` elements of operand `x` for the tile at `at` (`done` in `outs`).
+    #[inline(always)]
+    fn part<'a, const N: usize>(
+        &'a self,
+        outs: &'a [&mut [f32]],
+        regs: &'a [[f32; N]],
+        x: Src,
+        at: usize,
+        done: usize,
+        n: usize,
+    ) -> &'a [f32] {
+        match x {
+            Src::Input(k) => self.whole(k, at, n),
+            Src::Tile(t) => &regs[t as usize][..n],
+            Src::Output(j) => &outs[j as usize][done..done + n],
+        }
+    }
+
+    /// Elements `at..at + n` of contiguous input `k` (inside the input: `at + n` is at
+    /// most the output's length).
+    #[inline(always)]
+    fn whole(&self, k: u16, at: usize, n: usize) -> &[f32] {
+        let (data, l) = self.inputs[k as usize];
+        &data[l.offset + at..l.offset + at + n]
+    }
+
+    /// Copies elements `at..at + dst.len()` of input `k`, read through its layout.
+    #[inline(always)]
+    fn gather(&self, k: u16, at: usize, dst: &mut [f32]) {
+        let (data, l) = self.inputs[k as usize];
+        if l.is_contiguous() {
+            dst.copy_from_slice(&data[l.offset + at..l.offset + at + dst.len()]);
+        } else {
+            copy_runs(data, &self.walks[k as usize], at, dst);
+        }
+    }
+}
+
+/// `acc[i] = op(acc[i])`; one loop per op so that each is vectorised.
+#[inline(always)]
+fn unary_acc(op: UnaryOp, acc: &mut [f32]) {
+    #[inline(always)]
+    fn map(acc: &mut [f32], f: impl Fn(f32) -> f32) {
+        for x in acc.iter_mut() {
+            *x = f(*x);
         }
     }
     match op {
-        UnaryOp::Exp => map(a, dst, math::exp),
-        UnaryOp::Log => map(a, dst, f32::ln),
-        UnaryOp::Sqrt => map(a, dst, f32::sqrt),
-        UnaryOp::Recip => map(a, dst, |x| 1.0 / x),
-        UnaryOp::Neg => map(a, dst, |x| -x),
-        UnaryOp::Abs => map(a, dst, f32::abs),
-        UnaryOp::Tanh => map(a, dst, math::tanh),
-        UnaryOp::Sigmoid => map(a, dst, math::sigmoid),
-        UnaryOp::Relu => map(a, dst, math::relu),
-        UnaryOp::Gelu => {
-            // The loop compiled for the CPU's SIMD level (see `math::gelu_in_place`).
-            dst.copy_from_slice(a);
-            math::gelu_in_place(dst)
-        }
-        UnaryOp::GeluTanh => map(a, dst, math::gelu_tanh),
-        UnaryOp::Silu => map(a, dst, math::silu),
+        UnaryOp::Exp => map(acc, math::exp),
+        UnaryOp::Log => map(acc, f32::ln),
+        UnaryOp::Sqrt => map(acc, f32::sqrt),
+        UnaryOp::Recip => map(acc, |x| 1.0 / x),
+        UnaryOp::Neg => map(acc, |x| -x),
+        UnaryOp::Abs => map(acc, f32::abs),
+        UnaryOp::Tanh => map(acc, math::tanh),
+        UnaryOp::Sigmoid => map(acc, math::sigmoid),
+        UnaryOp::Relu => map(acc, math::relu),
+        UnaryOp::Gelu => map(acc, math::gelu),
+        UnaryOp::GeluTanh => map(acc, math::gelu_tanh),
+        UnaryOp::Silu => map(acc, math::silu),
         UnaryOp::Affine { mul, add } => {
-            let (m, c) = (f64::from_bits(mul) as f32, f64::from_bits(add) as f32);
-            map(a, dst, move |x| x * m + c)
+            let (m, c) = affine(mul, add);
+            map(acc, move |x| x * m + c)
         }
         UnaryOp::Powf(e) => {
             let e = f64::from_bits(e) as f32;
-            map(a, dst, move |x| x.powf(e))
+            map(acc, move |x| x.powf(e))
         }
     }
 }
 
-/// `dst[i] = op(a[i], b[i])`; one loop per op so that each is vectorised.
+/// The f32 multiplier and addend of an `Affine` op.
 #[inline(always)]
-fn binary_block(op: BinaryOp, a: &[f32], b: &[f32], dst: &mut [f32]) {
+fn affine(mul: u64, add: u64) -> (f32, f32) {
+    (f64::from_bits(mul) as f32, f64::from_bits(add) as f32)
+}
+
+/// `acc[i] = op(acc[i], x[i])` (`acc_left`) or `op(x[i], acc[i])`, for the elements
+/// both have; one loop per op so that each is vectorised.
+#[inline(always)]
+fn binary_acc(op: BinaryOp, acc: &mut [f32], x: &[f32], acc_left: bool) {
     use crate::ir::Element;
     #[inline(always)]
-    fn zip(a: &[f32], b: &[f32], dst: &mut [f32], f: impl Fn(f32, f32) -> f32) {
-        for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
-            *d = f(x, y);
+    fn zip(acc: &mut [f32], x: &[f32], f: impl Fn(f32, f32) -> f32) {
+        for (a, &y) in acc.iter_mut().zip(x) {
+            *a = f(*a, y);
         }
     }
-    match op {
-        BinaryOp::Add => zip(a, b, dst, |x, y| x + y),
-        BinaryOp::Sub => zip(a, b, dst, |x, y| x - y),
-        BinaryOp::Mul => zip(a, b, dst, |x, y| x * y),
-        BinaryOp::Div => zip(a, b, dst, |x, y| x / y),
-        BinaryOp::Maximum => zip(a, b, dst, <f32 as Element>::maximum),
-        BinaryOp::Minimum => zip(a, b, dst, <f32 as Element>::minimum),
+    let (max, min) = (<f32 as Element>::maximum, <f32 as Element>::minimum);
+    match (op, acc_left) {
+        (BinaryOp::Add, _) => zip(acc, x, |a, y| a + y),
+        (BinaryOp::Mul, _) => zip(acc, x, |a, y| a * y),
+        (BinaryOp::Sub, true) => zip(acc, x, |a, y| a - y),
+        (BinaryOp::Sub, false) => zip(acc, x, |a, y| y - a),
+        (BinaryOp::Div, true) => zip(acc, x, |a, y| a / y),
+        (BinaryOp::Div, false) => zip(acc, x, |a, y| y / a),
+        (BinaryOp::Maximum, true) => zip(acc, x, max),
+        (BinaryOp::Maximum, false) => zip(acc, x, move |a, y| max(y, a)),
+        (BinaryOp::Minimum, true) => zip(acc, x, min),
+        (BinaryOp::Minimum, false) => zip(acc, x, move |a, y| min(y, a)),
     }
 }
 
@@ -507,39 +930,309 @@ mod tests {
         }
     }
 
-    /// The generic path and whichever vector path this CPU takes agree bit for bit
-    /// (except where the vector path fuses a multiply-add, within an ulp or two).
+    /// Every path this CPU can run.
+    fn paths() -> Vec<Path> {
+        let mut v = vec![Path::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                v.push(Path::Avx2);
+            }
+            if Path::detect() == Path::Avx512 {
+                v.push(Path::Avx512);
+            }
+        }
+        v
+    }
+
+    /// Runs `p` on `path` and returns its outputs.
+    fn run(path: Path, p: &FusedProgram, inputs: &[(&[f32], &Layout)], par: Par) -> Vec<Vec<f32>> {
+        let n = inputs[0].1.numel();
+        let mut outs = vec![vec![0f32; n]; p.outputs.len()];
+        let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
+        run_on(path, p, inputs, &[], &mut refs, n, par);
+        outs
+    }
+
+    fn affine_op(m: f64, c: f64) -> UnaryOp {
+        UnaryOp::Affine {
+            mul: m.to_bits(),
+            add: c.to_bits(),
+        }
+    }
+
+    /// Values that exercise the NaN, signed-zero and infinity rules, then random ones.
+    fn specials(rng: &mut Rng, n: usize) -> Vec<f32> {
+        let s = [
+            f32::NAN,
+            -f32::NAN,
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            f32::INFINITY,
+            -f32::INFINITY,
+        ];
+        (0..n)
+            .map(|i| {
+                if i % 7 == 0 {
+                    s[(i / 7) % s.len()]
+                } else {
+                    rng.f32() * 4.0
+                }
+            })
+            .collect()
+    }
+
+    fn same_bits(a: &[Vec<f32>], b: &[Vec<f32>], what: &str) {
+        for (j, (x, y)) in a.iter().zip(b).enumerate() {
+            for (i, (u, v)) in x.iter().zip(y).enumerate() {
+                assert_eq!(
+                    u.to_bits(),
+                    v.to_bits(),
+                    "{what}: output {j}[{i}]: {u} vs {v}"
+                );
+            }
+        }
+    }
+
+    /// Every path gives the same bits as the portable one, for every step kind
+    /// (accumulator on either side, squares, spills, gathers of broadcast and
+    /// transposed inputs, an input as an output, several outputs, partial tiles) and
+    /// for every op, on NaNs, signed zeros and infinities.
     #[test]
-    fn vector_paths_match_the_generic_one() {
+    fn vector_paths_match_the_portable_one() {
         let mut rng = Rng::new(9);
-        let (a, la) = rand_f32(&mut rng, &[3, 1000]);
+        let (rows, cols) = (3, 700);
+        let a = specials(&mut rng, rows * cols);
+        let la = Layout::contiguous(&[rows, cols]);
+        let b = specials(&mut rng, cols);
+        let lb = Layout::contiguous(&[cols])
+            .broadcast_as(&[rows, cols])
+            .unwrap();
+        let c = specials(&mut rng, rows * cols);
+        let lc = Layout::contiguous(&[cols, rows]).permute(&[1, 0]);
+        let mixed = FusedProgram {
+            inputs: 3,
+            instrs: vec![
+                Instr::Input(0),
+                Instr::Input(1),
+                Instr::Binary(BinaryOp::Maximum, 0, 1), // r2: load a, then acc ⊕ b
+                Instr::Binary(BinaryOp::Sub, 1, 2),     // b - acc
+                Instr::Binary(BinaryOp::Div, 3, 3),     // square
+                Instr::Binary(BinaryOp::Minimum, 0, 4), // a min acc
+                Instr::Unary(UnaryOp::Relu, 5),
+                Instr::Unary(UnaryOp::Sqrt, 6),
+                Instr::Unary(UnaryOp::Recip, 7),
+                Instr::Unary(UnaryOp::Neg, 8),
+                Instr::Unary(UnaryOp::Abs, 9),
+                Instr::Unary(affine_op(-1.5, 0.25), 10),
+                Instr::Unary(UnaryOp::Exp, 11),
+                Instr::Binary(BinaryOp::Mul, 2, 12), // r2 was spilled
+                Instr::Input(2),
+                Instr::Binary(BinaryOp::Maximum, 14, 12), // r12 spilled, c gathered
+                Instr::Binary(BinaryOp::Minimum, 15, 13),
+                Instr::Binary(BinaryOp::Add, 16, 0),
+                Instr::Binary(BinaryOp::Div, 0, 17),
+            ],
+            outputs: vec![18, 13, 0, 2, 15],
+        };
+        let inputs = [(&a[..], &la), (&b[..], &lb), (&c[..], &lc)];
+        let mut programs = vec![mixed];
+        // One program per unary op (and per binary op in both orders) on inputs
+        // holding the special values.
+        let unary = [
+            UnaryOp::Exp,
+            UnaryOp::Log,
+            UnaryOp::Sqrt,
+            UnaryOp::Recip,
+            UnaryOp::Neg,
+            UnaryOp::Abs,
+            UnaryOp::Tanh,
+            UnaryOp::Sigmoid,
+            UnaryOp::Relu,
+            UnaryOp::Gelu,
+            UnaryOp::GeluTanh,
+            UnaryOp::Silu,
+            affine_op(0.5, -2.0),
+            UnaryOp::Powf(1.5f64.to_bits()),
+        ];
+        for u in unary {
+            programs.push(FusedProgram {
+                inputs: 3,
+                instrs: vec![Instr::Input(0), Instr::Unary(u, 0)],
+                outputs: vec![1],
+            });
+        }
+        let binary = [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Div,
+            BinaryOp::Maximum,
+            BinaryOp::Minimum,
+        ];
+        for op in binary {
+            programs.push(FusedProgram {
+                inputs: 3,
+                instrs: vec![
+                    Instr::Input(0),
+                    Instr::Input(2),
+                    Instr::Unary(UnaryOp::Neg, 1),
+                    Instr::Binary(op, 0, 2), // in ⊕ acc
+                    Instr::Binary(op, 3, 2), // acc ⊕ spill
+                    Instr::Binary(op, 2, 4), // spill ⊕ acc
+                ],
+                outputs: vec![3, 5],
+            });
+        }
+        for p in &programs {
+            let want = run(Path::Portable, p, &inputs, Par::serial());
+            for path in paths() {
+                for par in crate::kernels::testutil::pars() {
+                    let got = run(path, p, &inputs, par);
+                    same_bits(&want, &got, &format!("{path:?} {par:?} {p}"));
+                }
+            }
+        }
+    }
+
+    /// A chain that reads its input three times keeps everything in the accumulator:
+    /// no spill, no gather, one step per op plus the load and the store.
+    #[test]
+    fn chains_stay_in_the_accumulator() {
         let p = FusedProgram {
             inputs: 1,
             instrs: vec![
                 Instr::Input(0),
-                Instr::Unary(UnaryOp::Gelu, 0),
-                Instr::Unary(UnaryOp::Exp, 1),
-                Instr::Binary(BinaryOp::Maximum, 2, 0),
-                Instr::Unary(UnaryOp::Sigmoid, 3),
-                Instr::Unary(
-                    UnaryOp::Affine {
-                        mul: 2f64.to_bits(),
-                        add: 0.5f64.to_bits(),
-                    },
-                    4,
-                ),
+                Instr::Unary(affine_op(1.5, 0.1), 0),
+                Instr::Unary(UnaryOp::Relu, 1),
+                Instr::Unary(UnaryOp::Sqrt, 2),
+                Instr::Binary(BinaryOp::Mul, 3, 0),
+                Instr::Unary(UnaryOp::Neg, 4),
+                Instr::Unary(UnaryOp::Abs, 5),
+                Instr::Binary(BinaryOp::Maximum, 6, 0),
+                Instr::Unary(affine_op(0.5, 0.0), 7),
             ],
-            outputs: vec![5],
+            outputs: vec![8],
         };
-        let walks = vec![Walk::new(&la.dims, [&la.strides], [la.offset])];
-        let mut regs = vec![0f32; p.instrs.len() * BLOCK];
-        let mut o1 = vec![0f32; 3000];
-        let mut o2 = vec![0f32; 3000];
-        run_range_generic(&p, &[(&a, &la)], &walks, &mut [&mut o1], 0, &mut regs);
-        run_range(&p, &[(&a, &la)], &walks, &mut [&mut o2], 0, &mut regs);
-        for (x, y) in o1.iter().zip(&o2) {
-            assert!((x - y).abs() <= 1e-6 * x.abs().max(1.0), "{x} vs {y}");
+        let s = Schedule::new(&p, |_| true, &[]);
+        assert_eq!(s.tiles, 0);
+        assert_eq!(s.steps.len(), 10, "{:?}", s.steps);
+        assert_eq!(s.steps[0], Step::Load(Src::Input(0)));
+        assert_eq!(s.steps[4], Step::AccOp(BinaryOp::Mul, Src::Input(0)));
+        assert_eq!(s.steps[9], Step::Output(0));
+        // Not read in place: the input is gathered once into a tile.
+        let s = Schedule::new(&p, |_| false, &[]);
+        assert_eq!(s.tiles, 1);
+        assert_eq!(s.steps[0], Step::Gather(0, 0));
+    }
+
+    /// An input read from the output that overwrites it gives what a separate input
+    /// gives, on every path, whether it can be read straight from the output or must
+    /// be kept first (read again after the output is written).
+    #[test]
+    fn in_place_inputs_match_separate_ones() {
+        let mut rng = Rng::new(3);
+        let n = 1000;
+        let x = specials(&mut rng, n);
+        let y = specials(&mut rng, n);
+        let l = Layout::contiguous(&[n]);
+        let direct = FusedProgram {
+            inputs: 2,
+            instrs: vec![
+                Instr::Input(0),
+                Instr::Input(1),
+                Instr::Binary(BinaryOp::Sub, 1, 0),
+                Instr::Unary(UnaryOp::Sqrt, 2),
+                Instr::Binary(BinaryOp::Maximum, 0, 3),
+            ],
+            outputs: vec![4],
+        };
+        let late = FusedProgram {
+            inputs: 2,
+            instrs: vec![
+                Instr::Input(0),
+                Instr::Input(1),
+                Instr::Unary(UnaryOp::Neg, 0),
+                Instr::Binary(BinaryOp::Mul, 2, 0), // reads input 0 after output 0
+                Instr::Binary(BinaryOp::Minimum, 1, 3),
+            ],
+            outputs: vec![2, 4],
+        };
+        assert!(!Schedule::new(&direct, |_| true, &[(0, 0)])
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::Keep(..))));
+        assert_eq!(
+            Schedule::new(&late, |_| true, &[(0, 0)]).steps[0],
+            Step::Keep(0, 0)
+        );
+        // Input 1 is loaded after output 0 is written.
+        let after = FusedProgram {
+            inputs: 2,
+            instrs: vec![
+                Instr::Input(0),
+                Instr::Unary(affine_op(2.0, 1.0), 0),
+                Instr::Input(1),
+                Instr::Binary(BinaryOp::Maximum, 2, 1),
+            ],
+            outputs: vec![1, 3],
+        };
+        assert_eq!(
+            Schedule::new(&after, |_| true, &[(1, 0)]).steps[0],
+            Step::Keep(0, 0)
+        );
+        for (p, pairs) in [
+            (&direct, vec![(0, 0)]),
+            (&late, vec![(0, 0), (1, 1)]),
+            (&after, vec![(1, 0)]),
+        ] {
+            let want = run(Path::Portable, p, &[(&x, &l), (&y, &l)], Par::serial());
+            for path in paths() {
+                for par in crate::kernels::testutil::pars() {
+                    let mut outs = vec![x.clone(); p.outputs.len()];
+                    for &(k, j) in &pairs {
+                        outs[j] = [&x, &y][k].clone();
+                    }
+                    let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
+                    let ins = [(&x[..], &l), (&y[..], &l)];
+                    let ins: Vec<(&[f32], &Layout)> = ins
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &(d, l))| {
+                            let aliased = pairs.iter().any(|&(i, _)| i == k);
+                            (if aliased { &[][..] } else { d }, l)
+                        })
+                        .collect();
+                    run_on(path, p, &ins, &pairs, &mut refs, n, par);
+                    same_bits(&want, &outs, &format!("{path:?} {par:?} {p}"));
+                }
+            }
         }
+        // Bad pairs are errors.
+        let mut o = vec![0f32; n];
+        for pairs in [vec![(2, 0)], vec![(0, 1)], vec![(0, 0), (1, 0)]] {
+            let r = fused_in_place(
+                &direct,
+                &[(&x, &l), (&y, &l)],
+                &pairs,
+                &mut [&mut o],
+                Par::serial(),
+            );
+            assert!(r.is_err(), "{pairs:?}");
+        }
+        let t = Layout::contiguous(&[2, n / 2]).permute(&[1, 0]);
+        let neg = FusedProgram {
+            inputs: 1,
+            instrs: vec![Instr::Input(0), Instr::Unary(UnaryOp::Neg, 0)],
+            outputs: vec![1],
+        };
+        assert!(
+            fused_in_place(&neg, &[(&x, &t)], &[(0, 0)], &mut [&mut o], Par::serial()).is_err()
+        );
     }
 
     #[test]

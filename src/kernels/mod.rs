@@ -20,11 +20,13 @@
 //!   at least 64K element operations each (module `par`), so small tensors stay on the
 //!   calling thread and large ones are spread over cache-sized pieces.
 //!
-//! Matrix multiplication is delegated to the `gemm` crate (see [`matmul()`]); that wrapper is
-//! the only place in the module with `unsafe`.
+//! Matrix multiplication is delegated to the `gemm` crate (see [`matmul()`]). `unsafe`
+//! appears only in that wrapper, in calls to SIMD variants of loops after a CPU-feature
+//! check, and in the AVX intrinsics of the fused kernel's accumulator (`fused/avx.rs`),
+//! each block with the invariant it relies on.
 //!
 //! The modules: `copy` (fill, strided copy, cast, cat), `elementwise` (unary and binary
-//! maps), `math` (activation functions, erf, a vectorisable exp), `reduce` (sum, max,
+//! maps), `fused` (register programs of fused element-wise chains), `math` (activation functions, erf, a vectorisable exp), `reduce` (sum, max,
 //! mean, argmax), `norm` (softmax, layer norm, RMS norm), `index` (index select) and
 //! `matmul` (the gemm wrapper).
 
@@ -44,7 +46,7 @@ mod testutil;
 
 pub use copy::{cast, cat, copy, fill};
 pub use elementwise::{binary, unary};
-pub use fused::{fused, FusedProgram, Instr, BLOCK};
+pub use fused::{fused, fused_in_place, FusedProgram, Instr, BLOCK};
 pub use index::index_select;
 pub use matmul::matmul;
 pub use norm::{layer_norm, rms_norm, softmax};

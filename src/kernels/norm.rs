@@ -216,7 +216,7 @@ mod tests {
     fn random_case(rng: &mut Rng, case: usize) -> (Vec<f32>, Layout) {
         let rank = 1 + case % 4;
         let mut dims = rng.dims(rank, 6);
-        if case % 5 == 0 {
+        if case.is_multiple_of(5) {
             dims[rank - 1] = 50 + rng.below(100);
         }
         random_layout(rng, &dims, |r| r.f32() * 4.0)

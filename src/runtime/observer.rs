@@ -42,7 +42,8 @@ pub struct KernelRecord {
     pub reads: Vec<Region>,
     /// Arena regions written.
     pub writes: Vec<Region>,
-    /// Arena bytes live at this level according to the plan.
+    /// Arena bytes live at this level according to the plan (bytes shared by an
+    /// in-place pair count once).
     pub arena_live_bytes: usize,
     /// The plan's arena size in bytes.
     pub arena_bytes: usize,
@@ -111,11 +112,18 @@ pub(crate) fn record(
             last[r] = last[r].max(lvl);
         }
     }
-    let arena_live_bytes = (0..plan.values.len())
+    // Bytes, not values: an in-place pair shares its region, which counts once.
+    let mut live: Vec<Region> = (0..plan.values.len())
         .filter(|&v| born[v] <= level && level <= last[v])
         .filter_map(|v| region(plan, v as u32))
-        .map(|r| r.len)
-        .sum();
+        .collect();
+    live.sort_by_key(|r| r.offset);
+    let (mut arena_live_bytes, mut end) = (0, 0);
+    for r in live {
+        let from = r.offset.max(end);
+        arena_live_bytes += (r.offset + r.len).saturating_sub(from);
+        end = end.max(r.offset + r.len);
+    }
     let rec = KernelRecord {
         kernel: k,
         level,

@@ -494,8 +494,10 @@ fn run_kernel(
             program,
             inputs,
             outputs,
+            in_place,
             ..
         } => {
+            check_in_place(plan, inputs, outputs, in_place)?;
             const MAX_OUTS: usize = 8;
             let mut dsts: [&mut [f32]; MAX_OUTS] = Default::default();
             let mut many = Vec::new();
@@ -516,15 +518,44 @@ fn run_kernel(
             };
             let empty = Layout::contiguous(&[]);
             with_list::<_, _, 8>(
-                inputs.iter().map(|(v, l)| match reads.data(*v)? {
-                    Data::F32(s) => Ok((s, l)),
-                    _ => Err(KernelError("fused input is not f32 (engine bug)".into())),
+                inputs.iter().enumerate().map(|(k, (v, l))| {
+                    // Read from its output's region, which the kernel is handed mutably.
+                    if in_place.iter().any(|&(i, _)| i == k) {
+                        return Ok((&[][..], l));
+                    }
+                    match reads.data(*v)? {
+                        Data::F32(s) => Ok((s, l)),
+                        _ => Err(KernelError("fused input is not f32 (engine bug)".into())),
+                    }
                 }),
                 (&[][..], &empty),
-                |data| kernels::fused(program, data, dsts, par),
+                |data| kernels::fused_in_place(program, data, in_place, dsts, par),
             )
         }
     }
+}
+
+/// Checks that each in-place input `(k, j)` of a fused kernel lives exactly in the arena
+/// region of output `j` (the plan gave them one offset), so reading it from there reads
+/// its own elements.
+fn check_in_place(
+    plan: &ExecutionPlan,
+    inputs: &[(u32, Layout)],
+    outputs: &[u32],
+    in_place: &[(usize, usize)],
+) -> Result<(), KernelError> {
+    for &(k, j) in in_place {
+        let input = inputs
+            .get(k)
+            .and_then(|(v, _)| region(plan, root(plan, *v)));
+        let output = outputs.get(j).and_then(|&o| region(plan, o as usize));
+        if input.is_none() || input != output {
+            return Err(KernelError(format!(
+                "in-place input {k} is not where output {j} is written (planning bug)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -621,7 +621,7 @@ pub fn random_shape_with_numel(n: usize, max_rank: usize, rng: &mut Rng) -> Vec<
     let mut dims = Vec::new();
     let mut rest = n;
     while dims.len() + 1 < max_rank && rest > 1 {
-        let divisors: Vec<usize> = (1..=rest).filter(|d| rest % d == 0).collect();
+        let divisors: Vec<usize> = (1..=rest).filter(|d| rest.is_multiple_of(*d)).collect();
         let d = divisors[rng.below(divisors.len() as u64) as usize];
         dims.push(d);
         rest /= d;
