@@ -252,6 +252,7 @@ fn run_on(
         sched: &sched,
         inputs,
         walks,
+        stream: numel >= STREAM_MIN_ELEMENTS,
     };
     if per_task >= tiles {
         job.run(path, outputs, 0);
@@ -654,7 +655,14 @@ struct Job<'a> {
     sched: &'a Schedule,
     inputs: &'a [(&'a [f32], &'a Layout)],
     walks: &'a [Walk<1>],
+    /// Write outputs with non-temporal stores: they are too large to stay in cache for
+    /// their readers anyway ([`STREAM_MIN_ELEMENTS`]).
+    stream: bool,
 }
+
+/// Outputs of at least this many elements (16 MiB of f32, more than a core's share of
+/// the last-level cache) are written with non-temporal stores by the vector paths.
+const STREAM_MIN_ELEMENTS: usize = 4 << 20;
 
 impl Job<'_> {
     /// Runs the program for output elements `start..start + outs[0].len()` on `path`,
@@ -1095,6 +1103,39 @@ mod tests {
                     let got = run(path, p, &inputs, par);
                     same_bits(&want, &got, &format!("{path:?} {par:?} {p}"));
                 }
+            }
+        }
+    }
+
+    /// Outputs large enough for non-temporal stores, at every misalignment (the
+    /// aligned head first, the streaming stores after; two outputs misaligned unlike
+    /// each other fall back to plain stores), give the portable path's bits.
+    #[test]
+    fn streaming_stores_match_the_portable_path() {
+        let mut rng = Rng::new(31);
+        let n = STREAM_MIN_ELEMENTS + 77;
+        let x = specials(&mut rng, n);
+        let l = Layout::contiguous(&[n]);
+        let p = FusedProgram {
+            inputs: 1,
+            instrs: vec![
+                Instr::Input(0),
+                Instr::Unary(affine_op(1.5, 0.25), 0),
+                Instr::Unary(UnaryOp::Sqrt, 1),
+                Instr::Binary(BinaryOp::Maximum, 2, 0),
+            ],
+            outputs: vec![3, 1],
+        };
+        let want = run(Path::Portable, &p, &[(&x, &l)], Par::serial());
+        for path in paths() {
+            for (skip0, skip1) in [(0, 0), (1, 1), (3, 3), (5, 2)] {
+                let mut a = vec![0f32; n + 8];
+                let mut b = vec![0f32; n + 8];
+                let mut outs: Vec<&mut [f32]> =
+                    vec![&mut a[skip0..skip0 + n], &mut b[skip1..skip1 + n]];
+                run_on(path, &p, &[(&x, &l)], &[], &mut outs, n, Par::all());
+                let got = vec![a[skip0..skip0 + n].to_vec(), b[skip1..skip1 + n].to_vec()];
+                same_bits(&want, &got, &format!("{path:?} skip {skip0}/{skip1}"));
             }
         }
     }

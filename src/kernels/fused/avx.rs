@@ -17,6 +17,8 @@
 //! The AVX-512 intrinsics, like the `avx512f` target feature, are stable since Rust
 //! 1.89, the crate's `rust-version`.
 
+use std::arch::x86_64::_mm_sfence;
+
 use super::{affine, unary_acc, Job, Src, Step};
 use crate::ir::{BinaryOp, UnaryOp};
 
@@ -30,7 +32,7 @@ pub(super) const TILE_AVX512: usize = 128;
 /// few operations whose intrinsics differ in shape are given as `$extra` items.
 macro_rules! vector_ops {
     ($(#[$doc:meta])* $module:ident, $lanes:expr, $v:ty,
-     load: $load:ident, store: $store:ident, splat: $splat:ident,
+     load: $load:ident, store: $store:ident, stream: $stream:ident, splat: $splat:ident,
      add: $add:ident, sub: $sub:ident, mul: $mul:ident, div: $div:ident, sqrt: $sqrt:ident,
      max: $max:ident, min: $min:ident, $($extra:item)*) => {
         $(#[$doc])*
@@ -59,6 +61,24 @@ macro_rules! vector_ops {
                 assert!((i + 1) * LANES <= N);
                 // SAFETY: as in `load`; `x` is borrowed mutably.
                 unsafe { $store(x.as_mut_ptr().add(i * LANES), v) }
+            }
+
+            /// Stores `v` as vector `i` of a tile with a non-temporal store (the line is
+            /// not read first and bypasses the caches) when that vector is aligned to
+            /// its size, with a plain store otherwise.
+            #[inline(always)]
+            pub(super) unsafe fn store_streaming<const N: usize>(x: &mut [f32; N], i: usize, v: V) {
+                assert!((i + 1) * LANES <= N);
+                // SAFETY: as in `store`; the non-temporal store also needs an address
+                // aligned to the vector's size, checked just before.
+                unsafe {
+                    let p = x.as_mut_ptr().add(i * LANES);
+                    if (p as usize) % (LANES * 4) == 0 {
+                        $stream(p, v)
+                    } else {
+                        $store(p, v)
+                    }
+                }
             }
 
             /// `x` in every lane.
@@ -119,7 +139,8 @@ macro_rules! vector_ops {
 vector_ops!(
     /// AVX2 vectors of 8 f32.
     v256, 8, __m256,
-    load: _mm256_loadu_ps, store: _mm256_storeu_ps, splat: _mm256_set1_ps,
+    load: _mm256_loadu_ps, store: _mm256_storeu_ps, stream: _mm256_stream_ps,
+    splat: _mm256_set1_ps,
     add: _mm256_add_ps, sub: _mm256_sub_ps, mul: _mm256_mul_ps, div: _mm256_div_ps,
     sqrt: _mm256_sqrt_ps, max: _mm256_max_ps, min: _mm256_min_ps,
 
@@ -151,7 +172,8 @@ vector_ops!(
 vector_ops!(
     /// AVX-512 vectors of 16 f32.
     v512, 16, __m512,
-    load: _mm512_loadu_ps, store: _mm512_storeu_ps, splat: _mm512_set1_ps,
+    load: _mm512_loadu_ps, store: _mm512_storeu_ps, stream: _mm512_stream_ps,
+    splat: _mm512_set1_ps,
     add: _mm512_add_ps, sub: _mm512_sub_ps, mul: _mm512_mul_ps, div: _mm512_div_ps,
     sqrt: _mm512_sqrt_ps, max: _mm512_max_ps, min: _mm512_min_ps,
 
@@ -269,8 +291,27 @@ macro_rules! variant {
             regs: &mut [[f32; $tile]],
         ) {
             const VECS: usize = $tile / $v::LANES;
+            const ALIGN: usize = $v::LANES * 4;
             let len = outs.first().map_or(0, |o| o.len());
             let mut done = 0;
+            // Large outputs are written with non-temporal stores (no read of each line
+            // before it is written: a third less memory traffic). They need aligned
+            // vectors, so a short head runs first when every output is misaligned
+            // by the same amount.
+            let misalign = |o: &&mut [f32]| (o.as_ptr() as usize) % ALIGN;
+            let stream = job.stream
+                && outs.first().is_some_and(|first| {
+                    let m = misalign(first);
+                    m % 4 == 0 && outs.iter().all(|o| misalign(o) == m)
+                });
+            if stream {
+                let head = outs.first().map_or(0, |o| ((ALIGN - misalign(o)) % ALIGN) / 4);
+                let head = head.min(len);
+                if head > 0 {
+                    job.run_tile(outs, regs, start, 0, head);
+                    done = head;
+                }
+            }
             while done + $tile <= len {
                 let at = start + done;
                 let mut acc: [$v::V; VECS] = [$v::splat(0.0); VECS];
@@ -329,8 +370,14 @@ macro_rules! variant {
                             let out: &mut [f32; $tile] = (&mut outs[j as usize][done..done + $tile])
                                 .try_into()
                                 .expect("a whole tile");
-                            for (i, &a) in acc.iter().enumerate() {
-                                $v::store(out, i, a);
+                            if stream {
+                                for (i, &a) in acc.iter().enumerate() {
+                                    $v::store_streaming(out, i, a);
+                                }
+                            } else {
+                                for (i, &a) in acc.iter().enumerate() {
+                                    $v::store(out, i, a);
+                                }
                             }
                         }
                     }
@@ -339,6 +386,11 @@ macro_rules! variant {
             }
             if done < len {
                 job.run_tile(outs, regs, start, done, len - done);
+            }
+            if stream {
+                // Non-temporal stores are weakly ordered: make them visible before the
+                // kernel returns (and its outputs are read, on any thread).
+                _mm_sfence();
             }
         }
     };
