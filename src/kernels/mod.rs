@@ -25,9 +25,11 @@
 //!
 //! The modules: `copy` (fill, strided copy, cast, cat), `elementwise` (unary and binary
 //! maps), `math` (activation functions, erf, a vectorisable exp), `reduce` (sum, max,
-//! mean, argmax), `norm` (softmax, layer norm, RMS norm), `index` (index select) and
-//! `matmul` (the gemm wrapper).
+//! mean, argmax), `norm` (softmax, layer norm, RMS norm), `index` (index select),
+//! `matmul` (the gemm wrapper) and `chain` (a matmul, a fused program and a row norm
+//! run panel by panel as one kernel: matmul epilogues and norm prologues).
 
+mod chain;
 mod copy;
 mod elementwise;
 mod fused;
@@ -42,6 +44,7 @@ mod strided;
 #[cfg(test)]
 mod testutil;
 
+pub use chain::{chain, ChainMatMul, ChainNorm, PANEL_BYTES};
 pub use copy::{cast, cat, copy, fill};
 pub use elementwise::{binary, unary};
 pub use fused::{fused, FusedProgram, Instr, BLOCK};

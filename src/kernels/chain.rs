@@ -1,0 +1,586 @@
+//! Chains: a matrix product, an element-wise program and a row normalisation run as
+//! one kernel, panel by panel, so the values between them never leave the cache.
+//!
+//! A chain computes, over an output of dims `[b.., m, n]`:
+//!
+//! 1. optionally a **matmul head**: `[b.., m, k] x [b.., k, n]`, whose result is one of
+//!    the program's inputs (a matmul *epilogue*);
+//! 2. a [`FusedProgram`] (the element-wise part), whose other inputs are read through
+//!    their layouts;
+//! 3. optionally a **row norm tail** (softmax, layer norm or RMS norm over the last
+//!    dim) applied in place to one of the program's outputs (a norm *prologue*).
+//!
+//! The output is cut into **panels**: runs of whole rows of one matrix (`rows × n`,
+//! about [`PANEL_BYTES`] each). For each panel the head's gemm writes the product into
+//! a per-task scratch panel (through the checked wrapper [`matmul()`], restricted to
+//! the panel's rows of `lhs`), [`fused()`] then runs the program on the panel with every
+//! other input's layout narrowed to the panel's rows, and the tail normalises the
+//! panel's rows of its output while they are still in cache. The product and the norm's
+//! input are never written to memory. With several threads, panels are spread across
+//! rayon tasks (each with its own scratch and a single-threaded gemm); a chain with too
+//! few panels for that runs them one after the other, each gemm and program using the
+//! threads itself.
+
+use rayon::prelude::*;
+
+use super::fused::{fused, FusedProgram};
+use super::matmul::matmul;
+use super::norm::RowOp;
+use super::par::units_per_task;
+use super::strided::offset_of;
+use super::{check_input, error, numel_of, KernelError, Par};
+use crate::ir::Layout;
+
+/// About how many bytes of output one panel covers: small enough that the product, the
+/// program's registers and the panel's outputs stay in L2.
+pub const PANEL_BYTES: usize = 256 * 1024;
+
+/// The matrix product at the head of a chain.
+#[derive(Clone, Copy, Debug)]
+pub struct ChainMatMul<'a> {
+    /// The left operand, `[b.., m, k]` (batch dims already those of the output).
+    pub lhs: (&'a [f32], &'a Layout),
+    /// The right operand, `[b.., k, n]`.
+    pub rhs: (&'a [f32], &'a Layout),
+    /// Which input of the program is the product (its slice in `inputs` is ignored).
+    pub input: usize,
+}
+
+/// The row-wise normalisation at the tail of a chain, with its parameters (1-D of the
+/// last dim's size, any stride).
+#[derive(Clone, Copy, Debug)]
+pub enum ChainNorm<'a> {
+    /// Softmax over the last dim.
+    Softmax,
+    /// Layer norm: weight, bias and epsilon.
+    LayerNorm {
+        /// The scale.
+        weight: (&'a [f32], &'a Layout),
+        /// The shift.
+        bias: (&'a [f32], &'a Layout),
+        /// Added to the variance.
+        eps: f64,
+    },
+    /// RMS norm: weight and epsilon.
+    RmsNorm {
+        /// The scale.
+        weight: (&'a [f32], &'a Layout),
+        /// Added to the mean square.
+        eps: f64,
+    },
+}
+
+/// Runs a chain over an output of `dims` (rank 1 or more; with a matmul head, rank 2
+/// or more).
+///
+/// `inputs[k]` is the program's input `k` with a layout broadcast to `dims`, except
+/// the one named by `matmul.input`, which the head computes. `outputs[j]` receives
+/// register `program.outputs[j]` and holds exactly the output's element count; with a
+/// tail `(norm, j)`, output `j` is then normalised over its rows in place.
+pub fn chain(
+    dims: &[usize],
+    matmul: Option<ChainMatMul<'_>>,
+    program: &FusedProgram,
+    inputs: &[(&[f32], &Layout)],
+    norm: Option<(ChainNorm<'_>, usize)>,
+    outputs: &mut [&mut [f32]],
+    par: Par,
+) -> Result<(), KernelError> {
+    let kernel = "chain";
+    let geom = Geometry::new(kernel, dims, matmul.is_some())?;
+    let numel = numel_of(kernel, dims)?;
+    if inputs.len() != program.inputs || outputs.len() != program.outputs.len() {
+        return Err(error(
+            kernel,
+            format_args!(
+                "{} inputs and {} outputs given for a program of {} and {}",
+                inputs.len(),
+                outputs.len(),
+                program.inputs,
+                program.outputs.len()
+            ),
+        ));
+    }
+    let head = matmul.map(|m| m.input);
+    for (k, (src, layout)) in inputs.iter().enumerate() {
+        if Some(k) == head {
+            continue;
+        }
+        check_input(kernel, "input", src.len(), layout)?;
+        if layout.dims[..] != *dims {
+            return Err(error(
+                kernel,
+                format_args!("input {k} has dims {:?}, expected {dims:?}", layout.dims),
+            ));
+        }
+    }
+    if let Some(o) = outputs.iter().find(|o| o.len() != numel) {
+        return Err(error(
+            kernel,
+            format_args!("an output holds {} elements, {numel} expected", o.len()),
+        ));
+    }
+    let depth = match &matmul {
+        Some(mm) => geom.check_matmul(kernel, mm, program.inputs)?,
+        None => 0,
+    };
+    let tail = match norm {
+        None => None,
+        Some((_, j)) if j >= outputs.len() => {
+            return Err(error(
+                kernel,
+                format_args!("the norm reads output {j} of {}", outputs.len()),
+            ))
+        }
+        Some((n, j)) => Some((row_op(n, geom.n)?, j)),
+    };
+    if numel == 0 {
+        return Ok(());
+    }
+    let ctx = Ctx {
+        geom: &geom,
+        matmul,
+        program,
+        inputs,
+        tail: tail.as_ref(),
+    };
+    // Panels: runs of whole rows of one matrix, of equal size within a matrix.
+    let max_rows = (PANEL_BYTES / 4 / geom.n).clamp(1, geom.m);
+    let per_matrix = geom.m.div_ceil(max_rows);
+    let rows = geom.m.div_ceil(per_matrix);
+    let mut panels: Vec<(Panel, Vec<&mut [f32]>)> = Vec::with_capacity(geom.batch * per_matrix);
+    let mut rests: Vec<&mut [f32]> = outputs.iter_mut().map(|o| &mut **o).collect();
+    for b in 0..geom.batch {
+        let mut r0 = 0;
+        while r0 < geom.m {
+            let len = rows.min(geom.m - r0);
+            let outs = rests
+                .iter_mut()
+                .map(|rest| {
+                    let (piece, tail) = std::mem::take(rest).split_at_mut(len * geom.n);
+                    *rest = tail;
+                    piece
+                })
+                .collect();
+            panels.push((Panel { b, r0, rows: len }, outs));
+            r0 += len;
+        }
+    }
+    let scratch_len = if matmul.is_some() { rows * geom.n } else { 0 };
+    // Work per element of a panel: the product's multiply-adds, the program, the norm.
+    let cost = 2 * depth + program.instrs.len() + tail.as_ref().map_or(0, |(op, _)| op.cost());
+    let per_task = units_per_task(panels.len(), rows * geom.n * cost, par);
+    if par.threads > 1 && panels.len() >= 2 * par.threads && per_task < panels.len() {
+        panels
+            .into_par_iter()
+            .with_min_len(per_task)
+            .try_for_each_init(
+                || vec![0f32; scratch_len],
+                |scratch, (p, mut outs)| ctx.panel(p, &mut outs, scratch, Par::serial()),
+            )
+    } else {
+        let mut scratch = vec![0f32; scratch_len];
+        panels
+            .into_iter()
+            .try_for_each(|(p, mut outs)| ctx.panel(p, &mut outs, &mut scratch, par))
+    }
+}
+
+/// The gathered parameters of a tail.
+fn row_op(norm: ChainNorm<'_>, n: usize) -> Result<RowOp, KernelError> {
+    Ok(match norm {
+        ChainNorm::Softmax => RowOp::Softmax,
+        ChainNorm::LayerNorm { weight, bias, eps } => {
+            RowOp::layer_norm(weight.0, weight.1, bias.0, bias.1, eps, n)?
+        }
+        ChainNorm::RmsNorm { weight, eps } => RowOp::rms_norm(weight.0, weight.1, eps, n)?,
+    })
+}
+
+/// The output seen as `batch` matrices of `m × n` (a rank-1 output is one row).
+struct Geometry<'d> {
+    dims: &'d [usize],
+    batch_dims: &'d [usize],
+    batch: usize,
+    m: usize,
+    n: usize,
+}
+
+impl<'d> Geometry<'d> {
+    fn new(kernel: &str, dims: &'d [usize], matmul: bool) -> Result<Geometry<'d>, KernelError> {
+        let rank = dims.len();
+        if rank == 0 || (matmul && rank < 2) {
+            return Err(error(
+                kernel,
+                format_args!("output dims {dims:?} have too few dims for the chain"),
+            ));
+        }
+        let batch_dims = &dims[..rank.saturating_sub(2)];
+        Ok(Geometry {
+            dims,
+            batch_dims,
+            batch: numel_of(kernel, batch_dims)?,
+            m: if rank >= 2 { dims[rank - 2] } else { 1 },
+            n: dims[rank - 1],
+        })
+    }
+
+    /// Checks the head's operands against the output; returns the inner dim `k`.
+    fn check_matmul(
+        &self,
+        kernel: &str,
+        mm: &ChainMatMul<'_>,
+        n_inputs: usize,
+    ) -> Result<usize, KernelError> {
+        let (ld, rd) = (&mm.lhs.1.dims, &mm.rhs.1.dims);
+        let rank = self.dims.len();
+        let k = ld.last().copied().unwrap_or(0);
+        let ok = ld.len() == rank
+            && rd.len() == rank
+            && ld[..rank - 2] == *self.batch_dims
+            && rd[..rank - 2] == *self.batch_dims
+            && ld[rank - 2] == self.m
+            && rd[rank - 2] == k
+            && rd[rank - 1] == self.n;
+        if !ok || mm.input >= n_inputs {
+            return Err(error(
+                kernel,
+                format_args!(
+                    "cannot multiply lhs dims {ld:?} by rhs dims {rd:?} into {:?} (program input {})",
+                    self.dims, mm.input
+                ),
+            ));
+        }
+        check_input(kernel, "lhs", mm.lhs.0.len(), mm.lhs.1)?;
+        check_input(kernel, "rhs", mm.rhs.0.len(), mm.rhs.1)?;
+        Ok(k)
+    }
+
+    /// Rows `p.r0..p.r0 + p.rows` of matrix `p.b` of a layout with this geometry's
+    /// batch dims and any last two dims `[_, cols]`, as a 2-D layout `[p.rows, cols]` (a
+    /// rank-1 layout is one row). The caller keeps the rows inside the matrix.
+    fn panel_layout(&self, l: &Layout, p: Panel) -> Layout {
+        let rank = l.dims.len();
+        let cols = l.dims[rank - 1];
+        let col_stride = l.strides[rank - 1];
+        if rank == 1 {
+            return Layout {
+                dims: [1, cols].into(),
+                strides: [0, col_stride].into(),
+                offset: l.offset,
+            };
+        }
+        let row_stride = l.strides[rank - 2];
+        let base = offset_of(self.batch_dims, &l.strides[..rank - 2], l.offset, p.b);
+        Layout {
+            dims: [p.rows, cols].into(),
+            strides: [row_stride, col_stride].into(),
+            offset: base + p.r0 * row_stride,
+        }
+    }
+}
+
+/// Rows `r0..r0 + rows` of matrix `b`.
+#[derive(Clone, Copy, Debug)]
+struct Panel {
+    b: usize,
+    r0: usize,
+    rows: usize,
+}
+
+/// Everything a panel needs, shared by the tasks.
+struct Ctx<'a> {
+    geom: &'a Geometry<'a>,
+    matmul: Option<ChainMatMul<'a>>,
+    program: &'a FusedProgram,
+    inputs: &'a [(&'a [f32], &'a Layout)],
+    tail: Option<&'a (RowOp, usize)>,
+}
+
+impl Ctx<'_> {
+    /// Runs the chain on one panel; `outs` are the panel's pieces of the outputs.
+    fn panel(
+        &self,
+        p: Panel,
+        outs: &mut [&mut [f32]],
+        scratch: &mut [f32],
+        par: Par,
+    ) -> Result<(), KernelError> {
+        let g = self.geom;
+        let len = p.rows * g.n;
+        let product = match &self.matmul {
+            Some(mm) => {
+                // The panel's rows of lhs times the whole of rhs (of the same matrix).
+                let lhs = g.panel_layout(mm.lhs.1, p);
+                let k = mm.rhs.1.dims[g.dims.len() - 2];
+                let rhs = g.panel_layout(
+                    mm.rhs.1,
+                    Panel {
+                        b: p.b,
+                        r0: 0,
+                        rows: k,
+                    },
+                );
+                let dst = &mut scratch[..len];
+                matmul(mm.lhs.0, &lhs, mm.rhs.0, &rhs, dst, par)?;
+                Some((mm.input, &*dst))
+            }
+            None => None,
+        };
+        // Every other input, narrowed to the panel's rows; the product as it is.
+        let local = Layout::contiguous(&[p.rows, g.n]);
+        let layouts: Vec<Layout> = self
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(k, (_, l))| match product {
+                Some((input, _)) if input == k => local,
+                _ => g.panel_layout(l, p),
+            })
+            .collect();
+        let data: Vec<(&[f32], &Layout)> = self
+            .inputs
+            .iter()
+            .zip(&layouts)
+            .enumerate()
+            .map(|(k, ((src, _), l))| match product {
+                Some((input, dst)) if input == k => (dst, l),
+                _ => (*src, l),
+            })
+            .collect();
+        fused(self.program, &data, outs, par)?;
+        if let Some((op, j)) = self.tail {
+            for row in outs[*j].chunks_exact_mut(g.n) {
+                op.apply(row);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{BinaryOp, UnaryOp};
+    use crate::kernels::fused::Instr;
+    use crate::kernels::testutil::*;
+    use crate::kernels::{binary, layer_norm, softmax, unary};
+
+    /// `gelu(product + bias) + residual`, then optionally a layer norm, against the
+    /// single-op kernels, over batched and strided operands and several panels.
+    #[test]
+    fn matmul_epilogue_and_norm_match_single_ops() {
+        let mut rng = Rng::new(71);
+        for case in 0..24 {
+            let batch = rng.dims(case % 3, 3);
+            let (m, k, n) = if case % 4 == 0 {
+                (300 + rng.below(40), 1 + rng.below(20), 200 + rng.below(100))
+            } else {
+                (1 + rng.below(9), rng.below(7), 1 + rng.below(9))
+            };
+            let dims: Vec<usize> = batch.iter().copied().chain([m, n]).collect();
+            let ld: Vec<usize> = batch.iter().copied().chain([m, k]).collect();
+            let rd: Vec<usize> = batch.iter().copied().chain([k, n]).collect();
+            let (lb, ll) = random_layout(&mut rng, &ld, |r| r.f32());
+            let (rb, rl) = random_layout(&mut rng, &rd, |r| r.f32());
+            let (bias, bl1) = rand_f32(&mut rng, &[n]);
+            let bl = bl1.broadcast_as(&dims).unwrap();
+            let (res, resl) = random_layout(&mut rng, &dims, |r| r.f32());
+            let (w, wl) = rand_f32(&mut rng, &[n]);
+            let numel: usize = dims.iter().product();
+            let c = Layout::contiguous(&dims);
+            // Reference, one kernel at a time.
+            let mut prod = vec![0f32; numel];
+            matmul(&lb, &ll, &rb, &rl, &mut prod, Par::serial()).unwrap();
+            let mut t1 = vec![0f32; numel];
+            binary(BinaryOp::Add, &prod, &c, &bias, &bl, &mut t1, Par::serial()).unwrap();
+            let mut t2 = vec![0f32; numel];
+            unary(UnaryOp::Gelu, &t1, &c, &mut t2, Par::serial()).unwrap();
+            let mut t3 = vec![0f32; numel];
+            binary(BinaryOp::Add, &t2, &c, &res, &resl, &mut t3, Par::serial()).unwrap();
+            let mut ln = vec![0f32; numel];
+            layer_norm(&t3, &c, &w, &wl, &bias, &bl1, 1e-5, &mut ln, Par::serial()).unwrap();
+            let program = FusedProgram {
+                inputs: 3,
+                instrs: vec![
+                    Instr::Input(0),
+                    Instr::Input(1),
+                    Instr::Binary(BinaryOp::Add, 0, 1),
+                    Instr::Unary(UnaryOp::Gelu, 2),
+                    Instr::Input(2),
+                    Instr::Binary(BinaryOp::Add, 3, 4),
+                ],
+                outputs: vec![3, 5],
+            };
+            let empty = Layout::contiguous(&[]);
+            let inputs = [(&[][..], &empty), (&bias[..], &bl), (&res[..], &resl)];
+            let mm = ChainMatMul {
+                lhs: (&lb, &ll),
+                rhs: (&rb, &rl),
+                input: 0,
+            };
+            for par in pars() {
+                let (mut g, mut out) = (vec![f32::NAN; numel], vec![f32::NAN; numel]);
+                chain(
+                    &dims,
+                    Some(mm),
+                    &program,
+                    &inputs,
+                    None,
+                    &mut [&mut g, &mut out],
+                    par,
+                )
+                .unwrap();
+                assert_close(&g, &t2, 1e-4);
+                assert_close(&out, &t3, 1e-4);
+                let norm = ChainNorm::LayerNorm {
+                    weight: (&w, &wl),
+                    bias: (&bias, &bl1),
+                    eps: 1e-5,
+                };
+                chain(
+                    &dims,
+                    Some(mm),
+                    &program,
+                    &inputs,
+                    Some((norm, 1)),
+                    &mut [&mut g, &mut out],
+                    par,
+                )
+                .unwrap();
+                assert_close(&g, &t2, 1e-4);
+                assert_close(&out, &ln, 1e-3);
+            }
+        }
+    }
+
+    /// A program into a softmax with no head, over rank 1 to 4 and strided inputs.
+    #[test]
+    fn norm_prologue_matches_single_ops() {
+        let mut rng = Rng::new(72);
+        for case in 0..40 {
+            let dims = rng.dims(1 + case % 4, 7);
+            let (a, al) = random_layout(&mut rng, &dims, |r| r.f32() * 3.0);
+            let numel: usize = dims.iter().product();
+            let c = Layout::contiguous(&dims);
+            let mut scaled = vec![0f32; numel];
+            let affine = UnaryOp::Affine {
+                mul: 0.5f64.to_bits(),
+                add: 0.25f64.to_bits(),
+            };
+            unary(affine, &a, &al, &mut scaled, Par::serial()).unwrap();
+            let mut want = vec![0f32; numel];
+            softmax(&scaled, &c, &mut want, Par::serial()).unwrap();
+            let program = FusedProgram {
+                inputs: 1,
+                instrs: vec![Instr::Input(0), Instr::Unary(affine, 0)],
+                outputs: vec![1],
+            };
+            for par in pars() {
+                let mut out = vec![f32::NAN; numel];
+                chain(
+                    &dims,
+                    None,
+                    &program,
+                    &[(&a, &al)],
+                    Some((ChainNorm::Softmax, 0)),
+                    &mut [&mut out],
+                    par,
+                )
+                .unwrap();
+                assert_close(&out, &want, 1e-6);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        let a = vec![1.0f32; 6];
+        let l = Layout::contiguous(&[2, 3]);
+        let copy = FusedProgram {
+            inputs: 1,
+            instrs: vec![Instr::Input(0)],
+            outputs: vec![0],
+        };
+        let mut o = vec![0f32; 6];
+        let s = Par::serial();
+        chain(&[2, 3], None, &copy, &[(&a, &l)], None, &mut [&mut o], s).unwrap();
+        assert_eq!(o, a);
+        // Scalars, wrong sizes, wrong dims, layouts past their buffers.
+        assert!(chain(&[], None, &copy, &[(&a, &l)], None, &mut [&mut o], s).is_err());
+        assert!(chain(
+            &[2, 3],
+            None,
+            &copy,
+            &[(&a, &l)],
+            None,
+            &mut [&mut o[..5]],
+            s
+        )
+        .is_err());
+        assert!(chain(&[3, 2], None, &copy, &[(&a, &l)], None, &mut [&mut o], s).is_err());
+        assert!(chain(
+            &[2, 3],
+            None,
+            &copy,
+            &[(&a[..5], &l)],
+            None,
+            &mut [&mut o],
+            s
+        )
+        .is_err());
+        assert!(chain(&[2, 3], None, &copy, &[], None, &mut [&mut o], s).is_err());
+        let norm = Some((ChainNorm::Softmax, 1));
+        assert!(chain(&[2, 3], None, &copy, &[(&a, &l)], norm, &mut [&mut o], s).is_err());
+        let w = Layout::contiguous(&[2]);
+        let ln = ChainNorm::RmsNorm {
+            weight: (&a, &w),
+            eps: 1e-5,
+        };
+        let e = chain(
+            &[2, 3],
+            None,
+            &copy,
+            &[(&a, &l)],
+            Some((ln, 0)),
+            &mut [&mut o],
+            s,
+        )
+        .unwrap_err();
+        assert!(e.0.contains("weight"), "{e}");
+        // A head whose operands do not multiply into the output.
+        let mm = ChainMatMul {
+            lhs: (&a, &l),
+            rhs: (&a, &l),
+            input: 0,
+        };
+        let e = chain(
+            &[2, 3],
+            Some(mm),
+            &copy,
+            &[(&a, &l)],
+            None,
+            &mut [&mut o],
+            s,
+        )
+        .unwrap_err();
+        assert!(e.0.contains("cannot multiply"), "{e}");
+        let l32 = Layout::contiguous(&[3, 3]);
+        let mm = ChainMatMul {
+            lhs: (&a, &l),
+            rhs: (&a, &l32),
+            input: 0,
+        };
+        assert!(chain(
+            &[2, 3],
+            Some(mm),
+            &copy,
+            &[(&a, &l)],
+            None,
+            &mut [&mut o],
+            s
+        )
+        .is_err());
+        assert!(chain(&[3], Some(mm), &copy, &[(&a, &l)], None, &mut [&mut o], s).is_err());
+    }
+}
