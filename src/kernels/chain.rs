@@ -23,11 +23,11 @@
 
 use rayon::prelude::*;
 
-use super::fused::{fused, FusedProgram};
+use super::fused::{fused, run_range, FusedProgram, BLOCK};
 use super::matmul::matmul;
 use super::norm::RowOp;
-use super::par::units_per_task;
-use super::strided::offset_of;
+use super::par::{units_per_task, MIN_TASK_WORK};
+use super::strided::{offset_of, Walk};
 use super::{check_input, error, numel_of, KernelError, Par};
 use crate::ir::Layout;
 
@@ -137,6 +137,7 @@ pub fn chain(
     if numel == 0 {
         return Ok(());
     }
+    program.check()?;
     let ctx = Ctx {
         geom: &geom,
         matmul,
@@ -148,41 +149,69 @@ pub fn chain(
     let max_rows = (PANEL_BYTES / 4 / geom.n).clamp(1, geom.m);
     let per_matrix = geom.m.div_ceil(max_rows);
     let rows = geom.m.div_ceil(per_matrix);
-    let mut panels: Vec<(Panel, Vec<&mut [f32]>)> = Vec::with_capacity(geom.batch * per_matrix);
-    let mut rests: Vec<&mut [f32]> = outputs.iter_mut().map(|o| &mut **o).collect();
-    for b in 0..geom.batch {
-        let mut r0 = 0;
-        while r0 < geom.m {
-            let len = rows.min(geom.m - r0);
-            let outs = rests
-                .iter_mut()
-                .map(|rest| {
-                    let (piece, tail) = std::mem::take(rest).split_at_mut(len * geom.n);
-                    *rest = tail;
-                    piece
-                })
-                .collect();
-            panels.push((Panel { b, r0, rows: len }, outs));
-            r0 += len;
-        }
-    }
-    let scratch_len = if matmul.is_some() { rows * geom.n } else { 0 };
+    let layout = PanelLayout { rows, per_matrix };
+    let n_panels = geom.batch * per_matrix;
     // Work per element of a panel: the product's multiply-adds, the program, the norm.
     let cost = 2 * depth + program.instrs.len() + tail.as_ref().map_or(0, |(op, _)| op.cost());
-    let per_task = units_per_task(panels.len(), rows * geom.n * cost, par);
-    if par.threads > 1 && panels.len() >= 2 * par.threads && per_task < panels.len() {
-        panels
+    let per_task = units_per_task(n_panels, rows * geom.n * cost, par);
+    let work = numel.saturating_mul(cost);
+    if par.threads <= 1 || work < 2 * MIN_TASK_WORK {
+        ctx.panels(layout, 0..n_panels, outputs, Par::serial())
+    } else if n_panels >= 2 * par.threads && per_task < n_panels {
+        // Each task takes a run of panels: its own pieces of the outputs and scratch.
+        let mut rests: Vec<&mut [f32]> = outputs.iter_mut().map(|o| &mut **o).collect();
+        let mut tasks = Vec::with_capacity(n_panels.div_ceil(per_task));
+        for first in (0..n_panels).step_by(per_task) {
+            let end = (first + per_task).min(n_panels);
+            let len = layout.start(&geom, end) - layout.start(&geom, first);
+            tasks.push((first..end, split_off(&mut rests, len)));
+        }
+        tasks
             .into_par_iter()
-            .with_min_len(per_task)
-            .try_for_each_init(
-                || vec![0f32; scratch_len],
-                |scratch, (p, mut outs)| ctx.panel(p, &mut outs, scratch, Par::serial()),
-            )
+            .try_for_each(|(panels, mut outs)| ctx.panels(layout, panels, &mut outs, Par::serial()))
     } else {
-        let mut scratch = vec![0f32; scratch_len];
-        panels
-            .into_iter()
-            .try_for_each(|(p, mut outs)| ctx.panel(p, &mut outs, &mut scratch, par))
+        // Too few panels to share out: each gemm and program uses the threads itself.
+        ctx.panels(layout, 0..n_panels, outputs, par)
+    }
+}
+
+/// Cuts the first `len` elements off each slice of `rests`; returns the pieces.
+fn split_off<'a>(rests: &mut [&'a mut [f32]], len: usize) -> Vec<&'a mut [f32]> {
+    rests
+        .iter_mut()
+        .map(|rest| {
+            let (piece, tail) = std::mem::take(rest).split_at_mut(len);
+            *rest = tail;
+            piece
+        })
+        .collect()
+}
+
+/// How the output is cut into panels: `per_matrix` panels of `rows` rows (the last
+/// one of a matrix may be shorter) for each matrix.
+#[derive(Clone, Copy, Debug)]
+struct PanelLayout {
+    rows: usize,
+    per_matrix: usize,
+}
+
+impl PanelLayout {
+    fn panel(self, g: &Geometry<'_>, t: usize) -> Panel {
+        let (b, r0) = (t / self.per_matrix, (t % self.per_matrix) * self.rows);
+        Panel {
+            b,
+            r0,
+            rows: self.rows.min(g.m - r0),
+        }
+    }
+
+    /// Flat index of the first element of panel `t` (`t` may be the panel count).
+    fn start(self, g: &Geometry<'_>, t: usize) -> usize {
+        if t >= g.batch * self.per_matrix {
+            return g.batch * g.m * g.n;
+        }
+        let p = self.panel(g, t);
+        (p.b * g.m + p.r0) * g.n
     }
 }
 
@@ -297,58 +326,150 @@ struct Ctx<'a> {
     tail: Option<&'a (RowOp, usize)>,
 }
 
+/// The inputs one panel reads, kept inline for up to this many program inputs (and
+/// outputs), so that a panel allocates nothing.
+const INLINE: usize = 16;
+
+/// The placeholder of an unused inline slot.
+const NO_LAYOUT: Layout = Layout {
+    dims: crate::ir::Dims::new(),
+    strides: crate::ir::Dims::new(),
+    offset: 0,
+};
+
+/// What one task keeps between its panels.
+struct Scratch {
+    /// The product of a panel.
+    product: Vec<f32>,
+    /// The program's registers, one block each.
+    regs: Vec<f32>,
+}
+
 impl Ctx<'_> {
+    /// Runs panels `panels` (in order), whose pieces of the outputs are `outs` (they
+    /// start at the first panel's first element).
+    fn panels(
+        &self,
+        layout: PanelLayout,
+        panels: std::ops::Range<usize>,
+        outs: &mut [&mut [f32]],
+        par: Par,
+    ) -> Result<(), KernelError> {
+        let g = self.geom;
+        let base = layout.start(g, panels.start);
+        let mut scratch = Scratch {
+            product: vec![
+                0f32;
+                if self.matmul.is_some() {
+                    layout.rows * g.n
+                } else {
+                    0
+                }
+            ],
+            regs: vec![0f32; self.program.instrs.len() * BLOCK.min(layout.rows * g.n)],
+        };
+        let n_out = outs.len();
+        for t in panels {
+            let p = layout.panel(g, t);
+            let at = layout.start(g, t) - base;
+            let range = at..at + p.rows * g.n;
+            if n_out <= INLINE {
+                let mut inline: [&mut [f32]; INLINE] = Default::default();
+                for (slot, o) in inline.iter_mut().zip(outs.iter_mut()) {
+                    *slot = &mut o[range.clone()];
+                }
+                self.panel(p, &mut inline[..n_out], &mut scratch, par)?;
+            } else {
+                let mut pieces: Vec<&mut [f32]> =
+                    outs.iter_mut().map(|o| &mut o[range.clone()]).collect();
+                self.panel(p, &mut pieces, &mut scratch, par)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Runs the chain on one panel; `outs` are the panel's pieces of the outputs.
     fn panel(
         &self,
         p: Panel,
         outs: &mut [&mut [f32]],
-        scratch: &mut [f32],
+        scratch: &mut Scratch,
         par: Par,
     ) -> Result<(), KernelError> {
         let g = self.geom;
         let len = p.rows * g.n;
-        let product = match &self.matmul {
-            Some(mm) => {
-                // The panel's rows of lhs times the whole of rhs (of the same matrix).
-                let lhs = g.panel_layout(mm.lhs.1, p);
-                let k = mm.rhs.1.dims[g.dims.len() - 2];
-                let rhs = g.panel_layout(
-                    mm.rhs.1,
-                    Panel {
-                        b: p.b,
-                        r0: 0,
-                        rows: k,
-                    },
-                );
-                let dst = &mut scratch[..len];
-                matmul(mm.lhs.0, &lhs, mm.rhs.0, &rhs, dst, par)?;
-                Some((mm.input, &*dst))
-            }
-            None => None,
-        };
+        let head = self.matmul.map(|m| m.input);
+        if let Some(mm) = &self.matmul {
+            // The panel's rows of lhs times the whole of rhs (of the same matrix).
+            let lhs = g.panel_layout(mm.lhs.1, p);
+            let k = mm.rhs.1.dims[g.dims.len() - 2];
+            let rhs = g.panel_layout(
+                mm.rhs.1,
+                Panel {
+                    b: p.b,
+                    r0: 0,
+                    rows: k,
+                },
+            );
+            matmul(
+                mm.lhs.0,
+                &lhs,
+                mm.rhs.0,
+                &rhs,
+                &mut scratch.product[..len],
+                par,
+            )?;
+        }
         // Every other input, narrowed to the panel's rows; the product as it is.
         let local = Layout::contiguous(&[p.rows, g.n]);
-        let layouts: Vec<Layout> = self
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(k, (_, l))| match product {
-                Some((input, _)) if input == k => local,
-                _ => g.panel_layout(l, p),
-            })
-            .collect();
-        let data: Vec<(&[f32], &Layout)> = self
-            .inputs
-            .iter()
-            .zip(&layouts)
-            .enumerate()
-            .map(|(k, ((src, _), l))| match product {
-                Some((input, dst)) if input == k => (dst, l),
-                _ => (*src, l),
-            })
-            .collect();
-        fused(self.program, &data, outs, par)?;
+        let layout = |k: usize| {
+            if Some(k) == head {
+                local
+            } else {
+                g.panel_layout(self.inputs[k].1, p)
+            }
+        };
+        let product = &scratch.product[..len.min(scratch.product.len())];
+        let src = |k: usize| {
+            if Some(k) == head {
+                product
+            } else {
+                self.inputs[k].0
+            }
+        };
+        let n_in = self.inputs.len();
+        if par.threads > 1 || n_in > INLINE {
+            let layouts: Vec<Layout> = (0..n_in).map(layout).collect();
+            let data: Vec<(&[f32], &Layout)> = layouts
+                .iter()
+                .enumerate()
+                .map(|(k, l)| (src(k), l))
+                .collect();
+            fused(self.program, &data, outs, par)?;
+        } else {
+            // What `fused` checks holds by construction: the program was checked, every
+            // panel layout lies inside its input's full layout (checked), all have dims
+            // [rows, n], and every piece of `outs` has `len` elements.
+            let mut layouts = [NO_LAYOUT; INLINE];
+            for (k, l) in layouts.iter_mut().enumerate().take(n_in) {
+                *l = layout(k);
+            }
+            let mut data: [(&[f32], &Layout); INLINE] = [(&[], &NO_LAYOUT); INLINE];
+            let mut walks: [Walk<1>; INLINE] = std::array::from_fn(|_| Walk::new(&[], [&[]], [0]));
+            for k in 0..n_in {
+                let l = &layouts[k];
+                data[k] = (src(k), l);
+                walks[k] = Walk::new(&l.dims, [&l.strides], [l.offset]);
+            }
+            run_range(
+                self.program,
+                &data[..n_in],
+                &walks[..n_in],
+                outs,
+                0,
+                &mut scratch.regs,
+            );
+        }
         if let Some((op, j)) = self.tail {
             for row in outs[*j].chunks_exact_mut(g.n) {
                 op.apply(row);

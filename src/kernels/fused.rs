@@ -60,7 +60,7 @@ impl FusedProgram {
     }
 
     /// Checks that every register is defined before it is used.
-    fn check(&self) -> Result<(), KernelError> {
+    pub(crate) fn check(&self) -> Result<(), KernelError> {
         for (i, ins) in self.instrs.iter().enumerate() {
             let ok = match *ins {
                 Instr::Input(k) => (k as usize) < self.inputs,
@@ -181,7 +181,7 @@ pub fn fused(
 
 /// Runs the program for output elements `start..start + outs[0].len()`, with the
 /// widest vector instructions this CPU has.
-fn run_range(
+pub(crate) fn run_range(
     program: &FusedProgram,
     inputs: &[(&[f32], &Layout)],
     walks: &[Walk<1>],

@@ -214,7 +214,7 @@ pub fn execute_plan(
             let kernel = &plan.kernels[ki];
             let name = match kernel {
                 Kernel::Op { op, .. } => tasks[*op].op.kind.name(),
-                Kernel::Fused { .. } => "fused",
+                Kernel::Fused { .. } | Kernel::Chain(_) => "fused",
             };
             let e = Error::Kernel { op: name, msg: e.0 };
             log::debug!("kernel error: {e}");
@@ -377,6 +377,20 @@ fn run_kernel(
                 }
             }
             kernels::fused(program, &data, &mut dsts, par)
+        }
+        Kernel::Chain(chain) => {
+            let data = |v: u32| match run.data(v, gaps)? {
+                Data::F32(s) => Ok(s),
+                _ => Err(KernelError("chain input is not f32 (engine bug)".into())),
+            };
+            let mut dsts: Vec<&mut [f32]> = Vec::with_capacity(chain.outputs.len());
+            for &o in &chain.outputs {
+                match dst(o)? {
+                    DataMut::F32(d) => dsts.push(d),
+                    _ => return Err(KernelError("chain output is not f32 (engine bug)".into())),
+                }
+            }
+            super::chain::run_chain(chain, data, &mut dsts, par)
         }
     }
 }
