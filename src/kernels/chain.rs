@@ -147,7 +147,14 @@ pub fn chain(
     };
     // Panels: runs of whole rows of one matrix, of equal size within a matrix.
     let max_rows = (PANEL_BYTES / 4 / geom.n).clamp(1, geom.m);
-    let per_matrix = geom.m.div_ceil(max_rows);
+    let mut per_matrix = geom.m.div_ceil(max_rows);
+    if par.threads > 1 {
+        // Cut a little finer when that gives every thread as many panels.
+        let fits = |p: &usize| (geom.batch * p) % par.threads == 0;
+        if let Some(p) = (per_matrix..=(2 * per_matrix).min(geom.m)).find(fits) {
+            per_matrix = p;
+        }
+    }
     let rows = geom.m.div_ceil(per_matrix);
     let layout = PanelLayout { rows, per_matrix };
     let n_panels = geom.batch * per_matrix;
