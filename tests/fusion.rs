@@ -167,8 +167,8 @@ fn assert_close(fused: &[f32], plain: &[f32]) {
 
 #[test]
 fn a_matmul_epilogue_is_one_kernel_and_the_product_gets_no_memory() {
-    // 300 rows of 256: two panels per matrix, two matrices.
-    let x = t(&[2, 300, 256], 30);
+    // 1500 rows of 256 (1.5 MiB): two panels per matrix, two matrices.
+    let x = t(&[2, 1500, 256], 30);
     let w = support::tensor(&[256, 256], 31, 0.1);
     let b = t(&[256], 32);
     let f = || {
