@@ -225,6 +225,14 @@ fn norm_and_softmax_prologues_are_one_kernel() {
     let (fused, plain, info) = both(row);
     assert_close(&fused, &plain);
     assert_eq!(info.kernels, 1, "{info:?}");
+    // The group's result is the norm's input and its weight: it must be stored.
+    let own_weight = || {
+        let u = b.add(&w).unwrap();
+        u.layer_norm(&u, &b, 1e-5).unwrap()
+    };
+    let (fused, plain, info) = both(own_weight);
+    assert_close(&fused, &plain);
+    assert_eq!(info.kernels, 2, "{info:?}");
 }
 
 #[test]

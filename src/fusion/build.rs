@@ -367,6 +367,12 @@ fn only_read_by(
         })
 }
 
+/// Whether the norm `rel` reads `v` as its input and not also as a parameter (a
+/// parameter must be stored; the input of a chain's norm never is).
+fn norm_input_only(rel: &RelativeOp, v: u32) -> bool {
+    rel.inputs.first() == Some(&v) && !rel.inputs[1..].contains(&v)
+}
+
 /// Finds the chains: for each fused group, a matmul whose product only the group reads
 /// (the epilogue) and a row norm that alone reads the group's result (the prologue);
 /// and matmuls read only by a norm. A norm joins only if no other value the group
@@ -403,7 +409,7 @@ fn chains(
             };
             let fits = is_row_norm(&ops[c].kind)
                 && !dims.is_empty()
-                && rels[c].inputs[0] == v
+                && norm_input_only(rels[c], v)
                 && only_read_by(v, &dims, |r| r == c, ops, rels, facts, values);
             // Every other value the group writes is read after the norm, if at all.
             let later = members.iter().all(|&j| {
@@ -435,6 +441,7 @@ fn chains(
         };
         let dims = values[v as usize].layout.dims;
         if matmul_operands(ops[p]).is_some()
+            && norm_input_only(rels[c], v)
             && only_read_by(v, &dims, |r| r == c, ops, rels, facts, values)
         {
             specs.push(ChainSpec {
