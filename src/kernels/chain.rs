@@ -17,16 +17,17 @@
 //! other input's layout narrowed to the panel's rows, and the tail normalises the
 //! panel's rows of its output while they are still in cache. The product and the norm's
 //! input are never written to memory. With several threads, panels are spread across
-//! rayon tasks (each with its own scratch and a single-threaded gemm); a chain with too
-//! few panels for that runs them one after the other, each gemm and program using the
-//! threads itself.
+//! a few rayon tasks per thread (each with its own scratch and single-threaded gemms);
+//! a chain with too few panels for that runs them one after the other, each gemm,
+//! program and norm using the threads itself. (Running big panels one after the other
+//! with gemm's own threads instead was measured slower on MiniLM.)
 
 use rayon::prelude::*;
 
 use super::fused::{fused, run_range, FusedProgram, BLOCK};
 use super::matmul::matmul;
 use super::norm::RowOp;
-use super::par::{units_per_task, MIN_TASK_WORK};
+use super::par::{for_each_chunk, units_per_task, MIN_TASK_WORK};
 use super::strided::{offset_of, Walk};
 use super::{check_input, error, numel_of, KernelError, Par};
 use crate::ir::Layout;
@@ -163,7 +164,9 @@ pub fn chain(
     let n_panels = geom.batch * per_matrix;
     // Work per element of a panel: the product's multiply-adds, the program, the norm.
     let cost = 2 * depth + program.instrs.len() + tail.as_ref().map_or(0, |(op, _)| op.cost());
-    let per_task = units_per_task(n_panels, rows * geom.n * cost, par);
+    // At most a few tasks per thread: each allocates its scratch once.
+    let per_task = units_per_task(n_panels, rows * geom.n * cost, par)
+        .max(n_panels.div_ceil(4 * par.threads.max(1)));
     let work = numel.saturating_mul(cost);
     if par.threads <= 1 || work < 2 * MIN_TASK_WORK {
         ctx.panels(layout, 0..n_panels, outputs, Par::serial())
@@ -180,7 +183,7 @@ pub fn chain(
             .into_par_iter()
             .try_for_each(|(panels, mut outs)| ctx.panels(layout, panels, &mut outs, Par::serial()))
     } else {
-        // Too few panels to share out: each gemm and program uses the threads itself.
+        // Too few panels to share out: each gemm, program and norm uses the threads.
         ctx.panels(layout, 0..n_panels, outputs, par)
     }
 }
@@ -481,9 +484,11 @@ impl Ctx<'_> {
             );
         }
         if let Some((op, j)) = self.tail {
-            for row in outs[*j].chunks_exact_mut(g.n) {
-                op.apply(row);
-            }
+            for_each_chunk(outs[*j], g.n, g.n * op.cost(), par, |_, rows| {
+                for row in rows.chunks_exact_mut(g.n) {
+                    op.apply(row);
+                }
+            });
         }
         Ok(())
     }
