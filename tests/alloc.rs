@@ -84,7 +84,11 @@ fn a_repeated_bert_layer_forward_pass_allocates_nothing_in_the_engine() {
     // Every rayon worker has started (a worker's own start-up allocates, whenever the
     // OS gets round to it).
     rayon::broadcast(|_| ());
-    for (h, ffn, heads, batch, seq) in [(32, 64, 4, 2, 8), (64, 256, 4, 4, 32)] {
+    for (h, ffn, heads, batch, seq) in [
+        (32, 64, 4, 2, 8),
+        (64, 256, 4, 4, 32),
+        (128, 512, 4, 8, 128),
+    ] {
         let p = support::encoder_params(h, ffn);
         let x = support::tensor(&[batch, seq, h], 99, 1.0);
         // One warm-up call: fills the pools, free lists, scratch vectors, plan cache.

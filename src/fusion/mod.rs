@@ -10,7 +10,11 @@
 //! 2. **Fusion.** Chains of element-wise f32 ops with the same output dims become one
 //!    [`FusedProgram`]: a kernel that reads each external input once and writes only
 //!    the values that are read outside the chain or escape. A value used only inside a
-//!    chain never gets memory.
+//!    chain never gets memory. A group then becomes a [`Chain`] when a matmul's product
+//!    is read only by it (the matmul runs in row panels, each followed by the program:
+//!    an *epilogue*) and/or when its result is read only by a softmax, layer norm or RMS
+//!    norm (the norm normalises each panel's rows: a *prologue*); a matmul read only by
+//!    a norm is a chain too. The product and the norm's input never get memory.
 //! 3. **Levels.** Kernels are levelled by dependency (a kernel's level is one more than
 //!    the highest level of the kernels it reads from); kernels of one level could run at
 //!    once, so lifetimes are measured in levels.
@@ -34,7 +38,7 @@ pub use build::{build, kernel_io};
 
 use std::fmt;
 
-use crate::ir::{DType, Dims, Layout};
+use crate::ir::{DType, Dims, Layout, OpKind};
 use crate::kernels::FusedProgram;
 
 /// Where a value's elements live while a segment runs.
@@ -101,6 +105,64 @@ pub enum Kernel {
         /// `j`, which overwrites it (the memory plan gave both the same offset).
         in_place: Vec<(usize, usize)>,
     },
+    /// A matmul epilogue and/or a norm prologue around a fused program.
+    Chain(Box<Chain>),
+}
+
+/// A [`Kernel::Chain`]: a fused element-wise program with a matmul before it (an
+/// epilogue) and/or a row normalisation after it (a prologue), run panel by panel by
+/// [`crate::kernels::chain`]. The matmul's product and the norm's input are
+/// [`Home::Fused`]: they never get memory.
+#[derive(Clone, Debug)]
+pub struct Chain {
+    /// The matmul whose product is one of the program's inputs.
+    pub matmul: Option<ChainMatMul>,
+    /// The register program (a copy of one input when the chain has no element-wise
+    /// op: a matmul straight into a norm).
+    pub program: FusedProgram,
+    /// The program's inputs (relative ids) with their layouts broadcast to `dims`; the
+    /// matmul's product among them.
+    pub inputs: Vec<(u32, Layout)>,
+    /// The norm that normalises one of the program's outputs in place.
+    pub norm: Option<ChainNorm>,
+    /// Every value read from memory: the matmul's operands, the program's inputs but
+    /// the product, the norm's parameters.
+    pub input_ids: Vec<u32>,
+    /// Values written, in the program's output order; the output the norm
+    /// normalises is the norm's own output value.
+    pub outputs: Vec<u32>,
+    /// The dims of the product, of every value of the program and of the norm.
+    pub dims: Dims,
+}
+
+/// The matmul at the head of a [`Chain`].
+#[derive(Clone, Debug)]
+pub struct ChainMatMul {
+    /// Index of the matmul op in the segment.
+    pub op: usize,
+    /// Left operand (relative id) with its layout, batch dims broadcast to the output's.
+    pub lhs: (u32, Layout),
+    /// Right operand, likewise.
+    pub rhs: (u32, Layout),
+    /// The product (relative id), never stored.
+    pub product: u32,
+    /// Which program input the product is.
+    pub input: usize,
+}
+
+/// The row normalisation at the tail of a [`Chain`].
+#[derive(Clone, Debug)]
+pub struct ChainNorm {
+    /// Index of the norm op in the segment.
+    pub op: usize,
+    /// `Softmax`, `LayerNorm` or `RmsNorm`, with its epsilon.
+    pub kind: OpKind,
+    /// Its parameters after the normalised input (weight, bias), with their layouts.
+    pub params: Vec<(u32, Layout)>,
+    /// Which program output it normalises (in place; that output is the norm's value).
+    pub output: usize,
+    /// The norm's input (relative id), never stored.
+    pub input: u32,
 }
 
 /// The result of planning a segment once: kernels in level order and where every value
@@ -182,6 +244,25 @@ impl fmt::Display for ExecutionPlan {
                         f,
                         "  L{lvl} fused{dims:?}({}) {{ {program} }} -> {}",
                         ins.join(", "),
+                        outs.join(", ")
+                    )?;
+                }
+                Kernel::Chain(c) => {
+                    let ins: Vec<String> = c.input_ids.iter().map(|&v| home(v)).collect();
+                    let outs: Vec<String> = c.outputs.iter().map(|&v| home(v)).collect();
+                    let head = c
+                        .matmul
+                        .as_ref()
+                        .map_or(String::new(), |m| format!("op#{} matmul -> ", m.op));
+                    let tail = c.norm.as_ref().map_or(String::new(), |n| {
+                        format!(" -> op#{} {}(out{})", n.op, n.kind.name(), n.output)
+                    });
+                    writeln!(
+                        f,
+                        "  L{lvl} chain{:?}({}) {{ {head}{}{tail} }} -> {}",
+                        c.dims,
+                        ins.join(", "),
+                        c.program,
                         outs.join(", ")
                     )?;
                 }

@@ -78,7 +78,7 @@ impl FusedProgram {
     }
 
     /// Checks that every register is defined before it is used.
-    fn check(&self) -> Result<(), KernelError> {
+    pub(crate) fn check(&self) -> Result<(), KernelError> {
         for (i, ins) in self.instrs.iter().enumerate() {
             let ok = match *ins {
                 Instr::Input(k) => (k as usize) < self.inputs,

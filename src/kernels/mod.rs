@@ -26,10 +26,13 @@
 //! each block with the invariant it relies on.
 //!
 //! The modules: `copy` (fill, strided copy, cast, cat), `elementwise` (unary and binary
-//! maps), `fused` (register programs of fused element-wise chains), `math` (activation functions, erf, a vectorisable exp), `reduce` (sum, max,
-//! mean, argmax), `norm` (softmax, layer norm, RMS norm), `index` (index select) and
-//! `matmul` (the gemm wrapper).
+//! maps), `fused` (register programs of fused element-wise chains), `math` (activation
+//! functions, erf, a vectorisable exp), `reduce` (sum, max, mean, argmax), `norm`
+//! (softmax, layer norm, RMS norm), `index` (index select), `matmul` (the gemm wrapper)
+//! and `chain` (a matmul, a fused program and a row norm run panel by panel as one
+//! kernel: matmul epilogues and norm prologues).
 
+mod chain;
 mod copy;
 mod elementwise;
 mod fused;
@@ -44,6 +47,7 @@ mod strided;
 #[cfg(test)]
 mod testutil;
 
+pub use chain::{chain, ChainMatMul, ChainNorm, PANEL_BYTES};
 pub use copy::{cast, cat, copy, fill};
 pub use elementwise::{binary, unary};
 pub use fused::{fused, fused_in_place, FusedProgram, Instr, BLOCK};

@@ -6,7 +6,8 @@
 //! (a `memcpy` when the input is contiguous, a strided gather otherwise), and then each
 //! row is normalised in place, while it is hot in L1. The statistics are computed in f32
 //! with several independent accumulators (layer norm uses two passes: the mean, then the
-//! biased variance of the centred values, as PyTorch does).
+//! biased variance of the centred values, as PyTorch does). The per-row arithmetic is
+//! one `RowOp`, which the chains of `kernels::chain` also apply to rows they computed.
 
 use std::borrow::Cow;
 
@@ -21,16 +22,8 @@ use crate::ir::Layout;
 pub fn softmax(src: &[f32], layout: &Layout, dst: &mut [f32], par: Par) -> Result<(), KernelError> {
     let kernel = "softmax";
     let n = row_len(kernel, src, layout, dst.len())?;
-    rows(src, layout, dst, n, 6, par, |row| {
-        let max = max(row);
-        for x in row.iter_mut() {
-            *x = math::exp(*x - max);
-        }
-        let inv = 1.0 / sum(row);
-        for x in row.iter_mut() {
-            *x *= inv;
-        }
-    });
+    let op = RowOp::Softmax;
+    rows(src, layout, dst, n, op.cost(), par, |row| op.apply(row));
     Ok(())
 }
 
@@ -50,20 +43,8 @@ pub fn layer_norm(
 ) -> Result<(), KernelError> {
     let kernel = "layer_norm";
     let n = row_len(kernel, src, layout, dst.len())?;
-    let w = vector(kernel, "weight", weight, weight_layout, n)?;
-    let b = vector(kernel, "bias", bias, bias_layout, n)?;
-    let eps = eps as f32;
-    rows(src, layout, dst, n, 8, par, |row| {
-        let mean = sum(row) / n as f32;
-        for x in row.iter_mut() {
-            *x -= mean;
-        }
-        let var = sum_squares(row) / n as f32;
-        let rstd = 1.0 / (var + eps).sqrt();
-        for ((x, &w), &b) in row.iter_mut().zip(w.iter()).zip(b.iter()) {
-            *x = *x * rstd * w + b;
-        }
-    });
+    let op = RowOp::layer_norm(weight, weight_layout, bias, bias_layout, eps, n)?;
+    rows(src, layout, dst, n, op.cost(), par, |row| op.apply(row));
     Ok(())
 }
 
@@ -80,15 +61,103 @@ pub fn rms_norm(
 ) -> Result<(), KernelError> {
     let kernel = "rms_norm";
     let n = row_len(kernel, src, layout, dst.len())?;
-    let w = vector(kernel, "weight", weight, weight_layout, n)?;
-    let eps = eps as f32;
-    rows(src, layout, dst, n, 5, par, |row| {
-        let r = 1.0 / (sum_squares(row) / n as f32 + eps).sqrt();
-        for (x, &w) in row.iter_mut().zip(w.iter()) {
-            *x = *x * r * w;
-        }
-    });
+    let op = RowOp::rms_norm(weight, weight_layout, eps, n)?;
+    rows(src, layout, dst, n, op.cost(), par, |row| op.apply(row));
     Ok(())
+}
+
+/// One of the row-wise normalisations with its parameters gathered into contiguous
+/// vectors, ready to normalise rows in place: shared by the kernels above and by the
+/// chains of `kernels::chain`, so a fused norm computes exactly what the plain one does.
+#[derive(Clone, Debug)]
+pub(crate) enum RowOp<'a> {
+    /// Softmax of the row.
+    Softmax,
+    /// Layer norm with its weight, bias and epsilon (parameters borrowed when they
+    /// are contiguous already).
+    LayerNorm {
+        w: Cow<'a, [f32]>,
+        b: Cow<'a, [f32]>,
+        eps: f32,
+    },
+    /// RMS norm with its weight and epsilon.
+    RmsNorm { w: Cow<'a, [f32]>, eps: f32 },
+}
+
+impl<'a> RowOp<'a> {
+    /// A layer norm over rows of `n`; checks the parameters' layouts.
+    pub(crate) fn layer_norm(
+        weight: &'a [f32],
+        weight_layout: &Layout,
+        bias: &'a [f32],
+        bias_layout: &Layout,
+        eps: f64,
+        n: usize,
+    ) -> Result<RowOp<'a>, KernelError> {
+        let kernel = "layer_norm";
+        Ok(RowOp::LayerNorm {
+            w: vector(kernel, "weight", weight, weight_layout, n)?,
+            b: vector(kernel, "bias", bias, bias_layout, n)?,
+            eps: eps as f32,
+        })
+    }
+
+    /// An RMS norm over rows of `n`; checks the weight's layout.
+    pub(crate) fn rms_norm(
+        weight: &'a [f32],
+        weight_layout: &Layout,
+        eps: f64,
+        n: usize,
+    ) -> Result<RowOp<'a>, KernelError> {
+        Ok(RowOp::RmsNorm {
+            w: vector("rms_norm", "weight", weight, weight_layout, n)?,
+            eps: eps as f32,
+        })
+    }
+
+    /// Work per element, for parallel splitting.
+    pub(crate) fn cost(&self) -> usize {
+        match self {
+            RowOp::Softmax => 6,
+            RowOp::LayerNorm { .. } => 8,
+            RowOp::RmsNorm { .. } => 5,
+        }
+    }
+
+    /// Normalises one row in place (its length is the `n` the op was made for).
+    #[inline]
+    pub(crate) fn apply(&self, row: &mut [f32]) {
+        let n = row.len();
+        match self {
+            RowOp::Softmax => {
+                let max = max(row);
+                for x in row.iter_mut() {
+                    *x = math::exp(*x - max);
+                }
+                let inv = 1.0 / sum(row);
+                for x in row.iter_mut() {
+                    *x *= inv;
+                }
+            }
+            RowOp::LayerNorm { w, b, eps } => {
+                let mean = sum(row) / n as f32;
+                for x in row.iter_mut() {
+                    *x -= mean;
+                }
+                let var = sum_squares(row) / n as f32;
+                let rstd = 1.0 / (var + eps).sqrt();
+                for ((x, &w), &b) in row.iter_mut().zip(w.iter()).zip(b.iter()) {
+                    *x = *x * rstd * w + b;
+                }
+            }
+            RowOp::RmsNorm { w, eps } => {
+                let r = 1.0 / (sum_squares(row) / n as f32 + eps).sqrt();
+                for (x, &w) in row.iter_mut().zip(w.iter()) {
+                    *x = *x * r * w;
+                }
+            }
+        }
+    }
 }
 
 /// Checks the input and `dst` of a row kernel; returns the row length (the last dim).

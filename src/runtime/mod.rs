@@ -5,6 +5,7 @@
 //! the slots it reads and fills) in an order where every input is made before it is
 //! read, and it runs them.
 
+mod chain;
 mod execute;
 pub mod observer;
 mod planned;

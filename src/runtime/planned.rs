@@ -287,7 +287,7 @@ pub fn execute_plan(
             let kernel = &plan.kernels[ki];
             let name = match kernel {
                 Kernel::Op { op, .. } => tasks[*op].op.kind.name(),
-                Kernel::Fused { .. } => "fused",
+                Kernel::Fused { .. } | Kernel::Chain(_) => "fused",
             };
             let e = Error::Kernel { op: name, msg: e.0 };
             log::debug!("kernel error: {e}");
@@ -531,6 +531,32 @@ fn run_kernel(
                 (&[][..], &empty),
                 |data| kernels::fused_in_place(program, data, in_place, dsts, par),
             )
+        }
+        Kernel::Chain(chain) => {
+            let data = |v: u32| match reads.data(v)? {
+                Data::F32(s) => Ok(s),
+                _ => Err(KernelError("chain input is not f32 (engine bug)".into())),
+            };
+            const MAX_OUTS: usize = 8;
+            let mut dsts: [&mut [f32]; MAX_OUTS] = Default::default();
+            let mut many = Vec::new();
+            let n_out = chain.outputs.len();
+            for (i, &o) in chain.outputs.iter().enumerate() {
+                let DataMut::F32(d) = dst(o)? else {
+                    return Err(KernelError("chain output is not f32 (engine bug)".into()));
+                };
+                if n_out <= MAX_OUTS {
+                    dsts[i] = d;
+                } else {
+                    many.push(d);
+                }
+            }
+            let dsts: &mut [&mut [f32]] = if n_out <= MAX_OUTS {
+                &mut dsts[..n_out]
+            } else {
+                &mut many
+            };
+            super::chain::run_chain(chain, data, dsts, par)
         }
     }
 }

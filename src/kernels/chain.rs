@@ -1,0 +1,706 @@
+//! Chains: a matrix product, an element-wise program and a row normalisation run as
+//! one kernel, panel by panel, so the values between them never leave the cache.
+//!
+//! A chain computes, over an output of dims `[b.., m, n]`:
+//!
+//! 1. optionally a **matmul head**: `[b.., m, k] x [b.., k, n]`, whose result is one of
+//!    the program's inputs (a matmul *epilogue*);
+//! 2. a [`FusedProgram`] (the element-wise part), whose other inputs are read through
+//!    their layouts;
+//! 3. optionally a **row norm tail** (softmax, layer norm or RMS norm over the last
+//!    dim) applied in place to one of the program's outputs (a norm *prologue*).
+//!
+//! The output is cut into **panels**: runs of whole rows of one matrix (`rows × n`,
+//! about [`PANEL_BYTES`] each). For each panel the head's gemm writes the product
+//! straight into the panel of output 0 (through the checked wrapper [`matmul()`],
+//! restricted to the panel's rows of `lhs`), [`fused_in_place`] then runs the program on
+//! the panel, reading the product from that output before overwriting it and every
+//! other input through its layout narrowed to the panel's rows, and the tail normalises
+//! the panel's rows of its output while they are still in cache. The product and the
+//! norm's input get no memory of their own. With several threads, runs of panels are
+//! halved across `rayon::join` (a few per thread, each with single-threaded gemms);
+//! a chain with too few panels for that runs them one after the other, each gemm,
+//! program and norm using the threads itself. (Running big panels one after the other
+//! with gemm's own threads instead was measured slower on MiniLM.)
+
+use super::fused::{fused_in_place, FusedProgram};
+use super::matmul::matmul;
+use super::norm::RowOp;
+use super::par::{for_each_chunk, units_per_task, MIN_TASK_WORK};
+use super::strided::offset_of;
+use super::{check_input, error, numel_of, KernelError, Par};
+use crate::ir::Layout;
+
+/// About how many bytes of output one panel covers: the size of an L2 cache, so the
+/// product is still in cache when the program reads it, while each gemm gets enough
+/// rows to run at full speed (256 KiB panels made a `[1600, 384] x [384, 1152]`
+/// product with its bias 15% slower than the two kernels apart; 1 MiB ones are as fast
+/// or faster). Unit tests use small panels so that a matrix has several.
+pub const PANEL_BYTES: usize = if cfg!(test) { 64 * 1024 } else { 1024 * 1024 };
+
+/// The matrix product at the head of a chain.
+#[derive(Clone, Copy, Debug)]
+pub struct ChainMatMul<'a> {
+    /// The left operand, `[b.., m, k]` (batch dims already those of the output).
+    pub lhs: (&'a [f32], &'a Layout),
+    /// The right operand, `[b.., k, n]`.
+    pub rhs: (&'a [f32], &'a Layout),
+    /// Which input of the program is the product (its slice in `inputs` is ignored).
+    pub input: usize,
+}
+
+/// The row-wise normalisation at the tail of a chain, with its parameters (1-D of the
+/// last dim's size, any stride).
+#[derive(Clone, Copy, Debug)]
+pub enum ChainNorm<'a> {
+    /// Softmax over the last dim.
+    Softmax,
+    /// Layer norm: weight, bias and epsilon.
+    LayerNorm {
+        /// The scale.
+        weight: (&'a [f32], &'a Layout),
+        /// The shift.
+        bias: (&'a [f32], &'a Layout),
+        /// Added to the variance.
+        eps: f64,
+    },
+    /// RMS norm: weight and epsilon.
+    RmsNorm {
+        /// The scale.
+        weight: (&'a [f32], &'a Layout),
+        /// Added to the mean square.
+        eps: f64,
+    },
+}
+
+/// Runs a chain over an output of `dims` (rank 1 or more; with a matmul head, rank 2
+/// or more).
+///
+/// `inputs[k]` is the program's input `k` with a layout broadcast to `dims`, except
+/// the one named by `matmul.input`, which the head computes. `outputs[j]` receives
+/// register `program.outputs[j]` and holds exactly the output's element count; with a
+/// tail `(norm, j)`, output `j` is then normalised over its rows in place.
+pub fn chain(
+    dims: &[usize],
+    matmul: Option<ChainMatMul<'_>>,
+    program: &FusedProgram,
+    inputs: &[(&[f32], &Layout)],
+    norm: Option<(ChainNorm<'_>, usize)>,
+    outputs: &mut [&mut [f32]],
+    par: Par,
+) -> Result<(), KernelError> {
+    let kernel = "chain";
+    let geom = Geometry::new(kernel, dims, matmul.is_some())?;
+    let numel = numel_of(kernel, dims)?;
+    if inputs.len() != program.inputs || outputs.len() != program.outputs.len() {
+        return Err(error(
+            kernel,
+            format_args!(
+                "{} inputs and {} outputs given for a program of {} and {}",
+                inputs.len(),
+                outputs.len(),
+                program.inputs,
+                program.outputs.len()
+            ),
+        ));
+    }
+    let head = matmul.map(|m| m.input);
+    for (k, (src, layout)) in inputs.iter().enumerate() {
+        if Some(k) == head {
+            continue;
+        }
+        check_input(kernel, "input", src.len(), layout)?;
+        if layout.dims[..] != *dims {
+            return Err(error(
+                kernel,
+                format_args!("input {k} has dims {:?}, expected {dims:?}", layout.dims),
+            ));
+        }
+    }
+    if let Some(o) = outputs.iter().find(|o| o.len() != numel) {
+        return Err(error(
+            kernel,
+            format_args!("an output holds {} elements, {numel} expected", o.len()),
+        ));
+    }
+    let depth = match &matmul {
+        Some(mm) => geom.check_matmul(kernel, mm, program.inputs)?,
+        None => 0,
+    };
+    let tail = match norm {
+        None => None,
+        Some((_, j)) if j >= outputs.len() => {
+            return Err(error(
+                kernel,
+                format_args!("the norm reads output {j} of {}", outputs.len()),
+            ))
+        }
+        Some((n, j)) => Some((row_op(n, geom.n)?, j)),
+    };
+    if numel == 0 {
+        return Ok(());
+    }
+    program.check()?;
+    let ctx = Ctx {
+        geom: &geom,
+        matmul,
+        program,
+        inputs,
+        tail: tail.as_ref(),
+    };
+    // Panels: runs of whole rows of one matrix, of equal size within a matrix.
+    let max_rows = (PANEL_BYTES / 4 / geom.n).clamp(1, geom.m);
+    let mut per_matrix = geom.m.div_ceil(max_rows);
+    if par.threads > 1 {
+        // Cut a little finer when that gives every thread as many panels.
+        let fits = |p: &usize| (geom.batch * p).is_multiple_of(par.threads);
+        if let Some(p) = (per_matrix..=(2 * per_matrix).min(geom.m)).find(fits) {
+            per_matrix = p;
+        }
+    }
+    let rows = geom.m.div_ceil(per_matrix);
+    let layout = PanelLayout { rows, per_matrix };
+    let n_panels = geom.batch * per_matrix;
+    // Work per element of a panel: the product's multiply-adds, the program, the norm.
+    let cost = 2 * depth + program.instrs.len() + tail.as_ref().map_or(0, |(op, _)| op.cost());
+    // At most a few tasks per thread: each allocates its scratch once.
+    let per_task = units_per_task(n_panels, rows * geom.n * cost, par)
+        .max(n_panels.div_ceil(4 * par.threads.max(1)));
+    let work = numel.saturating_mul(cost);
+    if par.threads <= 1 || work < 2 * MIN_TASK_WORK {
+        ctx.panels(layout, 0..n_panels, outputs, Par::serial())
+    } else if n_panels >= 2 * par.threads && per_task < n_panels {
+        // Runs of panels halved across rayon::join (no allocation), each run with its
+        // own pieces of the outputs and single-threaded gemms.
+        ctx.split(layout, 0..n_panels, outputs, per_task)
+    } else {
+        // Too few panels to share out: each gemm, program and norm uses the threads.
+        ctx.panels(layout, 0..n_panels, outputs, par)
+    }
+}
+
+/// How the output is cut into panels: `per_matrix` panels of `rows` rows (the last
+/// one of a matrix may be shorter) for each matrix.
+#[derive(Clone, Copy, Debug)]
+struct PanelLayout {
+    rows: usize,
+    per_matrix: usize,
+}
+
+impl PanelLayout {
+    fn panel(self, g: &Geometry<'_>, t: usize) -> Panel {
+        let (b, r0) = (t / self.per_matrix, (t % self.per_matrix) * self.rows);
+        Panel {
+            b,
+            r0,
+            rows: self.rows.min(g.m - r0),
+        }
+    }
+
+    /// Flat index of the first element of panel `t` (`t` may be the panel count).
+    fn start(self, g: &Geometry<'_>, t: usize) -> usize {
+        if t >= g.batch * self.per_matrix {
+            return g.batch * g.m * g.n;
+        }
+        let p = self.panel(g, t);
+        (p.b * g.m + p.r0) * g.n
+    }
+}
+
+/// The gathered parameters of a tail.
+fn row_op(norm: ChainNorm<'_>, n: usize) -> Result<RowOp<'_>, KernelError> {
+    Ok(match norm {
+        ChainNorm::Softmax => RowOp::Softmax,
+        ChainNorm::LayerNorm { weight, bias, eps } => {
+            RowOp::layer_norm(weight.0, weight.1, bias.0, bias.1, eps, n)?
+        }
+        ChainNorm::RmsNorm { weight, eps } => RowOp::rms_norm(weight.0, weight.1, eps, n)?,
+    })
+}
+
+/// The output seen as `batch` matrices of `m × n` (a rank-1 output is one row).
+struct Geometry<'d> {
+    dims: &'d [usize],
+    batch_dims: &'d [usize],
+    batch: usize,
+    m: usize,
+    n: usize,
+}
+
+impl<'d> Geometry<'d> {
+    fn new(kernel: &str, dims: &'d [usize], matmul: bool) -> Result<Geometry<'d>, KernelError> {
+        let rank = dims.len();
+        if rank == 0 || (matmul && rank < 2) {
+            return Err(error(
+                kernel,
+                format_args!("output dims {dims:?} have too few dims for the chain"),
+            ));
+        }
+        let batch_dims = &dims[..rank.saturating_sub(2)];
+        Ok(Geometry {
+            dims,
+            batch_dims,
+            batch: numel_of(kernel, batch_dims)?,
+            m: if rank >= 2 { dims[rank - 2] } else { 1 },
+            n: dims[rank - 1],
+        })
+    }
+
+    /// Checks the head's operands against the output; returns the inner dim `k`.
+    fn check_matmul(
+        &self,
+        kernel: &str,
+        mm: &ChainMatMul<'_>,
+        n_inputs: usize,
+    ) -> Result<usize, KernelError> {
+        let (ld, rd) = (&mm.lhs.1.dims, &mm.rhs.1.dims);
+        let rank = self.dims.len();
+        let k = ld.last().copied().unwrap_or(0);
+        let ok = ld.len() == rank
+            && rd.len() == rank
+            && ld[..rank - 2] == *self.batch_dims
+            && rd[..rank - 2] == *self.batch_dims
+            && ld[rank - 2] == self.m
+            && rd[rank - 2] == k
+            && rd[rank - 1] == self.n;
+        if !ok || mm.input >= n_inputs {
+            return Err(error(
+                kernel,
+                format_args!(
+                    "cannot multiply lhs dims {ld:?} by rhs dims {rd:?} into {:?} (program input {})",
+                    self.dims, mm.input
+                ),
+            ));
+        }
+        check_input(kernel, "lhs", mm.lhs.0.len(), mm.lhs.1)?;
+        check_input(kernel, "rhs", mm.rhs.0.len(), mm.rhs.1)?;
+        Ok(k)
+    }
+
+    /// Rows `p.r0..p.r0 + p.rows` of matrix `p.b` of a layout with this geometry's
+    /// batch dims and any last two dims `[_, cols]`, as a 2-D layout `[p.rows, cols]` (a
+    /// rank-1 layout is one row). The caller keeps the rows inside the matrix.
+    fn panel_layout(&self, l: &Layout, p: Panel) -> Layout {
+        let rank = l.dims.len();
+        let cols = l.dims[rank - 1];
+        let col_stride = l.strides[rank - 1];
+        if rank == 1 {
+            return Layout {
+                dims: [1, cols].into(),
+                strides: [0, col_stride].into(),
+                offset: l.offset,
+            };
+        }
+        let row_stride = l.strides[rank - 2];
+        let base = offset_of(self.batch_dims, &l.strides[..rank - 2], l.offset, p.b);
+        Layout {
+            dims: [p.rows, cols].into(),
+            strides: [row_stride, col_stride].into(),
+            offset: base + p.r0 * row_stride,
+        }
+    }
+}
+
+/// Rows `r0..r0 + rows` of matrix `b`.
+#[derive(Clone, Copy, Debug)]
+struct Panel {
+    b: usize,
+    r0: usize,
+    rows: usize,
+}
+
+/// Everything a panel needs, shared by the tasks.
+struct Ctx<'a> {
+    geom: &'a Geometry<'a>,
+    matmul: Option<ChainMatMul<'a>>,
+    program: &'a FusedProgram,
+    inputs: &'a [(&'a [f32], &'a Layout)],
+    tail: Option<&'a (RowOp<'a>, usize)>,
+}
+
+/// The inputs one panel reads, kept inline for up to this many program inputs (and
+/// outputs), so that a panel allocates nothing.
+const INLINE: usize = 16;
+
+/// The placeholder of an unused inline slot.
+const NO_LAYOUT: Layout = Layout {
+    dims: crate::ir::Dims::new(),
+    strides: crate::ir::Dims::new(),
+    offset: 0,
+};
+
+impl Ctx<'_> {
+    /// Runs panels `panels`, whose pieces of the outputs are `outs`, halving the run
+    /// across `rayon::join` while it is longer than `per_task` panels.
+    fn split(
+        &self,
+        layout: PanelLayout,
+        panels: std::ops::Range<usize>,
+        outs: &mut [&mut [f32]],
+        per_task: usize,
+    ) -> Result<(), KernelError> {
+        if panels.len() <= per_task {
+            return self.panels(layout, panels, outs, Par::serial());
+        }
+        let g = self.geom;
+        let mid = panels.start + panels.len() / 2;
+        let len = layout.start(g, mid) - layout.start(g, panels.start);
+        let n = outs.len();
+        let (left, right) = (panels.start..mid, mid..panels.end);
+        if n > INLINE {
+            let (mut a, mut b): (Vec<&mut [f32]>, Vec<&mut [f32]>) =
+                outs.iter_mut().map(|o| o.split_at_mut(len)).unzip();
+            let (r0, r1) = rayon::join(
+                || self.split(layout, left, &mut a, per_task),
+                || self.split(layout, right, &mut b, per_task),
+            );
+            return r0.and(r1);
+        }
+        let mut a: [&mut [f32]; INLINE] = Default::default();
+        let mut b: [&mut [f32]; INLINE] = Default::default();
+        for ((o, x), y) in outs.iter_mut().zip(&mut a).zip(&mut b) {
+            (*x, *y) = o.split_at_mut(len);
+        }
+        let (r0, r1) = rayon::join(
+            || self.split(layout, left, &mut a[..n], per_task),
+            || self.split(layout, right, &mut b[..n], per_task),
+        );
+        r0.and(r1)
+    }
+
+    /// Runs panels `panels` (in order), whose pieces of the outputs are `outs` (they
+    /// start at the first panel's first element).
+    fn panels(
+        &self,
+        layout: PanelLayout,
+        panels: std::ops::Range<usize>,
+        outs: &mut [&mut [f32]],
+        par: Par,
+    ) -> Result<(), KernelError> {
+        let g = self.geom;
+        let base = layout.start(g, panels.start);
+        let n_out = outs.len();
+        for t in panels {
+            let p = layout.panel(g, t);
+            let at = layout.start(g, t) - base;
+            let range = at..at + p.rows * g.n;
+            if n_out <= INLINE {
+                let mut inline: [&mut [f32]; INLINE] = Default::default();
+                for (slot, o) in inline.iter_mut().zip(outs.iter_mut()) {
+                    *slot = &mut o[range.clone()];
+                }
+                self.panel(p, &mut inline[..n_out], par)?;
+            } else {
+                let mut pieces: Vec<&mut [f32]> =
+                    outs.iter_mut().map(|o| &mut o[range.clone()]).collect();
+                self.panel(p, &mut pieces, par)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the chain on one panel; `outs` are the panel's pieces of the outputs. The
+    /// head's product is written straight into output 0's piece (in cache), and the
+    /// program reads it from there while it overwrites it (an in-place input), so the
+    /// product needs no memory of its own.
+    fn panel(&self, p: Panel, outs: &mut [&mut [f32]], par: Par) -> Result<(), KernelError> {
+        let g = self.geom;
+        let len = p.rows * g.n;
+        let head = self.matmul.map(|m| m.input);
+        if let Some(mm) = &self.matmul {
+            // The panel's rows of lhs times the whole of rhs (of the same matrix).
+            let lhs = g.panel_layout(mm.lhs.1, p);
+            let k = mm.rhs.1.dims[g.dims.len() - 2];
+            let rhs = g.panel_layout(
+                mm.rhs.1,
+                Panel {
+                    b: p.b,
+                    r0: 0,
+                    rows: k,
+                },
+            );
+            let out = outs
+                .first_mut()
+                .ok_or_else(|| error("chain", "a matmul head needs an output"))?;
+            matmul(mm.lhs.0, &lhs, mm.rhs.0, &rhs, &mut out[..len], par)?;
+        }
+        // Every other input, narrowed to the panel's rows; the product as output 0.
+        let local = Layout::contiguous(&[p.rows, g.n]);
+        let layout = |k: usize| {
+            if Some(k) == head {
+                local
+            } else {
+                g.panel_layout(self.inputs[k].1, p)
+            }
+        };
+        let src = |k: usize| -> &[f32] {
+            if Some(k) == head {
+                &[]
+            } else {
+                self.inputs[k].0
+            }
+        };
+        let n_in = self.inputs.len();
+        let in_place: &[(usize, usize)] = match head {
+            Some(k) => &[(k, 0)][..],
+            None => &[],
+        };
+        let run = |data: &[(&[f32], &Layout)], outs: &mut [&mut [f32]]| {
+            fused_in_place(self.program, data, in_place, outs, par)
+        };
+        if n_in > INLINE {
+            let layouts: Vec<Layout> = (0..n_in).map(layout).collect();
+            let data: Vec<(&[f32], &Layout)> = layouts
+                .iter()
+                .enumerate()
+                .map(|(k, l)| (src(k), l))
+                .collect();
+            run(&data, outs)?;
+        } else {
+            let mut layouts = [NO_LAYOUT; INLINE];
+            for (k, l) in layouts.iter_mut().enumerate().take(n_in) {
+                *l = layout(k);
+            }
+            let mut data: [(&[f32], &Layout); INLINE] = [(&[], &NO_LAYOUT); INLINE];
+            for k in 0..n_in {
+                data[k] = (src(k), &layouts[k]);
+            }
+            run(&data[..n_in], outs)?;
+        }
+        if let Some((op, j)) = self.tail {
+            for_each_chunk(outs[*j], g.n, g.n * op.cost(), par, |_, rows| {
+                for row in rows.chunks_exact_mut(g.n) {
+                    op.apply(row);
+                }
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{BinaryOp, UnaryOp};
+    use crate::kernels::fused::Instr;
+    use crate::kernels::testutil::*;
+    use crate::kernels::{binary, layer_norm, softmax, unary};
+
+    /// `gelu(product + bias) + residual`, then optionally a layer norm, against the
+    /// single-op kernels, over batched and strided operands and several panels.
+    #[test]
+    fn matmul_epilogue_and_norm_match_single_ops() {
+        let mut rng = Rng::new(71);
+        for case in 0..24 {
+            let batch = rng.dims(case % 3, 3);
+            let (m, k, n) = if case % 4 == 0 {
+                (300 + rng.below(40), 1 + rng.below(20), 200 + rng.below(100))
+            } else {
+                (1 + rng.below(9), rng.below(7), 1 + rng.below(9))
+            };
+            let dims: Vec<usize> = batch.iter().copied().chain([m, n]).collect();
+            let ld: Vec<usize> = batch.iter().copied().chain([m, k]).collect();
+            let rd: Vec<usize> = batch.iter().copied().chain([k, n]).collect();
+            let (lb, ll) = random_layout(&mut rng, &ld, |r| r.f32());
+            let (rb, rl) = random_layout(&mut rng, &rd, |r| r.f32());
+            let (bias, bl1) = rand_f32(&mut rng, &[n]);
+            let bl = bl1.broadcast_as(&dims).unwrap();
+            let (res, resl) = random_layout(&mut rng, &dims, |r| r.f32());
+            let (w, wl) = rand_f32(&mut rng, &[n]);
+            let numel: usize = dims.iter().product();
+            let c = Layout::contiguous(&dims);
+            // Reference, one kernel at a time.
+            let mut prod = vec![0f32; numel];
+            matmul(&lb, &ll, &rb, &rl, &mut prod, Par::serial()).unwrap();
+            let mut t1 = vec![0f32; numel];
+            binary(BinaryOp::Add, &prod, &c, &bias, &bl, &mut t1, Par::serial()).unwrap();
+            let mut t2 = vec![0f32; numel];
+            unary(UnaryOp::Gelu, &t1, &c, &mut t2, Par::serial()).unwrap();
+            let mut t3 = vec![0f32; numel];
+            binary(BinaryOp::Add, &t2, &c, &res, &resl, &mut t3, Par::serial()).unwrap();
+            let mut ln = vec![0f32; numel];
+            layer_norm(&t3, &c, &w, &wl, &bias, &bl1, 1e-5, &mut ln, Par::serial()).unwrap();
+            let program = FusedProgram {
+                inputs: 3,
+                instrs: vec![
+                    Instr::Input(0),
+                    Instr::Input(1),
+                    Instr::Binary(BinaryOp::Add, 0, 1),
+                    Instr::Unary(UnaryOp::Gelu, 2),
+                    Instr::Input(2),
+                    Instr::Binary(BinaryOp::Add, 3, 4),
+                ],
+                outputs: vec![3, 5],
+            };
+            let empty = Layout::contiguous(&[]);
+            let inputs = [(&[][..], &empty), (&bias[..], &bl), (&res[..], &resl)];
+            let mm = ChainMatMul {
+                lhs: (&lb, &ll),
+                rhs: (&rb, &rl),
+                input: 0,
+            };
+            for par in pars() {
+                let (mut g, mut out) = (vec![f32::NAN; numel], vec![f32::NAN; numel]);
+                chain(
+                    &dims,
+                    Some(mm),
+                    &program,
+                    &inputs,
+                    None,
+                    &mut [&mut g, &mut out],
+                    par,
+                )
+                .unwrap();
+                assert_close(&g, &t2, 1e-4);
+                assert_close(&out, &t3, 1e-4);
+                let norm = ChainNorm::LayerNorm {
+                    weight: (&w, &wl),
+                    bias: (&bias, &bl1),
+                    eps: 1e-5,
+                };
+                chain(
+                    &dims,
+                    Some(mm),
+                    &program,
+                    &inputs,
+                    Some((norm, 1)),
+                    &mut [&mut g, &mut out],
+                    par,
+                )
+                .unwrap();
+                assert_close(&g, &t2, 1e-4);
+                assert_close(&out, &ln, 1e-3);
+            }
+        }
+    }
+
+    /// A program into a softmax with no head, over rank 1 to 4 and strided inputs.
+    #[test]
+    fn norm_prologue_matches_single_ops() {
+        let mut rng = Rng::new(72);
+        for case in 0..40 {
+            let dims = rng.dims(1 + case % 4, 7);
+            let (a, al) = random_layout(&mut rng, &dims, |r| r.f32() * 3.0);
+            let numel: usize = dims.iter().product();
+            let c = Layout::contiguous(&dims);
+            let mut scaled = vec![0f32; numel];
+            let affine = UnaryOp::Affine {
+                mul: 0.5f64.to_bits(),
+                add: 0.25f64.to_bits(),
+            };
+            unary(affine, &a, &al, &mut scaled, Par::serial()).unwrap();
+            let mut want = vec![0f32; numel];
+            softmax(&scaled, &c, &mut want, Par::serial()).unwrap();
+            let program = FusedProgram {
+                inputs: 1,
+                instrs: vec![Instr::Input(0), Instr::Unary(affine, 0)],
+                outputs: vec![1],
+            };
+            for par in pars() {
+                let mut out = vec![f32::NAN; numel];
+                chain(
+                    &dims,
+                    None,
+                    &program,
+                    &[(&a, &al)],
+                    Some((ChainNorm::Softmax, 0)),
+                    &mut [&mut out],
+                    par,
+                )
+                .unwrap();
+                assert_close(&out, &want, 1e-6);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        let a = vec![1.0f32; 6];
+        let l = Layout::contiguous(&[2, 3]);
+        let copy = FusedProgram {
+            inputs: 1,
+            instrs: vec![Instr::Input(0)],
+            outputs: vec![0],
+        };
+        let mut o = vec![0f32; 6];
+        let s = Par::serial();
+        chain(&[2, 3], None, &copy, &[(&a, &l)], None, &mut [&mut o], s).unwrap();
+        assert_eq!(o, a);
+        // Scalars, wrong sizes, wrong dims, layouts past their buffers.
+        assert!(chain(&[], None, &copy, &[(&a, &l)], None, &mut [&mut o], s).is_err());
+        assert!(chain(
+            &[2, 3],
+            None,
+            &copy,
+            &[(&a, &l)],
+            None,
+            &mut [&mut o[..5]],
+            s
+        )
+        .is_err());
+        assert!(chain(&[3, 2], None, &copy, &[(&a, &l)], None, &mut [&mut o], s).is_err());
+        assert!(chain(
+            &[2, 3],
+            None,
+            &copy,
+            &[(&a[..5], &l)],
+            None,
+            &mut [&mut o],
+            s
+        )
+        .is_err());
+        assert!(chain(&[2, 3], None, &copy, &[], None, &mut [&mut o], s).is_err());
+        let norm = Some((ChainNorm::Softmax, 1));
+        assert!(chain(&[2, 3], None, &copy, &[(&a, &l)], norm, &mut [&mut o], s).is_err());
+        let w = Layout::contiguous(&[2]);
+        let ln = ChainNorm::RmsNorm {
+            weight: (&a, &w),
+            eps: 1e-5,
+        };
+        let e = chain(
+            &[2, 3],
+            None,
+            &copy,
+            &[(&a, &l)],
+            Some((ln, 0)),
+            &mut [&mut o],
+            s,
+        )
+        .unwrap_err();
+        assert!(e.0.contains("weight"), "{e}");
+        // A head whose operands do not multiply into the output.
+        let mm = ChainMatMul {
+            lhs: (&a, &l),
+            rhs: (&a, &l),
+            input: 0,
+        };
+        let e = chain(
+            &[2, 3],
+            Some(mm),
+            &copy,
+            &[(&a, &l)],
+            None,
+            &mut [&mut o],
+            s,
+        )
+        .unwrap_err();
+        assert!(e.0.contains("cannot multiply"), "{e}");
+        let l32 = Layout::contiguous(&[3, 3]);
+        let mm = ChainMatMul {
+            lhs: (&a, &l),
+            rhs: (&a, &l32),
+            input: 0,
+        };
+        assert!(chain(
+            &[2, 3],
+            Some(mm),
+            &copy,
+            &[(&a, &l)],
+            None,
+            &mut [&mut o],
+            s
+        )
+        .is_err());
+        assert!(chain(&[3], Some(mm), &copy, &[(&a, &l)], None, &mut [&mut o], s).is_err());
+    }
+}
