@@ -492,7 +492,7 @@ impl<T> Spares<T> {
     fn take(&self) -> Vec<T> {
         let mut list = self.list.lock();
         let list = list.get_or_insert_with(|| {
-            let n = rayon::current_num_threads() + 4;
+            let n = threads_ahead();
             let mut list = Vec::with_capacity(2 * n);
             list.extend((0..n).map(|_| Vec::with_capacity(self.capacity)));
             list
@@ -555,20 +555,29 @@ fn give_scratch<T>(
     }
 }
 
+/// How many threads may run programs at once, for the spares made ahead: the cores
+/// (rayon's default pool size) and a few more. Asking rayon itself would start its
+/// pool, whose idle workers then cost streams that never use it.
+fn threads_ahead() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) + 4
+}
+
 /// Spill-tile memory made ahead, one block per thread that may run programs at once
 /// (rayon's workers, the threads that flush, a few more): a thread's first program
 /// takes one instead of allocating, so which thread rayon happens to pick for a kernel
 /// after warm-up never causes an allocation.
 static SPARE_TILES: Mutex<Option<Vec<Vec<f32>>>> = Mutex::new(None);
 
-/// Floats per spare block: 32 tiles of the largest tile size (the usual schedule has
-/// a handful).
-const SPARE_TILE_FLOATS: usize = 32 * BLOCK;
+/// Floats per spare block: 8 portable tiles or 32 AVX-512 ones (the usual schedule
+/// has a handful). Kept small on purpose: every new thread takes one, and 64 KiB blocks
+/// made a thread's first pass 4x slower (fresh pages on each thread's first use and
+/// trimmed at its exit), which cost the two-thread MLP bench 20%.
+const SPARE_TILE_FLOATS: usize = 8 * BLOCK;
 
 fn spare_tiles() -> Vec<f32> {
     let mut spare = SPARE_TILES.lock();
     let list = spare.get_or_insert_with(|| {
-        (0..rayon::current_num_threads() + 4)
+        (0..threads_ahead())
             .map(|_| vec![0.0; SPARE_TILE_FLOATS])
             .collect()
     });
