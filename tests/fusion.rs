@@ -515,3 +515,26 @@ proptest! {
         }
     }
 }
+
+/// A matmul→softmax chain whose panel count was rounded up for the kernel threads past
+/// the matrix's rows (25 rows of a 30522-wide product with 8 kernel threads: panels of
+/// 4 rows, the eighth would start at row 28) gives the unfused result.
+#[test]
+fn chain_panels_never_start_past_the_last_row() {
+    streamfuse::set_kernel_threads(8);
+    let x = t(&[25, 16], 1);
+    let w = t(&[16, 30522], 2);
+    // The product dies inside the segment (its handle is a temporary of this statement).
+    let y = x.matmul(&w).unwrap().softmax(-1).unwrap();
+    let got = y.to_vec::<f32>().unwrap();
+    let info = streamfuse::last_flush().unwrap();
+    assert_eq!(info.kernels, 1, "one chain: {info:?}");
+    streamfuse::set_fusion(false);
+    let y = x.matmul(&w).unwrap().softmax(-1).unwrap();
+    let want = y.to_vec::<f32>().unwrap();
+    streamfuse::set_fusion(true);
+    streamfuse::set_kernel_threads(0);
+    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert!((a - b).abs() <= 1e-6, "{i}: {a} vs {b}");
+    }
+}

@@ -159,11 +159,14 @@ pub fn chain(
         }
     }
     let rows = geom.m.div_ceil(per_matrix);
+    // Rounding the rows up can leave trailing panels with no rows at all (25 rows in 8
+    // panels are 7 panels of 4): count only the panels that start inside the matrix.
+    let per_matrix = geom.m.div_ceil(rows);
     let layout = PanelLayout { rows, per_matrix };
     let n_panels = geom.batch * per_matrix;
     // Work per element of a panel: the product's multiply-adds, the program, the norm.
     let cost = 2 * depth + program.instrs.len() + tail.as_ref().map_or(0, |(op, _)| op.cost());
-    // At most a few tasks per thread: each allocates its scratch once.
+    // At most a few runs of panels per thread.
     let per_task = units_per_task(n_panels, rows * geom.n * cost, par)
         .max(n_panels.div_ceil(4 * par.threads.max(1)));
     let work = numel.saturating_mul(cost);

@@ -328,7 +328,19 @@ impl StreamCell {
             self.id,
             ops.len()
         );
-        debug_assert!(running.is_empty(), "a flush runs one segment at a time");
+        if !running.is_empty() {
+            // Left by a flush that panicked (a kernel bug): its ops are gone; let go of
+            // their slots so that the queue's numbering starts afresh.
+            log::warn!(
+                "{}: dropping {} ops of a flush that panicked",
+                self.id,
+                running.len()
+            );
+            for task in running.iter_mut() {
+                spares.keep(task);
+            }
+            running.clear();
+        }
         rel.clear();
         if partial {
             running.extend(ops.drain(..n));
@@ -415,6 +427,14 @@ impl StreamCell {
             super::count_closed_stream_ops(std::mem::take(&mut q.recorded));
         }
         q.closed = true;
+        // A closed stream runs ops at once: free what it kept for queuing (recycled
+        // handles on other threads may keep the cell itself alive for a while).
+        q.spares = Spares::default();
+        q.scratch = PlanScratch::default();
+        q.ops = VecDeque::new();
+        q.running = VecDeque::new();
+        q.prefix = RelativeBuilder::default();
+        q.rel = RelativeBuilder::default();
         log::trace!("{}: closed", self.id);
     }
 
