@@ -19,6 +19,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -151,8 +152,6 @@ struct Queue {
     limit: usize,
     last_flush: Option<FlushInfo>,
     closed: bool,
-    /// Ops recorded on this stream (Drops not counted).
-    recorded: usize,
 }
 
 /// One stream: a lazy queue of ops behind its own lock.
@@ -160,6 +159,9 @@ struct Queue {
 pub struct StreamCell {
     id: StreamId,
     queue: Mutex<Queue>,
+    /// Ops recorded on this stream while open (Drops not counted), readable without
+    /// the queue's lock.
+    recorded: AtomicUsize,
 }
 
 impl StreamCell {
@@ -168,6 +170,7 @@ impl StreamCell {
         StreamCell {
             id,
             queue: Mutex::new(Queue::default()),
+            recorded: AtomicUsize::new(0),
         }
     }
 
@@ -189,7 +192,10 @@ impl StreamCell {
         if q.closed {
             super::count_closed_stream_ops(1);
         } else {
-            q.recorded += 1;
+            // Written only under the queue lock, so a load and a store suffice; read
+            // without the lock by `stats()`.
+            let n = self.recorded.load(Ordering::Relaxed);
+            self.recorded.store(n + 1, Ordering::Relaxed);
         }
         let mut descs = q.spares.descs();
         let mut slots = q.spares.slots();
@@ -424,7 +430,7 @@ impl StreamCell {
         let mut q = self.queue.lock();
         self.flush_locked(&mut q, u64::MAX, FlushReason::Close);
         if !q.closed {
-            super::count_closed_stream_ops(std::mem::take(&mut q.recorded));
+            super::count_closed_stream_ops(self.recorded.swap(0, Ordering::Relaxed));
         }
         q.closed = true;
         // A closed stream runs ops at once: free what it kept for queuing (recycled
@@ -440,7 +446,7 @@ impl StreamCell {
 
     /// Ops recorded on this stream while it was open (Drops not counted).
     pub(crate) fn recorded(&self) -> usize {
-        self.queue.lock().recorded
+        self.recorded.load(Ordering::Relaxed)
     }
 
     /// Number of ops waiting in the queue.
