@@ -26,7 +26,7 @@
 use super::fused::{fused_in_place, FusedProgram};
 use super::matmul::matmul;
 use super::norm::RowOp;
-use super::par::{for_each_chunk, units_per_task, MIN_TASK_WORK};
+use super::par::{for_each_chunk, join_split, units_per_task, MIN_TASK_WORK};
 use super::strided::offset_of;
 use super::{check_input, error, numel_of, KernelError, Par};
 use crate::ir::Layout;
@@ -348,25 +348,12 @@ impl Ctx<'_> {
         let g = self.geom;
         let mid = panels.start + panels.len() / 2;
         let len = layout.start(g, mid) - layout.start(g, panels.start);
-        let n = outs.len();
         let (left, right) = (panels.start..mid, mid..panels.end);
-        if n > INLINE {
-            let (mut a, mut b): (Vec<&mut [f32]>, Vec<&mut [f32]>) =
-                outs.iter_mut().map(|o| o.split_at_mut(len)).unzip();
-            let (r0, r1) = rayon::join(
-                || self.split(layout, left, &mut a, per_task),
-                || self.split(layout, right, &mut b, per_task),
-            );
-            return r0.and(r1);
-        }
-        let mut a: [&mut [f32]; INLINE] = Default::default();
-        let mut b: [&mut [f32]; INLINE] = Default::default();
-        for ((o, x), y) in outs.iter_mut().zip(&mut a).zip(&mut b) {
-            (*x, *y) = o.split_at_mut(len);
-        }
-        let (r0, r1) = rayon::join(
-            || self.split(layout, left, &mut a[..n], per_task),
-            || self.split(layout, right, &mut b[..n], per_task),
+        let (r0, r1) = join_split(
+            outs,
+            len,
+            |a| self.split(layout, left, a, per_task),
+            |b| self.split(layout, right, b, per_task),
         );
         r0.and(r1)
     }

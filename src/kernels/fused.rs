@@ -28,7 +28,7 @@ use std::thread::LocalKey;
 use parking_lot::Mutex;
 
 use super::math;
-use super::par::{units_per_task, MIN_TASK_WORK};
+use super::par::{join_split, units_per_task, MIN_TASK_WORK};
 use super::strided::{copy_runs, Walk};
 use super::{check_input, error, KernelError, Par};
 use crate::ir::{BinaryOp, Layout, UnaryOp};
@@ -562,27 +562,15 @@ fn threads_ahead() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()) + 4
 }
 
-/// Spill-tile memory made ahead, one block per thread that may run programs at once
-/// (rayon's workers, the threads that flush, a few more): a thread's first program
-/// takes one instead of allocating, so which thread rayon happens to pick for a kernel
-/// after warm-up never causes an allocation.
-static SPARE_TILES: Mutex<Option<Vec<Vec<f32>>>> = Mutex::new(None);
-
 /// Floats per spare block: 8 portable tiles or 32 AVX-512 ones (the usual schedule
 /// has a handful). Kept small on purpose: every new thread takes one, and 64 KiB blocks
 /// made a thread's first pass 4x slower (fresh pages on each thread's first use and
 /// trimmed at its exit), which cost the two-thread MLP bench 20%.
 const SPARE_TILE_FLOATS: usize = 8 * BLOCK;
 
-fn spare_tiles() -> Vec<f32> {
-    let mut spare = SPARE_TILES.lock();
-    let list = spare.get_or_insert_with(|| {
-        (0..threads_ahead())
-            .map(|_| vec![0.0; SPARE_TILE_FLOATS])
-            .collect()
-    });
-    list.pop().unwrap_or_else(|| vec![0.0; SPARE_TILE_FLOATS])
-}
+/// Spill-tile memory made ahead (empty vectors with room for [`SPARE_TILE_FLOATS`]):
+/// a thread's first program takes one instead of allocating.
+static TILE_SPARES: Spares<f32> = Spares::new(SPARE_TILE_FLOATS);
 
 /// Calls `f` with `count` spill tiles of `N` floats from this thread's scratch (grown
 /// when too short, never shrunk), so running a program allocates nothing after
@@ -597,11 +585,17 @@ fn with_tiles<const N: usize, R>(count: usize, f: impl FnOnce(&mut [[f32; N]]) -
         // A program never runs inside another on one thread; if one somehow did, the
         // borrow fails and that run gets tiles of its own.
         let mut t = t.try_borrow_mut().ok()?;
-        if t.is_empty() {
-            *t = spare_tiles();
+        if t.capacity() == 0 {
+            *t = TILE_SPARES.take();
         }
         if t.len() < len {
-            t.resize(len.next_power_of_two(), 0.0);
+            // Within the spare's room when it fits (no allocation), doubled beyond.
+            let room = if len <= t.capacity() {
+                t.capacity()
+            } else {
+                len.next_power_of_two()
+            };
+            t.resize(room, 0.0);
         }
         let (tiles, _) = t[..len].as_chunks_mut::<N>();
         Some((f.take().expect("called once"))(tiles))
@@ -708,25 +702,11 @@ impl Job<'_> {
         }
         let tile = path.tile();
         let mid = (len / 2).div_ceil(tile) * tile;
-        const INLINE: usize = 8;
-        if outs.len() > INLINE {
-            let (mut left, mut right): (Vec<&mut [f32]>, Vec<&mut [f32]>) =
-                outs.iter_mut().map(|o| o.split_at_mut(mid)).unzip();
-            rayon::join(
-                || self.split_run(path, &mut left, start, chunk),
-                || self.split_run(path, &mut right, start + mid, chunk),
-            );
-            return;
-        }
-        let n = outs.len();
-        let mut left: [&mut [f32]; INLINE] = Default::default();
-        let mut right: [&mut [f32]; INLINE] = Default::default();
-        for ((o, l), r) in outs.iter_mut().zip(&mut left).zip(&mut right) {
-            (*l, *r) = o.split_at_mut(mid);
-        }
-        rayon::join(
-            || self.split_run(path, &mut left[..n], start, chunk),
-            || self.split_run(path, &mut right[..n], start + mid, chunk),
+        join_split(
+            outs,
+            mid,
+            |left| self.split_run(path, left, start, chunk),
+            |right| self.split_run(path, right, start + mid, chunk),
         );
     }
 

@@ -44,6 +44,34 @@ where
         .for_each(|(i, chunk)| f(i * per_task, chunk));
 }
 
+/// Cuts every slice of `outs` at `mid` and runs `left` on the first parts and `right`
+/// on the rest at once (`rayon::join`, which needs no allocation), returning both
+/// results. The pieces are kept on the stack for up to 8 outputs.
+pub(crate) fn join_split<RA, RB>(
+    outs: &mut [&mut [f32]],
+    mid: usize,
+    left: impl FnOnce(&mut [&mut [f32]]) -> RA + Send,
+    right: impl FnOnce(&mut [&mut [f32]]) -> RB + Send,
+) -> (RA, RB)
+where
+    RA: Send,
+    RB: Send,
+{
+    const INLINE: usize = 8;
+    let n = outs.len();
+    if n > INLINE {
+        let (mut a, mut b): (Vec<&mut [f32]>, Vec<&mut [f32]>) =
+            outs.iter_mut().map(|o| o.split_at_mut(mid)).unzip();
+        return rayon::join(|| left(&mut a), || right(&mut b));
+    }
+    let mut a: [&mut [f32]; INLINE] = Default::default();
+    let mut b: [&mut [f32]; INLINE] = Default::default();
+    for ((o, x), y) in outs.iter_mut().zip(&mut a).zip(&mut b) {
+        (*x, *y) = o.split_at_mut(mid);
+    }
+    rayon::join(|| left(&mut a[..n]), || right(&mut b[..n]))
+}
+
 /// How many units one task gets; `>= units` means "run serially".
 pub(crate) fn units_per_task(units: usize, cost_per_unit: usize, par: Par) -> usize {
     let cost = cost_per_unit.max(1);

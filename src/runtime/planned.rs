@@ -456,6 +456,36 @@ fn with_list<T: Copy, R, const N: usize>(
     }
 }
 
+/// Calls `f` with the f32 destinations of `outputs` (taken in order from `dst`), kept
+/// on the stack for up to 8 of them.
+fn with_f32_outputs<'d, R>(
+    outputs: &[u32],
+    mut dst: impl FnMut(u32) -> Result<DataMut<'d>, KernelError>,
+    kernel: &str,
+    f: impl FnOnce(&mut [&mut [f32]]) -> Result<R, KernelError>,
+) -> Result<R, KernelError> {
+    const INLINE: usize = 8;
+    let mut inline: [&mut [f32]; INLINE] = Default::default();
+    let mut many = Vec::new();
+    for (i, &o) in outputs.iter().enumerate() {
+        let DataMut::F32(d) = dst(o)? else {
+            return Err(KernelError(format!(
+                "{kernel} output is not f32 (engine bug)"
+            )));
+        };
+        if outputs.len() <= INLINE {
+            inline[i] = d;
+        } else {
+            many.push(d);
+        }
+    }
+    if outputs.len() <= INLINE {
+        f(&mut inline[..outputs.len()])
+    } else {
+        f(&mut many)
+    }
+}
+
 /// Runs one kernel: reads its inputs from buffers or the arena's read-only gaps, writes
 /// its arena outputs into `arena_outs` and the others into `pooled` (both in the
 /// kernel's output order).
@@ -498,24 +528,6 @@ fn run_kernel(
             ..
         } => {
             check_in_place(plan, inputs, outputs, in_place)?;
-            const MAX_OUTS: usize = 8;
-            let mut dsts: [&mut [f32]; MAX_OUTS] = Default::default();
-            let mut many = Vec::new();
-            for (i, &o) in outputs.iter().enumerate() {
-                let DataMut::F32(d) = dst(o)? else {
-                    return Err(KernelError("fused output is not f32 (engine bug)".into()));
-                };
-                if outputs.len() <= MAX_OUTS {
-                    dsts[i] = d;
-                } else {
-                    many.push(d);
-                }
-            }
-            let dsts: &mut [&mut [f32]] = if outputs.len() <= MAX_OUTS {
-                &mut dsts[..outputs.len()]
-            } else {
-                &mut many
-            };
             let empty = Layout::contiguous(&[]);
             with_list::<_, _, 8>(
                 inputs.iter().enumerate().map(|(k, (v, l))| {
@@ -529,7 +541,11 @@ fn run_kernel(
                     }
                 }),
                 (&[][..], &empty),
-                |data| kernels::fused_in_place(program, data, in_place, dsts, par),
+                |data| {
+                    with_f32_outputs(outputs, dst, "fused", |dsts| {
+                        kernels::fused_in_place(program, data, in_place, dsts, par)
+                    })
+                },
             )
         }
         Kernel::Chain(chain) => {
@@ -537,26 +553,9 @@ fn run_kernel(
                 Data::F32(s) => Ok(s),
                 _ => Err(KernelError("chain input is not f32 (engine bug)".into())),
             };
-            const MAX_OUTS: usize = 8;
-            let mut dsts: [&mut [f32]; MAX_OUTS] = Default::default();
-            let mut many = Vec::new();
-            let n_out = chain.outputs.len();
-            for (i, &o) in chain.outputs.iter().enumerate() {
-                let DataMut::F32(d) = dst(o)? else {
-                    return Err(KernelError("chain output is not f32 (engine bug)".into()));
-                };
-                if n_out <= MAX_OUTS {
-                    dsts[i] = d;
-                } else {
-                    many.push(d);
-                }
-            }
-            let dsts: &mut [&mut [f32]] = if n_out <= MAX_OUTS {
-                &mut dsts[..n_out]
-            } else {
-                &mut many
-            };
-            super::chain::run_chain(chain, data, dsts, par)
+            with_f32_outputs(&chain.outputs, dst, "chain", |dsts| {
+                super::chain::run_chain(chain, data, dsts, par)
+            })
         }
     }
 }

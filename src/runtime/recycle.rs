@@ -10,8 +10,20 @@
 //! per thread (no lock, no contention between streams) and bounded ([`MAX_FREE`]), and
 //! a thread that ends frees its lists like any other thread-local.
 
+use std::sync::Arc;
+
 /// The most cells of one kind a thread keeps free.
 pub const MAX_FREE: usize = 4096;
+
+/// The contents of `cell` if this is its only reference (so it may be emptied and
+/// kept for reuse). A plain load first: most references are not the last, and for
+/// those dropping the `Arc` (one atomic decrement) is all letting go costs.
+pub(crate) fn last_ref<T>(cell: &mut Arc<T>) -> Option<&mut T> {
+    if Arc::strong_count(cell) != 1 {
+        return None;
+    }
+    Arc::get_mut(cell)
+}
 
 /// Defines a thread-local free list of `Arc<$t>` with `take` and `give` functions.
 macro_rules! free_list {

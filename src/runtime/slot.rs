@@ -107,12 +107,7 @@ impl Slot {
     /// released as by a drop) and keeps it on this thread's free list for the next
     /// [`Slot::pending`], so a repeated pass makes no new slots.
     pub fn release(mut slot: Arc<Slot>) {
-        // A plain load first: most references are not the last, and for those one
-        // atomic decrement (the drop) is all it costs.
-        if Arc::strong_count(&slot) != 1 {
-            return;
-        }
-        let Some(s) = Arc::get_mut(&mut slot) else {
+        let Some(s) = recycle::last_ref(&mut slot) else {
             return; // other references remain; this one goes
         };
         s.log_free();

@@ -211,10 +211,7 @@ impl Buffer {
     /// Lets go of one reference to a shared buffer. The last one gives the storage back
     /// to the pool (as a drop would) and keeps the emptied shell for [`Buffer::shared`].
     pub fn release(mut buffer: Arc<Buffer>) {
-        if Arc::strong_count(&buffer) != 1 {
-            return;
-        }
-        let Some(b) = Arc::get_mut(&mut buffer) else {
+        let Some(b) = recycle::last_ref(&mut buffer) else {
             return;
         };
         b.give_back();

@@ -73,10 +73,7 @@ impl Drop for Tensor {
         let Some(mut handle) = self.0.take() else {
             return;
         };
-        if Arc::strong_count(&handle) != 1 {
-            return; // other clones remain
-        }
-        if let Some(h) = Arc::get_mut(&mut handle) {
+        if let Some(h) = crate::runtime::recycle::last_ref(&mut handle) {
             h.release();
             handles::give(handle);
         }
