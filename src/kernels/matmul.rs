@@ -187,6 +187,8 @@ fn gemm_one(lhs: &[f32], rhs: &[f32], dst: &mut [f32], g: Geometry, parallelism:
             parallelism,
         );
     }
+    // gemm's thread-locals exist now: mark teardown before they are destroyed.
+    super::teardown::after_gemm();
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@ mod norm;
 mod par;
 mod reduce;
 mod strided;
+pub(crate) mod teardown;
 
 #[cfg(test)]
 mod testutil;

@@ -8,6 +8,8 @@
 //! as the segment's first error. Each task is dropped right after it runs, so a
 //! buffer goes back to the pool as soon as its last reader has run.
 
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use super::{Buffer, Data, DataMut, Slot, SlotState, StorageElement};
@@ -63,7 +65,9 @@ fn run_task(task: &Task, par: Par, first_error: &mut Option<Error>) {
         let Some(out) = &task.output else { return };
         let state = match gather(task) {
             Err(e) => SlotState::Failed(e),
-            Ok(inputs) => match run(&task.op, &inputs, par) {
+            Ok(inputs) => match catch_unwind(AssertUnwindSafe(|| run(&task.op, &inputs, par)))
+                .unwrap_or_else(|panic| Err(caught(&*panic)))
+            {
                 Ok(buffer) => SlotState::Ready(buffer),
                 Err(e) => {
                     let e = Error::Kernel {
@@ -78,6 +82,22 @@ fn run_task(task: &Task, par: Par, first_error: &mut Option<Error>) {
         };
         out.set(state);
     }
+}
+
+/// The message of a caught panic.
+pub fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+/// A panic caught at a kernel's boundary, as the kernel's error.
+pub(crate) fn caught(panic: &(dyn Any + Send)) -> KernelError {
+    KernelError(format!("panicked: {}", panic_message(panic)))
 }
 
 /// The input buffers of a task, or the error of a failed input.

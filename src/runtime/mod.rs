@@ -6,17 +6,20 @@
 //! read, and it runs them.
 
 mod chain;
+mod containment;
 mod execute;
 pub mod observer;
 mod planned;
 pub(crate) mod recycle;
 mod slot;
 mod storage;
+mod threads;
 
-pub use execute::{execute, run_into, Task};
+pub use execute::{execute, panic_message, run_into, Task};
 pub use planned::{execute_plan, pooled_arena_bytes, PlanScratch};
 pub use slot::{Slot, SlotState};
 pub use storage::{
     live_buffers, live_bytes, peak_bytes, pooled_bytes, reset_peak_bytes, size_class, Buffer, Data,
     DataMut, Storage, StorageElement,
 };
+pub use threads::{kernel_threads, run_in_pool};

@@ -71,6 +71,26 @@ pub(crate) fn enabled() -> bool {
     ON.try_with(|o| o.get()).unwrap_or(false)
 }
 
+/// Runs `f`, which runs kernels for a thread that records when `on`, on the calling
+/// thread (a kernel thread): records on this thread while it runs and returns the
+/// records with its result, for [`keep`] on the thread that asked. Records nothing
+/// extra when `on` is false or when this is the asking thread itself.
+pub(crate) fn follow<R>(on: bool, f: impl FnOnce() -> R) -> (R, Vec<KernelRecord>) {
+    if !on || enabled() {
+        return (f(), Vec::new());
+    }
+    start();
+    let r = f();
+    (r, take())
+}
+
+/// Adds records made for the calling thread on another thread (see [`follow`]).
+pub(crate) fn keep(records: Vec<KernelRecord>) {
+    if !records.is_empty() {
+        let _ = RECORDS.try_with(|r| r.borrow_mut().extend(records));
+    }
+}
+
 fn region(plan: &ExecutionPlan, root: u32) -> Option<Region> {
     let v = &plan.values[root as usize];
     match v.home {

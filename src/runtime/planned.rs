@@ -15,11 +15,13 @@
 //! All bookkeeping lives in a [`PlanScratch`] that the stream keeps between segments,
 //! so replaying a cached plan allocates nothing.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::execute::run_into;
+use super::containment;
+use super::execute::{caught, run_into};
 use super::observer;
 use super::{Buffer, Data, DataMut, Slot, SlotState, Task};
 use crate::error::Error;
@@ -101,6 +103,12 @@ pub struct PlanScratch {
     outs: Vec<(usize, usize)>,
     /// Storage for the carved read-only gaps (same size as `(usize, &[f32])`).
     gaps: Vec<(usize, usize, usize)>,
+    /// Zeros read in place of failed inputs by kernels that still make some outputs
+    /// which do not depend on them (empty unless something failed).
+    zeros: Vec<f32>,
+    /// Per runnable kernel of the level: its outputs that depend on a failed input,
+    /// as `(output, error)`; filled only when a kernel has failed inputs.
+    tainted: Vec<(u32, Error)>,
 }
 
 /// One kernel of a level: its index in the plan and how many arena and pooled outputs
@@ -173,6 +181,9 @@ struct Reads<'a, 'g> {
     tasks: &'a [Task],
     bufs: &'a [Option<Arc<Buffer>>],
     gaps: &'a [(usize, &'g [f32])],
+    /// Read in place of a failed value that has no buffer (see `PlanScratch::zeros`).
+    zeros: &'a [f32],
+    failed: &'a [Option<Error>],
 }
 
 /// The value whose buffer value `v` reads.
@@ -201,10 +212,14 @@ impl<'a> Reads<'a, '_> {
         if let Some((start, len)) = region(self.plan, r) {
             return Ok(Data::F32(read(self.gaps, start, len)?));
         }
-        self.bufs[r]
-            .as_ref()
-            .map(|b| b.data())
-            .ok_or_else(|| KernelError(format!("value r{r} has no buffer (engine bug)")))
+        match (&self.bufs[r], &self.failed[r]) {
+            (Some(b), _) => Ok(b.data()),
+            // Only read by kernels whose outputs that depend on it are failed anyway.
+            (None, Some(_)) => Ok(Data::F32(self.zeros)),
+            (None, None) => Err(KernelError(format!(
+                "value r{r} has no buffer (engine bug)"
+            ))),
+        }
     }
 }
 
@@ -268,13 +283,21 @@ pub fn execute_plan(
             end += 1;
         }
         s.runnable.clear();
+        s.tainted.clear();
         for (i, kernel) in plan.kernels[k..end].iter().enumerate() {
             let (ins, outs) = crate::fusion::kernel_io(kernel);
-            if let Some(e) = ins.iter().find_map(|&v| s.failed[root(plan, v)].clone()) {
-                for &o in outs {
-                    s.failed[o as usize] = Some(e.clone());
+            if ins.iter().any(|&v| s.failed[root(plan, v)].is_some()) {
+                // Only the outputs computed from a failed input fail; a fused kernel
+                // still makes the others (reading zeros for what failed).
+                let before = s.tainted.len();
+                let all = containment::taint(plan, kernel, &s.failed, &mut s.tainted);
+                if all {
+                    for (o, e) in s.tainted.drain(before..) {
+                        s.failed[o as usize] = Some(e);
+                    }
+                    continue;
                 }
-                continue;
+                containment::make_zeros(plan, kernel, &s.failed, &mut s.zeros);
             }
             if observe {
                 observer::record(plan, k + i, ins, outs, |v| root(plan, v) as u32);
@@ -295,6 +318,11 @@ pub fn execute_plan(
             for &o in crate::fusion::kernel_io(kernel).1 {
                 s.failed[o as usize] = Some(e.clone());
             }
+        }
+        // Outputs made from a failed input: failed with its error (a kernel error
+        // above came first and wins).
+        for (o, e) in s.tainted.drain(..) {
+            s.failed[o as usize].get_or_insert(e);
         }
         k = end;
     }
@@ -337,6 +365,7 @@ fn run_level(
 ) {
     let PlanScratch {
         bufs,
+        failed,
         runnable,
         writes,
         jobs,
@@ -345,6 +374,7 @@ fn run_level(
         order,
         outs,
         gaps,
+        zeros,
         ..
     } = scratch;
     // Arena outputs are carved out; the others get pooled buffers.
@@ -381,6 +411,8 @@ fn run_level(
                 tasks,
                 bufs,
                 gaps: &carved_gaps,
+                zeros,
+                failed,
             };
             let parallel = jobs.len() > 1 && par.threads > 1;
             run_jobs(
@@ -432,7 +464,9 @@ fn run_jobs(
         let (o, rest) = std::mem::take(&mut outs).split_at_mut(job.arena);
         let (p, prest) = std::mem::take(&mut pooled).split_at_mut(job.pooled);
         (outs, pooled) = (rest, prest);
-        *result = run_kernel(reads, &reads.plan.kernels[job.kernel], o, p, par);
+        let kernel = &reads.plan.kernels[job.kernel];
+        *result = catch_unwind(AssertUnwindSafe(|| run_kernel(reads, kernel, o, p, par)))
+            .unwrap_or_else(|panic| Err(caught(&*panic)));
     }
 }
 

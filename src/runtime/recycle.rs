@@ -6,9 +6,11 @@
 //! engine itself lets go, the engine empties it and keeps it on a free list of its
 //! thread; the next op of that thread takes it from there. Only an `Arc` that is
 //! provably unique ([`Arc::get_mut`] succeeds: no other strong or weak reference) is
-//! kept, so a recycled cell can never be observed by anyone else. The lists are
-//! per thread (no lock, no contention between streams) and bounded ([`MAX_FREE`]), and
-//! a thread that ends frees its lists like any other thread-local.
+//! kept, so a recycled cell can never be observed by anyone else. The lists of handles
+//! and slots are per thread (no lock, no contention between streams: a stream's thread
+//! both makes and, after its flushes, lets go of them) and a thread that ends frees
+//! its lists like any other thread-local; the list of shared buffers is one lock-free
+//! queue for the process (see [`buffers`]). All are bounded ([`MAX_FREE`]).
 
 use std::sync::Arc;
 
@@ -65,10 +67,32 @@ free_list!(
     slots,
     crate::runtime::Slot
 );
-free_list!(
-    /// Free shared buffers (no storage).
-    buffers,
-    crate::runtime::Buffer
-);
+/// Free shared buffers (no storage), in one list for the whole process: buffers are
+/// made where a segment runs (a kernel thread, when the stream runs its kernels on
+/// the pool) and let go where their tensors die (any thread), so per-thread lists
+/// would fill on one side and run dry on the other.
+pub(crate) mod buffers {
+    use std::sync::{Arc, LazyLock};
+
+    use crossbeam::queue::ArrayQueue;
+
+    use crate::runtime::Buffer;
+
+    static FREE: LazyLock<ArrayQueue<Arc<Buffer>>> =
+        LazyLock::new(|| ArrayQueue::new(super::MAX_FREE));
+
+    /// A cell from the free list (unique: `Arc::get_mut` succeeds on it).
+    pub(crate) fn take() -> Option<Arc<Buffer>> {
+        FREE.pop()
+    }
+
+    /// Keeps `cell` for a later `take`, if it is unique and the list has room; drops it
+    /// otherwise. The caller has emptied it.
+    pub(crate) fn give(mut cell: Arc<Buffer>) {
+        if Arc::get_mut(&mut cell).is_some() {
+            let _ = FREE.push(cell);
+        }
+    }
+}
 
 pub(crate) use free_list;

@@ -7,15 +7,27 @@
 //! stream or another: the last `Arc` to go frees it. The slot also remembers its home
 //! stream and the queue position of the op that makes it, so that a reader elsewhere
 //! can drain exactly that far.
+//!
+//! A slot whose segment is being run by another thread is waited for on the slot
+//! itself ([`Slot::wait_ready`]), never on the stream: a flush runs without its
+//! stream's lock, so the lock is never what a reader waits for.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use super::{recycle, Buffer};
 use crate::ir::TensorId;
 use crate::Error;
+
+/// Threads blocked in [`Slot::wait_ready`] (so that `set` signals only when needed).
+static WAITERS: AtomicUsize = AtomicUsize::new(0);
+/// The lock and condition `wait_ready` sleeps on; `set` notifies under the lock, so a
+/// waiter that has checked its slot under the lock cannot miss the wake-up.
+static SIGNAL_LOCK: Mutex<()> = Mutex::new(());
+static SIGNAL: Condvar = Condvar::new();
 
 /// What is known of a tensor's data now.
 #[derive(Clone, Debug)]
@@ -84,11 +96,36 @@ impl Slot {
         self.pending.load(Ordering::Acquire)
     }
 
-    /// Sets the state (the executor's job).
+    /// Sets the state (the executor's job), and wakes the threads waiting for a slot
+    /// when there are any.
     pub fn set(&self, state: SlotState) {
         let pending = matches!(state, SlotState::Pending);
         *self.state.lock() = state;
-        self.pending.store(pending, Ordering::Release);
+        // SeqCst pairs with the waiter's increment of WAITERS and its load of
+        // `pending`: either the waiter sees this store, or this load sees the waiter.
+        self.pending.store(pending, Ordering::SeqCst);
+        if !pending && WAITERS.load(Ordering::SeqCst) > 0 {
+            let _guard = SIGNAL_LOCK.lock();
+            SIGNAL.notify_all();
+        }
+    }
+
+    /// Blocks until the slot is no longer pending: the segment that makes it is being
+    /// run by some thread, which sets it (to `Ready` or `Failed`, a panic included)
+    /// before it lets anyone else wait on it. Returns at once for a slot that is not
+    /// pending.
+    pub fn wait_ready(&self) {
+        if !self.is_pending() {
+            return;
+        }
+        WAITERS.fetch_add(1, Ordering::SeqCst);
+        let mut guard = SIGNAL_LOCK.lock();
+        while self.pending.load(Ordering::SeqCst) {
+            // Woken by `set`; the timeout only bounds the cost of a missed wake-up.
+            SIGNAL.wait_for(&mut guard, Duration::from_millis(50));
+        }
+        drop(guard);
+        WAITERS.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Queue position of the producing op in the home stream.

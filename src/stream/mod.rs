@@ -4,12 +4,15 @@
 //! a thread-local. Recording touches only that stream, unless an input is still
 //! pending in another stream: then that stream is first drained up to the op that
 //! makes the input, on the recording thread (`record`). When the thread ends, its
-//! stream is flushed and closed, so nothing it queued is lost or leaks.
+//! stream is closed: what it still has pending is handed to the closer thread
+//! ([`closer`]) and run there, never inside the thread-local destructor, so nothing it
+//! queued is lost or leaks.
 //!
 //! Tensor data lives in slots shared by handles and queued ops (see
 //! [`crate::runtime::Slot`]), so the order of drops between threads can never free a
 //! buffer that a pending op still reads: the buffer goes when its last reader has run.
 
+mod closer;
 mod queue;
 
 pub use queue::{FlushInfo, FlushReason, StreamCell};
@@ -56,6 +59,7 @@ pub(crate) fn count_segment() {
 }
 
 fn new_stream() -> Arc<StreamCell> {
+    closer::start();
     let id = StreamId(NEXT_STREAM.fetch_add(1, Ordering::Relaxed));
     let cell = Arc::new(StreamCell::new(id));
     REGISTRY
@@ -71,6 +75,8 @@ struct LocalStream(Arc<StreamCell>);
 
 impl Drop for LocalStream {
     fn drop(&mut self) {
+        // From here on, whatever this thread flushes runs on the closer thread.
+        crate::kernels::teardown::mark();
         self.0.close();
         if let Some(map) = REGISTRY.lock().as_mut() {
             map.remove(&self.0.id());
@@ -83,23 +89,26 @@ thread_local! {
 }
 
 /// Calls `f` with the calling thread's stream. During thread teardown, when the
-/// thread-local is gone, `f` gets a fresh stream that is closed at once (its ops run
-/// eagerly).
+/// thread-local is gone, `f` gets a fresh stream that is closed right after (what it
+/// queued runs on the closer thread).
 pub(crate) fn with_current<R>(f: impl FnOnce(&Arc<StreamCell>) -> R) -> R {
-    let mut f = Some(f);
-    let result = LOCAL.try_with(|s| (f.take().expect("called once"))(&s.0));
-    match result {
-        Ok(r) => r,
-        Err(_) => {
-            let cell = new_stream();
-            cell.close();
-            let r = (f.take().expect("not called"))(&cell);
-            if let Some(map) = REGISTRY.lock().as_mut() {
-                map.remove(&cell.id());
-            }
-            r
-        }
+    // Asking first costs a second thread-local lookup, and keeps `f` for the fallback.
+    if LOCAL.try_with(|_| ()).is_ok() {
+        return LOCAL.with(|s| f(&s.0));
     }
+    crate::kernels::teardown::mark();
+    let cell = new_stream();
+    let r = f(&cell);
+    cell.close();
+    if let Some(map) = REGISTRY.lock().as_mut() {
+        map.remove(&cell.id());
+    }
+    r
+}
+
+/// Whether `id` is the calling thread's own stream (false during teardown).
+pub(crate) fn is_current(id: StreamId) -> bool {
+    LOCAL.try_with(|s| s.0.id() == id).unwrap_or(false)
 }
 
 /// Queues an op of `kind` on the calling thread's stream and returns `made` called on

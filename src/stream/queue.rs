@@ -1,36 +1,48 @@
 //! One stream: its lazy queue of ops, its cursor, and how it flushes.
 //!
 //! A [`StreamCell`] is a queue behind its own lock. Ops are pushed at the back by the
-//! stream's thread; a flush pops a prefix (all of it, or up to the op that makes a
-//! tensor somebody needs) and runs it on the executor while still holding the lock, so
-//! that whoever flushes next sees every earlier op finished. The cursor counts ops
-//! executed so far: an op's absolute position is `cursor + index in the queue`.
+//! stream's thread; a flush takes a prefix out (all of it, or up to the op that makes
+//! a tensor somebody needs) under the lock, lets go of the lock, and runs it. The
+//! cursor counts ops taken out so far: an op's absolute position is `cursor + index in
+//! the queue`, and a reader whose tensor's op is behind the cursor waits on the
+//! tensor's slot ([`Slot::wait_ready`]), not on the stream.
+//!
+//! Running a segment has two phases. The *run* computes the values, fills the slots of
+//! the escaping ones (errors included, a panic included) and reports the flush to the
+//! stream (its error, `in_flight` down by one): everything any other thread may wait
+//! for. It runs on the kernel pool when the stream may use several threads. The
+//! *recycling* then lets go of the tasks' slots and keeps their vectors, on the
+//! flushing thread, whose free lists feed its next ops.
 //!
 //! A stream recycles what its ops need: the vectors of executed tasks go to `Spares`
-//! and back into the next ops, the segment is swapped out of the queue rather than
-//! copied, and the plan executor's scratch stays with the stream, so a repeated forward
-//! pass queues and runs without allocating.
+//! and back into the next ops, the segment's deque is swapped with the queue's rather
+//! than copied, and the executor's scratch stays with the stream (a second flush that
+//! runs while the first still has it makes its own), so a repeated forward pass
+//! queues and runs without allocating.
 //!
-//! Lock discipline (why no deadlock is possible): a thread holds at most one stream
-//! lock at a time. Running a segment never needs another stream, because an op that
-//! reads another stream's pending tensor drains that stream *before* it is queued
-//! (see `stream::record`); and nothing that runs under the lock drops a user handle,
-//! which would queue a Drop on some stream.
+//! Lock discipline: the queue lock is a leaf. It is held only to push, to take a
+//! segment out, and to report or recycle one, never while a kernel runs or while
+//! waiting for anything, so no wait can form a cycle through it (ARCHITECTURE.md,
+//! "Concurrency model").
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
-use super::{config, StreamId};
+use super::{closer, config, StreamId};
 use crate::error::Error;
 use crate::fusion::cache;
-use crate::ir::relative::{RelativeBuilder, RelativeOp};
+use crate::ir::relative::RelativeBuilder;
 use crate::ir::{Op, OpKind, TensorDesc, TensorId};
-use crate::kernels::Par;
-use crate::runtime::{execute, execute_plan, PlanScratch, Slot, Task};
+use crate::kernels::{teardown, Par};
+use crate::runtime::{
+    execute, execute_plan, kernel_threads, observer, panic_message, run_in_pool, PlanScratch, Slot,
+    SlotState, Task,
+};
 
 /// Why a stream's queue was flushed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,9 +122,9 @@ impl Spares {
         self.ids.pop().unwrap_or_default()
     }
 
-    /// Lets go of a finished task's slots and keeps its vectors.
+    /// Keeps a finished task's vectors (its slots already released).
     fn keep(&mut self, task: &mut Task) {
-        task.release_slots();
+        debug_assert!(task.inputs.is_empty() && task.output.is_none());
         let mut descs = std::mem::take(&mut task.op.inputs);
         let slots = std::mem::take(&mut task.inputs);
         let mut ids = std::mem::take(&mut task.rel.inputs);
@@ -130,21 +142,32 @@ impl Spares {
     }
 }
 
+/// What a flush runs besides the plan: the executor's scratch and the marks of the
+/// values a segment makes (to tell its inputs from its own values).
+#[derive(Debug, Default)]
+struct RunScratch {
+    plan: PlanScratch,
+    made: Vec<bool>,
+}
+
 #[derive(Debug, Default)]
 struct Queue {
     ops: VecDeque<Task>,
-    /// The segment being run (empty between flushes; kept for its capacity).
-    running: VecDeque<Task>,
+    /// Emptied segment deques, kept for their capacity.
+    free_segments: Vec<VecDeque<Task>>,
     rel: RelativeBuilder,
     /// Renumbers a prefix of the queue for a partial flush's key.
     prefix: RelativeBuilder,
     spares: Spares,
-    scratch: PlanScratch,
-    /// Ops executed so far.
+    /// The executor's scratch, lent to one running flush at a time.
+    scratch: Option<RunScratch>,
+    /// Ops taken out of the queue so far.
     cursor: u64,
+    /// Segments taken out whose run has not finished.
+    in_flight: usize,
     /// First kernel error since the last sync.
     error: Option<Error>,
-    /// Kernel threads (0: all of rayon's).
+    /// Kernel threads (0: all of the kernel pool's).
     threads: usize,
     /// Whether segments run through fused, cached plans.
     unfused: bool,
@@ -154,11 +177,22 @@ struct Queue {
     closed: bool,
 }
 
+/// A segment taken out of its queue, with what running it needs.
+struct Segment {
+    tasks: VecDeque<Task>,
+    scratch: RunScratch,
+    info: FlushInfo,
+    unfused: bool,
+    par: Par,
+}
+
 /// One stream: a lazy queue of ops behind its own lock.
 #[derive(Debug)]
 pub struct StreamCell {
     id: StreamId,
     queue: Mutex<Queue>,
+    /// Signalled when the last segment in flight has finished its run.
+    idle: Condvar,
     /// Ops recorded on this stream while open (Drops not counted), readable without
     /// the queue's lock.
     recorded: AtomicUsize,
@@ -170,6 +204,7 @@ impl StreamCell {
         StreamCell {
             id,
             queue: Mutex::new(Queue::default()),
+            idle: Condvar::new(),
             recorded: AtomicUsize::new(0),
         }
     }
@@ -181,9 +216,8 @@ impl StreamCell {
 
     /// Queues an op of `kind` that reads `inputs` (descriptions and slots) and makes
     /// `output`; returns the output's slot. Flushes when the queue reaches its limit.
-    /// On a closed stream the op runs at once.
     pub(crate) fn push<'a>(
-        &self,
+        self: &Arc<Self>,
         kind: OpKind,
         inputs: impl Iterator<Item = (&'a TensorDesc, &'a Arc<Slot>)>,
         output: TensorDesc,
@@ -209,14 +243,25 @@ impl StreamCell {
             inputs: descs,
             output: Some(output),
         };
-        self.enqueue(&mut q, op, slots, Some(out.clone()));
+        let full = self.enqueue(&mut q, op, slots, Some(out.clone()));
+        // A closed stream (nothing pushes there but a stray thread-local destructor)
+        // runs what it is given at once.
+        let reason = if q.closed {
+            Some(FlushReason::Close)
+        } else {
+            full.then_some(FlushReason::QueueLimit)
+        };
+        drop(q);
+        if let Some(reason) = reason {
+            self.flush(u64::MAX, reason);
+        }
         out
     }
 
     /// Queues the Drop of a tensor whose last handle went away, if the tensor is still
     /// pending here (a tensor already made needs no Drop: its slot frees the data when
     /// the last reader lets go).
-    pub(crate) fn push_drop(&self, desc: TensorDesc, slot: &Arc<Slot>) {
+    pub(crate) fn push_drop(self: &Arc<Self>, desc: TensorDesc, slot: &Arc<Slot>) {
         if !slot.is_pending() {
             // Made already. Queued reads (here or in other streams) still hold the
             // slot; the buffer is freed when the last of them has run.
@@ -244,25 +289,21 @@ impl StreamCell {
             inputs: descs,
             output: None,
         };
-        self.enqueue(&mut q, op, slots, None);
+        let full = self.enqueue(&mut q, op, slots, None);
+        drop(q);
+        if full {
+            self.flush(u64::MAX, FlushReason::QueueLimit);
+        }
     }
 
-    /// Queues `op` (or runs it at once on a closed stream), then flushes when the queue
-    /// has reached the stream's limit.
-    fn enqueue(&self, q: &mut Queue, op: Op, inputs: Vec<Arc<Slot>>, output: Option<Arc<Slot>>) {
-        if q.closed {
-            let mut task = Task {
-                op,
-                inputs,
-                output,
-                rel: RelativeOp::default(),
-            };
-            if let Some(e) = execute([&mut task], par(q.threads)) {
-                q.error.get_or_insert(e);
-            }
-            q.spares.keep(&mut task);
-            return;
-        }
+    /// Queues `op`; returns whether the queue has reached the stream's limit.
+    fn enqueue(
+        &self,
+        q: &mut Queue,
+        op: Op,
+        inputs: Vec<Arc<Slot>>,
+        output: Option<Arc<Slot>>,
+    ) -> bool {
         if let Some(out) = &output {
             out.set_producer(q.cursor + q.ops.len() as u64);
         }
@@ -282,28 +323,41 @@ impl StreamCell {
         } else {
             q.limit
         };
-        if q.ops.len() >= limit {
-            self.flush_locked(q, u64::MAX, FlushReason::QueueLimit);
-        }
+        q.ops.len() >= limit
     }
 
     /// Runs every queued op up to and including absolute position `upto` (all of them
-    /// for `u64::MAX`).
-    pub(crate) fn flush(&self, upto: u64, reason: FlushReason) {
-        let mut q = self.queue.lock();
-        self.flush_locked(&mut q, upto, reason);
+    /// for `u64::MAX`). Ops already taken out by another flush are not waited for:
+    /// a reader waits on the slot it needs. During the calling thread's teardown the
+    /// segment runs on the closer thread (kernels must not run there).
+    pub(crate) fn flush(self: &Arc<Self>, upto: u64, reason: FlushReason) {
+        if teardown::in_teardown() {
+            let cell = self.clone();
+            closer::run_and_wait(move || cell.flush_here(upto, reason));
+            return;
+        }
+        self.flush_here(upto, reason);
     }
 
-    fn flush_locked(&self, q: &mut Queue, upto: u64, reason: FlushReason) {
+    fn flush_here(&self, upto: u64, reason: FlushReason) {
+        let segment = self.take(&mut self.queue.lock(), upto, reason);
+        if let Some(segment) = segment {
+            self.run(segment);
+        }
+    }
+
+    /// Takes the ops up to `upto` out of the queue (none if that op has been taken
+    /// already): the segment to run, counted in flight.
+    fn take(&self, q: &mut Queue, upto: u64, reason: FlushReason) -> Option<Segment> {
         if upto < q.cursor || q.ops.is_empty() {
-            return;
+            return None;
         }
         let n = ((upto - q.cursor).saturating_add(1)).min(q.ops.len() as u64) as usize;
         let partial = n < q.ops.len();
         let (unfused, par) = (q.unfused, par(q.threads));
+        let mut tasks = q.free_segments.pop().unwrap_or_default();
         let Queue {
             ops,
-            running,
             rel,
             prefix,
             spares,
@@ -319,68 +373,128 @@ impl StreamCell {
         } else {
             rel.hash()
         };
-        let mut info = FlushInfo {
-            ops: n,
-            key,
-            reason,
-            planned: !unfused,
-            cache_hit: false,
-            kernels: n,
-            arena_bytes: 0,
-            arena_lower_bound: 0,
-        };
         log::trace!(
             "{}: flush {n} of {} ops ({reason}), segment {key:016x}",
             self.id,
             ops.len()
         );
-        if !running.is_empty() {
-            // Left by a flush that panicked (a kernel bug): its ops are gone; let go of
-            // their slots so that the queue's numbering starts afresh.
-            log::warn!(
-                "{}: dropping {} ops of a flush that panicked",
-                self.id,
-                running.len()
-            );
-            for task in running.iter_mut() {
-                spares.keep(task);
-            }
-            running.clear();
-        }
         rel.clear();
         if partial {
-            running.extend(ops.drain(..n));
+            tasks.extend(ops.drain(..n));
             for o in ops.iter_mut() {
                 let ids = std::mem::take(&mut o.rel.inputs);
                 o.rel = rel.push_into(&o.op, ids);
             }
         } else {
-            std::mem::swap(ops, running);
+            // Keep queuing into a deque that has room; run the one that holds the ops.
+            std::mem::swap(ops, &mut tasks);
         }
         q.cursor += n as u64;
+        q.in_flight += 1;
         super::count_segment();
-        let Queue {
-            running,
-            spares,
-            scratch,
-            ..
-        } = &mut *q;
-        let error = if unfused {
-            execute(running.iter_mut(), par)
+        Some(Segment {
+            tasks,
+            scratch: q.scratch.take().unwrap_or_default(),
+            info: FlushInfo {
+                ops: n,
+                key,
+                reason,
+                planned: !unfused,
+                cache_hit: false,
+                kernels: n,
+                arena_bytes: 0,
+                arena_lower_bound: 0,
+            },
+            unfused,
+            par,
+        })
+    }
+
+    /// Runs a segment taken out of the queue: waits for the inputs that other flushes
+    /// are still making, runs it (on the kernel pool when it may use several threads),
+    /// then recycles its tasks.
+    fn run(&self, segment: Segment) {
+        let Segment {
+            mut tasks,
+            mut scratch,
+            info,
+            unfused,
+            par,
+        } = segment;
+        wait_for_inputs(&tasks, &mut scratch.made);
+        if par.threads > 1 {
+            // The kernel observer follows the segment to the kernel thread.
+            let observe = observer::enabled();
+            let records = run_in_pool(|| {
+                observer::follow(observe, || {
+                    self.run_and_report(&mut tasks, &mut scratch.plan, info, unfused, par)
+                })
+                .1
+            });
+            observer::keep(records);
         } else {
-            self.run_planned(running.make_contiguous(), scratch, &mut info, par)
-        };
-        for task in running.iter_mut() {
-            spares.keep(task);
+            self.run_and_report(&mut tasks, &mut scratch.plan, info, unfused, par);
         }
-        running.clear();
-        if q.ops.is_empty() {
-            // Keep queuing into the deque that has grown to a whole segment.
-            std::mem::swap(&mut q.ops, &mut q.running);
+        for task in tasks.iter_mut() {
+            task.release_slots();
         }
+        let mut q = self.queue.lock();
+        for task in tasks.iter_mut() {
+            q.spares.keep(task);
+        }
+        tasks.clear();
+        if q.ops.is_empty() && q.ops.capacity() < tasks.capacity() {
+            std::mem::swap(&mut q.ops, &mut tasks);
+        }
+        if q.free_segments.len() < 2 && !q.closed {
+            q.free_segments.push(tasks);
+        }
+        if q.scratch.is_none() && !q.closed {
+            q.scratch = Some(scratch);
+        }
+    }
+
+    /// The run of a segment: computes it, fills its escaping slots (a panic fails the
+    /// ones still pending), and reports the flush. Everything another thread may wait
+    /// for is done when this returns.
+    fn run_and_report(
+        &self,
+        tasks: &mut VecDeque<Task>,
+        scratch: &mut PlanScratch,
+        mut info: FlushInfo,
+        unfused: bool,
+        par: Par,
+    ) {
+        let tasks = tasks.make_contiguous();
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            if unfused {
+                execute(tasks.iter_mut(), par)
+            } else {
+                self.run_planned(tasks, scratch, &mut info, par)
+            }
+        }));
+        let error = outcome.unwrap_or_else(|panic| {
+            let e = Error::Kernel {
+                op: "segment",
+                msg: format!("panicked: {}", panic_message(&*panic)),
+            };
+            log::error!("{}: a segment panicked: {e}", self.id);
+            fail_pending(tasks, &e);
+            Some(e)
+        });
+        self.report(info, error);
+    }
+
+    /// Records a finished run: its description and error, one less in flight.
+    fn report(&self, info: FlushInfo, error: Option<Error>) {
+        let mut q = self.queue.lock();
         q.last_flush = Some(info);
         if let Some(e) = error {
             q.error.get_or_insert(e);
+        }
+        q.in_flight -= 1;
+        if q.in_flight == 0 {
+            self.idle.notify_all();
         }
     }
 
@@ -414,31 +528,48 @@ impl StreamCell {
         execute_plan(&plan, segment, scratch, par)
     }
 
-    /// Flushes everything and returns (and clears) the first kernel error since the
-    /// last sync.
-    pub(crate) fn sync(&self) -> Result<(), Error> {
+    /// Blocks until no segment of this stream is running anywhere.
+    fn wait_idle(&self) {
         let mut q = self.queue.lock();
-        self.flush_locked(&mut q, u64::MAX, FlushReason::Sync);
+        while q.in_flight > 0 {
+            self.idle.wait(&mut q);
+        }
+    }
+
+    /// Flushes everything, waits for segments that other threads are running for this
+    /// stream, and returns (and clears) the first kernel error since the last sync.
+    pub(crate) fn sync(self: &Arc<Self>) -> Result<(), Error> {
+        self.flush(u64::MAX, FlushReason::Sync);
+        let mut q = self.queue.lock();
+        while q.in_flight > 0 {
+            self.idle.wait(&mut q);
+        }
         match q.error.take() {
             Some(e) => Err(e),
             None => Ok(()),
         }
     }
 
-    /// Flushes everything and marks the stream closed: later ops run at once.
-    pub(crate) fn close(&self) {
-        let mut q = self.queue.lock();
-        self.flush_locked(&mut q, u64::MAX, FlushReason::Close);
-        if !q.closed {
-            super::count_closed_stream_ops(self.recorded.swap(0, Ordering::Relaxed));
+    /// Closes the stream when its thread ends: marks it closed (later Drops are not
+    /// queued), runs what is pending (on the closer thread during teardown), waits for
+    /// segments other threads are running for it, and frees what it kept for queuing.
+    pub(crate) fn close(self: &Arc<Self>) {
+        {
+            let mut q = self.queue.lock();
+            if !q.closed {
+                super::count_closed_stream_ops(self.recorded.swap(0, Ordering::Relaxed));
+            }
+            q.closed = true;
         }
-        q.closed = true;
-        // A closed stream runs ops at once: free what it kept for queuing (recycled
-        // handles on other threads may keep the cell itself alive for a while).
+        self.flush(u64::MAX, FlushReason::Close);
+        self.wait_idle();
+        // Recycled handles on other threads may keep the cell alive for a while: keep
+        // nothing large in it.
+        let mut q = self.queue.lock();
         q.spares = Spares::default();
-        q.scratch = PlanScratch::default();
+        q.scratch = None;
         q.ops = VecDeque::new();
-        q.running = VecDeque::new();
+        q.free_segments = Vec::new();
         q.prefix = RelativeBuilder::default();
         q.rel = RelativeBuilder::default();
         log::trace!("{}: closed", self.id);
@@ -454,7 +585,7 @@ impl StreamCell {
         self.queue.lock().ops.len()
     }
 
-    /// Ops executed so far.
+    /// Ops taken out of the queue to run so far.
     pub fn cursor(&self) -> u64 {
         self.queue.lock().cursor
     }
@@ -485,15 +616,46 @@ impl StreamCell {
     }
 }
 
-/// The thread budget of a flush. On a rayon worker thread kernels run serially: a
-/// worker that waited inside a parallel kernel could pick up another rayon job of the
-/// same thread, which would record on this very stream while its lock is held.
-fn par(threads: usize) -> Par {
-    if rayon::current_thread_index().is_some() {
-        return Par::serial();
+/// Waits for every input of `tasks` that is still pending and not made by the
+/// segment itself: such an input is being made by another flush that has taken its
+/// op out of a queue already (a drain always takes the producer before its reader is
+/// queued), so the wait ends. `made` marks the segment's own values by relative id.
+/// Waiting here, before the segment enters the kernel pool, keeps the pool's workers
+/// from ever blocking.
+fn wait_for_inputs(tasks: &VecDeque<Task>, made: &mut Vec<bool>) {
+    made.clear();
+    for task in tasks {
+        for (slot, &v) in task.inputs.iter().zip(&task.rel.inputs) {
+            if slot.is_pending() && !made.get(v as usize).copied().unwrap_or(false) {
+                slot.wait_ready();
+            }
+        }
+        if let Some(v) = task.rel.output {
+            let v = v as usize;
+            if made.len() <= v {
+                made.resize(v + 1, false);
+            }
+            made[v] = true;
+        }
     }
+}
+
+/// Fails every output of `tasks` that is still pending with `error` (after a panic,
+/// so that no reader waits forever).
+fn fail_pending(tasks: &[Task], error: &Error) {
+    for slot in tasks.iter().filter_map(|t| t.output.as_ref()) {
+        if slot.is_pending() {
+            slot.set(SlotState::Failed(error.clone()));
+        }
+    }
+}
+
+/// The thread budget of a flush: 0 means every kernel thread.
+fn par(threads: usize) -> Par {
     if threads == 0 {
-        Par::all()
+        Par {
+            threads: kernel_threads(),
+        }
     } else {
         Par { threads }
     }

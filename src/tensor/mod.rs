@@ -312,9 +312,11 @@ impl Tensor {
         if slot.is_pending() {
             // The owner flushes its whole queue (the Drops queued after the producer
             // belong in the segment); another thread drains only what it needs.
-            let own = stream::with_current(|c| c.id() == self.h().home.id());
+            let own = stream::is_current(self.h().home.id());
             let upto = if own { u64::MAX } else { slot.producer() };
             self.h().home.flush(upto, FlushReason::Read(self.id()));
+            // Another thread may have taken the producer out before us: wait for it.
+            slot.wait_ready();
         }
         match slot.state() {
             SlotState::Ready(b) => Ok(b),
