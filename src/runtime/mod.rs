@@ -15,6 +15,8 @@ mod slot;
 mod storage;
 mod threads;
 
+#[cfg(test)]
+pub(crate) use execute::fault as execute_fault;
 pub use execute::{execute, panic_message, run_into, Task};
 pub use planned::{execute_plan, pooled_arena_bytes, PlanScratch};
 pub use slot::{Slot, SlotState};

@@ -530,6 +530,8 @@ fn run_kernel(
     pooled: &mut [(u32, Arc<Buffer>)],
     par: Par,
 ) -> Result<(), KernelError> {
+    #[cfg(test)]
+    super::execute::fault::check();
     let plan = reads.plan;
     let mut arena_outs = arena_outs.iter_mut();
     let mut pooled = pooled.iter_mut();

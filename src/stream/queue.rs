@@ -660,3 +660,39 @@ fn par(threads: usize) -> Par {
         Par { threads }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::runtime::execute_fault::panic_next_kernel;
+    use crate::{Error, Tensor};
+
+    fn panics_become_errors_on_what_the_kernel_made(fusion: bool) {
+        crate::set_fusion(fusion);
+        crate::set_kernel_threads(1); // the kernel runs on this thread
+        let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4]).unwrap();
+        let ok = x.affine(2.0, 0.0).unwrap();
+        ok.to_vec::<f32>().unwrap();
+        panic_next_kernel();
+        let bad = x.exp().unwrap().affine(1.0, 1.0).unwrap();
+        match bad.to_vec::<f32>() {
+            Err(Error::Kernel { msg, .. }) => assert!(msg.contains("injected kernel panic")),
+            other => panic!("expected the panic as an error, got {other:?}"),
+        }
+        assert!(crate::sync().is_err(), "sync reports it");
+        // The stream is usable and earlier results are intact.
+        assert_eq!(ok.to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0, 8.0]);
+        let y = x.affine(1.0, 1.0).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(y, vec![2.0, 3.0, 4.0, 5.0]);
+        crate::sync().unwrap();
+    }
+
+    #[test]
+    fn a_panicking_fused_kernel_fails_its_outputs_and_nothing_else() {
+        panics_become_errors_on_what_the_kernel_made(true);
+    }
+
+    #[test]
+    fn a_panicking_kernel_of_the_unfused_path_fails_its_output_and_nothing_else() {
+        panics_become_errors_on_what_the_kernel_made(false);
+    }
+}
