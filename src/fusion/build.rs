@@ -155,6 +155,11 @@ fn describe(ops: &[&Op], rels: &[&RelativeOp], n: usize) -> (Vec<Value>, Vec<Fac
 /// after its producer in the queue. Dead ops are forgotten as readers (so they keep
 /// nothing alive and split no fused chain), and their outputs become [`Home::Dead`]:
 /// no kernel, no memory. Returns which ops are live (Drops never are).
+///
+/// This is safe because a Drop is queued only when the value's last handle goes, after
+/// every op that reads it was queued; and an op of another stream that reads a pending
+/// value first drains the producer, so the value is made in an earlier segment, where
+/// it escapes. A value whose Drop is in the segment is read by nothing outside it.
 fn prune(rels: &[&RelativeOp], facts: &mut [Facts], values: &mut [Value]) -> Vec<bool> {
     let mut live_value: Vec<bool> = values.iter().map(|v| v.escapes).collect();
     let mut live = vec![false; rels.len()];
