@@ -482,38 +482,163 @@ fn apply(
     y
 }
 
+/// What becomes of one step's result in a random program.
+#[derive(Clone, Debug)]
+enum Fate {
+    /// It is the next value; it is also kept to the end (it escapes) when `true`.
+    Next(bool),
+    /// A side branch from the current value, dropped unread: dead work.
+    Dropped,
+    /// A side branch whose handle is dropped while a transposed view of it is kept: it
+    /// is live through the view.
+    ViewKept,
+    /// The value before the previous step is read first (a flush of a prefix of the
+    /// queue, whose later Drops are not in it); then the result is the next value.
+    ReadPrevThenNext,
+}
+
+fn fate() -> impl Strategy<Value = Fate> {
+    prop_oneof![
+        6 => proptest::bool::weighted(0.2).prop_map(Fate::Next),
+        3 => Just(Fate::Dropped),
+        1 => Just(Fate::ViewKept),
+        1 => Just(Fate::ReadPrevThenNext),
+    ]
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Random programs with random drops give the unfused values, and the dead side
+    /// branches cost nothing: the last segment has the kernels and arena of the same
+    /// program without them.
     #[test]
-    fn random_programs_agree_fused_and_unfused(steps in proptest::collection::vec((step(), proptest::bool::weighted(0.2)), 1..14), rows in 1usize..9, seed in 0u64..1000) {
+    fn random_programs_agree_fused_and_unfused(steps in proptest::collection::vec((step(), fate()), 1..14), rows in 1usize..9, seed in 0u64..1000) {
         let n = 12;
         let x = t(&[rows, n], seed);
         let row = t(&[n], seed + 1);
         let sq = t(&[n, n], seed + 2);
-        let run = || {
+        // Returns every value read and what the last segment (a sync) ran.
+        let run = |with_dead: bool| {
+            streamfuse::sync().unwrap();
             let mut keep = Vec::new();
+            let mut all = Vec::new();
             let mut prev = x.clone();
             let mut h = x.clone();
-            for (s, k) in &steps {
-                let next = apply(&h, &prev, s, &row, &sq, *k, &mut keep);
+            for (s, fate) in &steps {
+                let next = match fate {
+                    Fate::Dropped if !with_dead => continue,
+                    Fate::Dropped => {
+                        drop(apply(&h, &prev, s, &row, &sq, false, &mut keep));
+                        continue;
+                    }
+                    Fate::ViewKept => {
+                        let side = apply(&h, &prev, s, &row, &sq, false, &mut keep);
+                        keep.push(side.transpose(0, 1).unwrap());
+                        continue;
+                    }
+                    Fate::Next(k) => apply(&h, &prev, s, &row, &sq, *k, &mut keep),
+                    Fate::ReadPrevThenNext => {
+                        all.extend(prev.to_vec::<f32>().unwrap());
+                        apply(&h, &prev, s, &row, &sq, false, &mut keep)
+                    }
+                };
                 prev = std::mem::replace(&mut h, next);
             }
-            let mut all = h.to_vec::<f32>().unwrap();
+            drop(prev);
+            streamfuse::sync().unwrap();
+            let info = streamfuse::last_flush().unwrap();
+            all.extend(h.to_vec::<f32>().unwrap());
             for k in keep {
                 all.extend(k.to_vec::<f32>().unwrap());
             }
-            all
+            (all, info)
         };
         streamfuse::set_fusion(true);
-        let fused = run();
+        let (fused, info) = run(true);
+        let (_, live_only) = run(false);
         streamfuse::set_fusion(false);
-        let plain = run();
+        let (plain, _) = run(true);
         streamfuse::set_fusion(true);
         prop_assert_eq!(fused.len(), plain.len());
         for (a, b) in fused.iter().zip(&plain) {
             prop_assert!(a == b || (a - b).abs() <= 1e-4 * (1.0 + b.abs()) || (a.is_nan() && b.is_nan()), "{} vs {}", a, b);
         }
+        prop_assert_eq!(
+            (info.kernels, info.arena_bytes),
+            (live_only.kernels, live_only.arena_bytes),
+            "dead branches ran: {:?} vs {:?}", info, live_only
+        );
     }
+}
+
+/// A pending result dropped unread, with everything it was made from, runs no kernel
+/// and takes no memory (issue 10: a dropped `zeros(..).affine(..)` used to run two
+/// kernels and hold both tensors at once).
+#[test]
+fn work_whose_results_are_all_dropped_unread_is_not_run() {
+    let n = 1 << 24; // 64 MiB of f32
+    streamfuse::sync().unwrap();
+    streamfuse::reset_peak_bytes();
+    {
+        let z = Tensor::zeros(&[n], streamfuse::DType::F32).unwrap();
+        let _y = z.affine(2.0, 1.0).unwrap();
+    }
+    streamfuse::sync().unwrap();
+    let info = streamfuse::last_flush().unwrap();
+    assert_eq!(
+        (info.ops, info.kernels, info.arena_bytes),
+        (4, 0, 0),
+        "{info:?}"
+    );
+    // Other tests of this binary run at once and take a few MiB: far below one buffer.
+    let peak = streamfuse::stats().peak_bytes;
+    assert!(peak < n * 4 / 2, "peak {peak} B: a dead tensor was made");
+    // A dead fused chain and a dead matmul chain too.
+    let x = t(&[64, 64], 80);
+    drop(
+        x.exp()
+            .unwrap()
+            .tanh()
+            .unwrap()
+            .matmul(&x)
+            .unwrap()
+            .softmax(-1)
+            .unwrap(),
+    );
+    streamfuse::sync().unwrap();
+    assert_eq!(streamfuse::last_flush().unwrap().kernels, 0);
+}
+
+/// A reader whose result is dropped unread neither runs nor splits the fused chain it
+/// reads from, nor keeps its input in memory.
+#[test]
+fn a_dead_reader_does_not_split_a_fused_chain() {
+    let x = t(&[32, 48], 81);
+    let f = || {
+        let y = x.exp().unwrap();
+        drop(y.sum_keepdim(1).unwrap()); // dead: would close y's group and store y
+        drop(y.matmul(&x.transpose(0, 1).unwrap()).unwrap()); // dead
+        y.tanh().unwrap().add(&x).unwrap()
+    };
+    let (fused, plain, info) = both(f);
+    assert_eq!(fused, plain);
+    assert_eq!((info.kernels, info.arena_bytes), (1, 0), "{info:?}");
+}
+
+/// A value whose handle is dropped inside the segment but whose view is kept is live:
+/// the view reads its buffer.
+#[test]
+fn a_dropped_value_with_a_kept_view_is_made() {
+    let x = t(&[16, 24], 82);
+    let f = || {
+        let y = x.exp().unwrap().affine(2.0, 0.0).unwrap();
+        let v = y.transpose(0, 1).unwrap().narrow(0, 2, 5).unwrap();
+        drop(y);
+        v
+    };
+    let (fused, plain, info) = both(f);
+    assert_eq!(fused, plain);
+    assert_eq!(info.kernels, 1, "{info:?}");
 }
 
 /// A matmul→softmax chain whose panel count was rounded up for the kernel threads past

@@ -1,7 +1,8 @@
 //! Building an [`ExecutionPlan`] from a segment: values, fusion, levels, memory.
 //!
-//! See the module docs of [`crate::fusion`] for the four steps; each is a function here
-//! (fusion is `fuse`, then `chains` for matmul epilogues and norm prologues).
+//! See the module docs of [`crate::fusion`] for the steps; each is a function here
+//! (dead work is removed by `prune`, fusion is `fuse`, then `chains` for matmul
+//! epilogues and norm prologues).
 
 use std::time::Duration;
 
@@ -28,9 +29,10 @@ pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> ExecutionPlan {
         .map(|&v| v as usize + 1)
         .max()
         .unwrap_or(0);
-    let (mut values, facts) = describe(ops, rels, n_values);
-    let groups = fuse(ops, rels, &facts, &values);
-    let specs = chains(ops, rels, &facts, &values, &groups);
+    let (mut values, mut facts) = describe(ops, rels, n_values);
+    let live = prune(rels, &mut facts, &mut values);
+    let groups = fuse(ops, rels, &facts, &values, &live);
+    let specs = chains(ops, rels, &facts, &values, &groups, &live);
     let (chain_at, in_chain) = chain_index(ops.len(), &specs, &groups);
     let mut kernels = Vec::new();
     let mut kernel_of_group = vec![usize::MAX; groups.len()];
@@ -48,7 +50,7 @@ pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> ExecutionPlan {
             ));
             continue;
         }
-        if in_chain[i] {
+        if in_chain[i] || !live[i] {
             continue;
         }
         if let Some(g) = group_of[i] {
@@ -82,6 +84,11 @@ pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> ExecutionPlan {
         arena_len,
         arena_lower_bound,
         ops: ops.len(),
+        dead_ops: ops
+            .iter()
+            .zip(&live)
+            .filter(|(op, &l)| !l && !matches!(op.kind, OpKind::Drop))
+            .count(),
     }
 }
 
@@ -142,6 +149,37 @@ fn describe(ops: &[&Op], rels: &[&RelativeOp], n: usize) -> (Vec<Value>, Vec<Fac
     (values, facts)
 }
 
+/// Step 1b: removes dead work. A value is live when it escapes or a live op reads it
+/// (a view reads its input, so a live view keeps its root live); an op is live when
+/// its output is. One backward pass settles it, since every reader of a value comes
+/// after its producer in the queue. Dead ops are forgotten as readers (so they keep
+/// nothing alive and split no fused chain), and their outputs become [`Home::Dead`]:
+/// no kernel, no memory. Returns which ops are live (Drops never are).
+///
+/// This is safe because a Drop is queued only when the value's last handle goes, after
+/// every op that reads it was queued; and an op of another stream that reads a pending
+/// value first drains the producer, so the value is made in an earlier segment, where
+/// it escapes. A value whose Drop is in the segment is read by nothing outside it.
+fn prune(rels: &[&RelativeOp], facts: &mut [Facts], values: &mut [Value]) -> Vec<bool> {
+    let mut live_value: Vec<bool> = values.iter().map(|v| v.escapes).collect();
+    let mut live = vec![false; rels.len()];
+    for (i, rel) in rels.iter().enumerate().rev() {
+        if rel.output.is_some_and(|v| live_value[v as usize]) {
+            live[i] = true;
+            for &v in &rel.inputs {
+                live_value[v as usize] = true;
+            }
+        }
+    }
+    for (v, f) in facts.iter_mut().enumerate() {
+        f.consumers.retain(|&c| live[c]);
+        if f.producer.is_some() && !live_value[v] {
+            values[v].home = Home::Dead;
+        }
+    }
+    live
+}
+
 /// The most ops one fused kernel takes: keeps register numbers (u16) far from
 /// overflow and the register file (512 f32 per instruction) in L2.
 const MAX_GROUP_OPS: usize = 64;
@@ -152,12 +190,19 @@ fn fusible(op: &Op) -> bool {
         && op.inputs.iter().all(|i| i.dtype == DType::F32)
 }
 
-/// Step 2: groups of element-wise ops (indices in queue order) to run as one kernel.
-fn fuse(ops: &[&Op], rels: &[&RelativeOp], facts: &[Facts], values: &[Value]) -> Vec<Vec<usize>> {
+/// Step 2: groups of live element-wise ops (indices in queue order) to run as one
+/// kernel. Dead ops (and Drops) are skipped as if absent.
+fn fuse(
+    ops: &[&Op],
+    rels: &[&RelativeOp],
+    facts: &[Facts],
+    values: &[Value],
+    live: &[bool],
+) -> Vec<Vec<usize>> {
     let mut groups: Vec<(Vec<usize>, Dims, bool)> = Vec::new(); // ops, dims, open
     let mut group_of_op: Vec<Option<usize>> = vec![None; ops.len()];
     for (i, op) in ops.iter().enumerate() {
-        if op.kind == OpKind::Drop {
+        if !live[i] {
             continue;
         }
         let producing_groups: Vec<(usize, u32)> = rels[i]
@@ -378,13 +423,16 @@ fn norm_input_only(rel: &RelativeOp, v: u32) -> bool {
 /// Finds the chains: for each fused group, a matmul whose product only the group reads
 /// (the epilogue) and a row norm that alone reads the group's result (the prologue);
 /// and matmuls read only by a norm. A norm joins only if no other value the group
-/// writes is read before it (the chain runs at the norm's place in the queue).
+/// writes is read before it (the chain runs at the norm's place in the queue). Only
+/// live ops are considered (groups hold only live ops; `facts` lists only live
+/// readers).
 fn chains(
     ops: &[&Op],
     rels: &[&RelativeOp],
     facts: &[Facts],
     values: &[Value],
     groups: &[Vec<usize>],
+    live: &[bool],
 ) -> Vec<ChainSpec> {
     let group_of = group_index(ops.len(), groups);
     let mut specs = Vec::new();
@@ -434,7 +482,7 @@ fn chains(
         }
     }
     for (c, op) in ops.iter().enumerate() {
-        if !is_row_norm(&op.kind) {
+        if !live[c] || !is_row_norm(&op.kind) {
             continue;
         }
         let v = rels[c].inputs[0];
@@ -728,4 +776,128 @@ fn place(
         };
     }
     (arena as usize / 4, lower as usize / 4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::relative::RelativeBuilder;
+    use crate::ir::{TensorDesc, TensorId, UnaryOp};
+
+    const DIMS: [usize; 2] = [4, 4];
+
+    fn desc(id: u64, layout: Layout) -> TensorDesc {
+        TensorDesc {
+            id: TensorId(id),
+            dtype: DType::F32,
+            layout,
+        }
+    }
+
+    /// An op reading `inputs` and making `output` (`None` for a Drop), all `[4, 4]`
+    /// and contiguous but for views, which transpose.
+    fn op(kind: OpKind, inputs: &[u64], output: Option<u64>) -> Op {
+        let whole = Layout::contiguous(&DIMS);
+        let out_layout = if kind == OpKind::View {
+            whole.permute(&[1, 0])
+        } else {
+            whole
+        };
+        Op {
+            kind,
+            inputs: inputs.iter().map(|&i| desc(i, whole)).collect(),
+            output: output.map(|o| desc(o, out_layout)),
+        }
+    }
+
+    fn exp(input: u64, output: u64) -> Op {
+        op(OpKind::Unary(UnaryOp::Exp), &[input], Some(output))
+    }
+
+    fn drop_of(v: u64) -> Op {
+        op(OpKind::Drop, &[v], None)
+    }
+
+    fn plan(ops: &[Op]) -> ExecutionPlan {
+        let mut b = RelativeBuilder::new();
+        let rels: Vec<RelativeOp> = ops.iter().map(|o| b.push(o)).collect();
+        build(
+            &ops.iter().collect::<Vec<_>>(),
+            &rels.iter().collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn work_dropped_unread_gets_no_kernel_and_no_memory() {
+        // fill -> exp -> matmul -> softmax, every result dropped.
+        let p = plan(&[
+            op(OpKind::Fill { value: 0 }, &[], Some(1)),
+            exp(1, 2),
+            op(OpKind::MatMul, &[2, 2], Some(3)),
+            op(OpKind::Softmax, &[3], Some(4)),
+            drop_of(4),
+            drop_of(3),
+            drop_of(1),
+            drop_of(2),
+        ]);
+        assert_eq!((p.kernels.len(), p.arena_len, p.dead_ops), (0, 0, 4));
+        assert!(p.values.iter().all(|v| v.home == Home::Dead && !v.escapes));
+        let shown = p.to_string();
+        assert!(
+            shown.starts_with("plan: 8 ops (4 dead) -> 0 kernels"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn dead_readers_keep_nothing_alive_and_split_no_chain() {
+        // x (input 0) -> a = exp -> b = exp, b escapes; a is also read by a matmul and
+        // a softmax whose results are dropped: one fused kernel, a never stored.
+        let p = plan(&[
+            exp(0, 1),
+            op(OpKind::MatMul, &[1, 1], Some(2)),
+            op(OpKind::Softmax, &[2], Some(3)),
+            exp(1, 4),
+            drop_of(3),
+            drop_of(2),
+            drop_of(1),
+        ]);
+        assert_eq!((p.kernels.len(), p.arena_len, p.dead_ops), (1, 0, 2), "{p}");
+        let Kernel::Fused {
+            outputs, input_ids, ..
+        } = &p.kernels[0]
+        else {
+            panic!("{p}")
+        };
+        assert_eq!((&outputs[..], &input_ids[..]), (&[4][..], &[0][..]), "{p}");
+        assert_eq!(p.values[1].home, Home::Fused);
+        assert_eq!(
+            (p.values[2].home, p.values[3].home),
+            (Home::Dead, Home::Dead)
+        );
+    }
+
+    #[test]
+    fn a_kept_view_keeps_its_dropped_root_and_a_dropped_view_dies() {
+        // a = exp(x) dropped, its view v kept: a is made. b = exp(x) kept, its view w
+        // dropped: w is dead, b is made.
+        let p = plan(&[
+            exp(0, 1),
+            op(OpKind::View, &[1], Some(2)),
+            drop_of(1),
+            exp(0, 3),
+            op(OpKind::View, &[3], Some(4)),
+            drop_of(4),
+        ]);
+        assert_eq!(p.dead_ops, 1, "{p}");
+        assert!(p.values[1].escapes && p.values[2].escapes, "{p}");
+        assert_eq!(p.values[2].home, Home::View { root: 1 });
+        assert_eq!(p.values[4].home, Home::Dead);
+        let written: Vec<u32> = p
+            .kernels
+            .iter()
+            .flat_map(|k| kernel_io(k).1.to_vec())
+            .collect();
+        assert_eq!(written, [1, 3], "{p}");
+    }
 }

@@ -6,7 +6,10 @@
 //! 1. **Values.** Every relative id is a value: a segment input (made before), a view of
 //!    another value (no memory of its own: it reads its *root*), or the output of an op.
 //!    An output *escapes* when no Drop for it is in the segment (a handle may still read
-//!    it); a root escapes when it or any view of it does.
+//!    it); a root escapes when it or any view of it does. A value is *live* when it
+//!    escapes or a live op reads it; an op whose output is not live is *dead* work
+//!    (everything it would make is dropped unread): it gets no kernel and no memory,
+//!    and reads nothing, so what only it read may be dead too.
 //! 2. **Fusion.** Chains of element-wise f32 ops with the same output dims become one
 //!    [`FusedProgram`]: a kernel that reads each external input once and writes only
 //!    the values that are read outside the chain or escape. A value used only inside a
@@ -60,7 +63,8 @@ pub enum Home {
         /// The value whose buffer it reads.
         root: u32,
     },
-    /// Never made: a dead output of a fused chain.
+    /// Never made: dropped unread in the segment (the output of a dead op, or a value
+    /// of a fused chain that nothing reads).
     Dead,
 }
 
@@ -181,6 +185,8 @@ pub struct ExecutionPlan {
     pub arena_lower_bound: usize,
     /// Ops in the segment (including Drops).
     pub ops: usize,
+    /// Ops not run because everything they make is dropped unread (Drops not counted).
+    pub dead_ops: usize,
 }
 
 impl ExecutionPlan {
@@ -199,8 +205,9 @@ impl fmt::Display for ExecutionPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "plan: {} ops -> {} kernels, arena {} B (lower bound {} B)",
+            "plan: {} ops ({} dead) -> {} kernels, arena {} B (lower bound {} B)",
             self.ops,
+            self.dead_ops,
             self.kernels.len(),
             self.arena_len * 4,
             self.arena_lower_bound * 4
