@@ -95,28 +95,6 @@ pub fn panic_message(panic: &(dyn Any + Send)) -> String {
     }
 }
 
-/// Fault injection for tests: makes the next kernel run on this thread panic.
-#[cfg(test)]
-pub(crate) mod fault {
-    use std::cell::Cell;
-
-    thread_local! {
-        static PANIC_NEXT: Cell<bool> = const { Cell::new(false) };
-    }
-
-    /// The next kernel run on this thread panics.
-    pub(crate) fn panic_next_kernel() {
-        PANIC_NEXT.with(|p| p.set(true));
-    }
-
-    /// Panics if a panic was asked for (called at the start of every kernel).
-    pub(crate) fn check() {
-        if PANIC_NEXT.with(|p| p.replace(false)) {
-            panic!("injected kernel panic");
-        }
-    }
-}
-
 /// A panic caught at a kernel's boundary, as the kernel's error.
 pub(crate) fn caught(panic: &(dyn Any + Send)) -> KernelError {
     KernelError(format!("panicked: {}", panic_message(panic)))
@@ -181,7 +159,7 @@ macro_rules! with_dtype {
 /// for a view, the input's buffer).
 fn run(op: &Op, inputs: &[Arc<Buffer>], par: Par) -> Result<Arc<Buffer>, KernelError> {
     #[cfg(test)]
-    fault::check();
+    super::fault::check();
     let out = op
         .output
         .as_ref()

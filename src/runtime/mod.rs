@@ -8,6 +8,8 @@
 mod chain;
 mod containment;
 mod execute;
+#[cfg(test)]
+pub(crate) mod fault;
 pub mod observer;
 mod planned;
 pub(crate) mod recycle;
@@ -15,8 +17,6 @@ mod slot;
 mod storage;
 mod threads;
 
-#[cfg(test)]
-pub(crate) use execute::fault as execute_fault;
 pub use execute::{execute, panic_message, run_into, Task};
 pub use planned::{execute_plan, pooled_arena_bytes, PlanScratch};
 pub use slot::{Slot, SlotState};

@@ -531,7 +531,7 @@ fn run_kernel(
     par: Par,
 ) -> Result<(), KernelError> {
     #[cfg(test)]
-    super::execute::fault::check();
+    super::fault::check();
     let plan = reads.plan;
     let mut arena_outs = arena_outs.iter_mut();
     let mut pooled = pooled.iter_mut();

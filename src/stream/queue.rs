@@ -663,7 +663,7 @@ fn par(threads: usize) -> Par {
 
 #[cfg(test)]
 mod tests {
-    use crate::runtime::execute_fault::panic_next_kernel;
+    use crate::runtime::fault::panic_next_kernel;
     use crate::{Error, Tensor};
 
     fn panics_become_errors_on_what_the_kernel_made(fusion: bool) {
