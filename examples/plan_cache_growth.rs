@@ -3,8 +3,10 @@
 //! process's resident memory: with the cache bounded, RSS stops growing once the cache
 //! is full. Run by `scripts/memory-bounds.sh`.
 //!
-//! Usage: `plan_cache_growth [SHAPES] [LIMIT_MIB]` (defaults: 10000 shapes, the
-//! default limit of 64 MiB).
+//! Usage: `plan_cache_growth [SHAPES] [CACHE_LIMIT_MIB] [POOL_LIMIT_MIB]` (defaults:
+//! 10000 shapes and the default limits). The pooled bytes are printed too: the pools
+//! keep up to their own limit (64 MiB at least by default) of free buffers and
+//! arenas, which RSS includes.
 
 use streamfuse::{Result, Tensor};
 
@@ -37,23 +39,28 @@ fn main() -> Result<()> {
     if let Some(mib) = args.next().and_then(|a| a.parse::<usize>().ok()) {
         streamfuse::set_plan_cache_limit(mib << 20);
     }
+    if let Some(mib) = args.next().and_then(|a| a.parse::<usize>().ok()) {
+        streamfuse::set_pool_limit(mib << 20);
+    }
     let limit = streamfuse::plan_cache_limit();
     println!(
-        "{:>7} {:>6} {:>8} {:>11} {:>11} {:>9} {:>9}",
-        "shapes", "plans", "evicted", "cache KiB", "limit KiB", "B/plan", "RSS KiB"
+        "{:>7} {:>6} {:>8} {:>11} {:>11} {:>9} {:>11} {:>9}",
+        "shapes", "plans", "evicted", "cache KiB", "limit KiB", "B/plan", "pooled KiB", "RSS KiB"
     );
     let mut check = 0.0;
     for n in 1..=shapes {
         check += program(n)?;
         if n % 1000 == 0 || n == shapes {
-            let cache = streamfuse::stats().plan_cache;
+            let stats = streamfuse::stats();
+            let cache = stats.plan_cache;
             println!(
-                "{n:>7} {:>6} {:>8} {:>11} {:>11} {:>9} {:>9}",
+                "{n:>7} {:>6} {:>8} {:>11} {:>11} {:>9} {:>11} {:>9}",
                 cache.plans,
                 cache.evicted,
                 cache.bytes >> 10,
                 limit >> 10,
                 cache.bytes / cache.plans.max(1),
+                stats.pooled_bytes >> 10,
                 rss_kib()
             );
         }

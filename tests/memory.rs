@@ -126,6 +126,16 @@ fn a_fixed_pool_limit_bounds_the_pools_and_zero_pools_nothing() {
     assert_eq!(streamfuse::pool_limit(), 100 * MIB);
     twelve_arenas();
     assert!(streamfuse::stats().pooled_bytes <= 100 * MIB);
+    // Twelve buffers of 8..96 MiB alive at once, then all dropped: the pool keeps
+    // what fits in the limit, the most recently freed first.
+    let held: Vec<Tensor> = (1..=12)
+        .map(|k| Tensor::full(k as f32, &[k * 8 * MIB / 4]).unwrap())
+        .collect();
+    streamfuse::sync().unwrap();
+    drop(held);
+    let pooled = streamfuse::stats().pooled_bytes;
+    assert!(pooled <= 100 * MIB, "{} MiB pooled", pooled / MIB);
+    assert!(pooled >= 96 * MIB, "{} MiB pooled", pooled / MIB);
     // Lowering the limit frees the excess at once.
     streamfuse::set_pool_limit(10 * MIB);
     assert!(streamfuse::stats().pooled_bytes <= 10 * MIB);

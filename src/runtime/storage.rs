@@ -566,18 +566,32 @@ impl Pool {
     }
 
     /// The smallest free arena of at least `len` elements.
-    fn take_arena(&self, len: usize) -> Option<Vec<f32>> {
+    /// The smallest free arena of at least `len` elements (`Ok`), or else the largest
+    /// smaller one, to be freed (`Err`): the arena it is about to be replaced by is
+    /// larger and serves every segment it served, so shapes that keep growing keep one
+    /// arena in the pool, not one per size.
+    fn take_arena(&self, len: usize) -> Result<Vec<f32>, Option<Vec<f32>>> {
         let mut inner = self.inner.lock();
-        let best = inner
-            .arenas
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, a))| a.len() >= len)
-            .min_by_key(|(_, (_, a))| a.len())
-            .map(|(i, _)| i)?;
+        let by_len = |(_, (_, a)): &(usize, &(u64, Vec<f32>))| a.len();
+        let arenas = inner.arenas.iter().enumerate();
+        let (best, fits) = match arenas
+            .clone()
+            .filter(|p| by_len(p) >= len)
+            .min_by_key(by_len)
+        {
+            Some((i, _)) => (i, true),
+            None => match arenas.max_by_key(by_len) {
+                Some((i, _)) => (i, false),
+                None => return Err(None),
+            },
+        };
         let (_, arena) = inner.arenas.swap_remove(best);
         inner.arena_bytes -= arena.len() * 4;
-        Some(arena)
+        if fits {
+            Ok(arena)
+        } else {
+            Err(Some(arena))
+        }
     }
 
     fn give_back_arena(&self, arena: Vec<f32>) {
@@ -615,18 +629,21 @@ impl Pool {
 }
 
 /// An arena of at least `len` f32 elements for one segment: the smallest free one that
-/// fits, or a fresh one (after freeing what the pool keeps and trying once more, if
-/// the system refuses). Counted as memory in use until [`give_back_arena`].
+/// fits, or a fresh one in place of the largest free one (after freeing what the pool
+/// keeps and trying once more, if the system refuses). Counted as memory in use until [`give_back_arena`].
 pub(crate) fn take_arena(len: usize) -> Result<Vec<f32>, AllocError> {
     if len == 0 {
         return Ok(Vec::new());
     }
     let arena = match POOL.take_arena(len) {
-        Some(a) => a,
-        None => try_zeroed(len).or_else(|_| {
-            trim_pools();
-            try_zeroed(len)
-        })?,
+        Ok(a) => a,
+        Err(smaller) => {
+            drop(smaller);
+            try_zeroed(len).or_else(|_| {
+                trim_pools();
+                try_zeroed(len)
+            })?
+        }
     };
     add_live_bytes(arena.len() * 4);
     Ok(arena)
