@@ -224,13 +224,10 @@ pub fn execute_plan(
             }
         }
     }
-    let mut arena = match take_arena(plan.arena_len) {
-        Ok(arena) => arena,
-        Err(e) => {
-            s.no_arena = Some(e);
-            Vec::new()
-        }
-    };
+    let arena = take_arena(plan.arena_len);
+    s.no_arena = arena.as_ref().err().copied();
+    s.alloc_failed = None;
+    let mut arena = arena.unwrap_or_default();
     let mut first_error = None;
     let observe = observer::enabled();
     let mut k = 0;
