@@ -51,6 +51,15 @@ pub enum Error {
         /// The kernel's message.
         msg: String,
     },
+    /// Memory for a result could not be allocated (the system refused the request: the
+    /// tensor is too large for this machine). Reported like a kernel error, at the next
+    /// read or sync; the stream stays usable.
+    OutOfMemory {
+        /// The op whose memory could not be allocated.
+        op: &'static str,
+        /// How many bytes were requested.
+        bytes: usize,
+    },
 }
 
 impl Error {
@@ -61,7 +70,8 @@ impl Error {
             | Error::DType { op, .. }
             | Error::Dim { op, .. }
             | Error::Arg { op, .. }
-            | Error::Kernel { op, .. } => op,
+            | Error::Kernel { op, .. }
+            | Error::OutOfMemory { op, .. } => op,
         }
     }
 }
@@ -80,11 +90,53 @@ impl fmt::Display for Error {
             ),
             Error::Arg { op, msg } => write!(f, "{op}: {msg}"),
             Error::Kernel { op, msg } => write!(f, "{op} failed while running: {msg}"),
+            Error::OutOfMemory { op, bytes } => write!(
+                f,
+                "{op}: out of memory: could not allocate {bytes} bytes ({}) for its result",
+                human_bytes(*bytes)
+            ),
         }
     }
 }
 
 impl std::error::Error for Error {}
 
+/// `bytes` in the largest binary unit that keeps it at 1 or more, with one decimal
+/// ("4.0 TiB").
+fn human_bytes(bytes: usize) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
 /// The result of every fallible streamfuse call.
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_memory_names_the_op_and_the_bytes() {
+        let e = Error::OutOfMemory {
+            op: "fill",
+            bytes: 1 << 42,
+        };
+        assert_eq!(e.op(), "fill");
+        assert_eq!(
+            e.to_string(),
+            "fill: out of memory: could not allocate 4398046511104 bytes (4.0 TiB) for its result"
+        );
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+    }
+}

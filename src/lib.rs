@@ -32,7 +32,9 @@ pub mod stream;
 mod tensor;
 
 pub use error::{Error, Result};
+pub use fusion::cache::{plan_cache_limit, set_plan_cache_limit};
 pub use ir::DType;
+pub use runtime::{pool_limit, set_pool_limit, trim_pools};
 pub use stream::{
     last_flush, pending_key, reset_peak_bytes, set_fusion, set_kernel_threads, set_queue_limit,
     stats, sync, EngineStats, FlushInfo, FlushReason,

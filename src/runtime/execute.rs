@@ -4,9 +4,10 @@
 //! slots (all `Ready` by construction: an input is either made earlier in the same
 //! segment or was made before the op was recorded), allocates the output from the pool,
 //! calls the kernel, and sets the output slot. A task whose input failed fails too,
-//! with the same error, without running; a kernel error fails the task and is returned
-//! as the segment's first error. Each task is dropped right after it runs, so a
-//! buffer goes back to the pool as soon as its last reader has run.
+//! with the same error, without running; a kernel error, or an output the system has
+//! no memory for ([`Error::OutOfMemory`]), fails the task and is returned as the
+//! segment's first error. Each task is dropped right after it runs, so a buffer goes
+//! back to the pool as soon as its last reader has run.
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -55,6 +56,7 @@ pub fn execute<'a>(tasks: impl IntoIterator<Item = &'a mut Task>, par: Par) -> O
         run_task(task, par, &mut first_error);
         task.release_slots();
     }
+    super::storage::segment_done();
     first_error
 }
 
@@ -66,14 +68,14 @@ fn run_task(task: &Task, par: Par, first_error: &mut Option<Error>) {
         let state = match gather(task) {
             Err(e) => SlotState::Failed(e),
             Ok(inputs) => match catch_unwind(AssertUnwindSafe(|| run(&task.op, &inputs, par)))
-                .unwrap_or_else(|panic| Err(caught(&*panic)))
-            {
+                .unwrap_or_else(|panic| {
+                    Err(Error::Kernel {
+                        op: task.op.kind.name(),
+                        msg: caught(&*panic).0,
+                    })
+                }) {
                 Ok(buffer) => SlotState::Ready(buffer),
                 Err(e) => {
-                    let e = Error::Kernel {
-                        op: task.op.kind.name(),
-                        msg: e.0,
-                    };
                     log::debug!("kernel error in {}: {e}", task.op);
                     first_error.get_or_insert_with(|| e.clone());
                     SlotState::Failed(e)
@@ -156,22 +158,24 @@ macro_rules! with_dtype {
 }
 
 /// Runs one op's kernel on its input buffers and returns a fresh output buffer (or,
-/// for a view, the input's buffer).
-fn run(op: &Op, inputs: &[Arc<Buffer>], par: Par) -> Result<Arc<Buffer>, KernelError> {
+/// for a view, the input's buffer). Errors name the op.
+fn run(op: &Op, inputs: &[Arc<Buffer>], par: Par) -> Result<Arc<Buffer>, Error> {
     #[cfg(test)]
     super::fault::check();
+    let name = op.kind.name();
+    let kernel = |e: KernelError| Error::Kernel { op: name, msg: e.0 };
     let out = op
         .output
         .as_ref()
-        .ok_or_else(|| KernelError("op without output".into()))?;
+        .ok_or_else(|| kernel(KernelError("op without output".into())))?;
     if let OpKind::View = op.kind {
         return Ok(inputs[0].clone());
     }
-    let mut buffer = Buffer::shared(out.dtype, out.layout.numel());
+    let mut buffer = Buffer::shared(out.dtype, out.layout.numel()).map_err(|e| e.error(name))?;
     let data: Vec<Data<'_>> = inputs.iter().map(|b| b.data()).collect();
     let out = Arc::get_mut(&mut buffer)
-        .ok_or_else(|| KernelError("a fresh buffer is shared (engine bug)".into()))?;
-    run_into(op, &data, out.data_mut(), par)?;
+        .ok_or_else(|| kernel(KernelError("a fresh buffer is shared (engine bug)".into())))?;
+    run_into(op, &data, out.data_mut(), par).map_err(kernel)?;
     Ok(buffer)
 }
 

@@ -18,10 +18,11 @@ mod storage;
 mod threads;
 
 pub use execute::{execute, panic_message, run_into, Task};
-pub use planned::{execute_plan, pooled_arena_bytes, PlanScratch};
+pub use planned::{execute_plan, PlanScratch};
 pub use slot::{Slot, SlotState};
 pub use storage::{
-    live_buffers, live_bytes, peak_bytes, pooled_bytes, reset_peak_bytes, size_class, Buffer, Data,
-    DataMut, Storage, StorageElement,
+    live_buffers, live_bytes, peak_bytes, pool_limit, pooled_arena_bytes, pooled_bytes,
+    reset_peak_bytes, set_pool_limit, size_class, trim_pools, AllocError, Buffer, Data, DataMut,
+    Storage, StorageElement, POOL_LIMIT_FLOOR,
 };
 pub use threads::{kernel_threads, run_in_pool};

@@ -10,7 +10,9 @@
 //! reading torn data. Kernels of a level run one after the other, or halved across
 //! `rayon::join` when the stream may use several threads. Values that escape get
 //! pooled buffers, and their slots are filled at the end. A failed input fails every
-//! kernel downstream of it, with the same error.
+//! kernel downstream of it, with the same error. Memory that cannot be allocated (the
+//! arena, or a kernel's pooled output) fails the kernels that would write it with
+//! [`Error::OutOfMemory`], like any other kernel failure; the others run.
 //!
 //! All bookkeeping lives in a [`PlanScratch`] that the stream keeps between segments,
 //! so replaying a cached plan allocates nothing.
@@ -18,54 +20,15 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use super::containment;
 use super::execute::{caught, run_into};
 use super::observer;
+use super::storage::{give_back_arena, segment_done, take_arena, AllocError};
 use super::{Buffer, Data, DataMut, Slot, SlotState, Task};
 use crate::error::Error;
 use crate::fusion::{ExecutionPlan, Home, Kernel};
 use crate::ir::Layout;
 use crate::kernels::{self, KernelError, Par};
-
-/// Free arenas, kept for the next segment.
-static ARENAS: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
-
-/// The most arenas kept free at once.
-const MAX_FREE_ARENAS: usize = 16;
-
-fn take_arena(len: usize) -> Vec<f32> {
-    let mut free = ARENAS.lock();
-    let best = free
-        .iter()
-        .enumerate()
-        .filter(|(_, a)| a.len() >= len)
-        .min_by_key(|(_, a)| a.len())
-        .map(|(i, _)| i);
-    let arena = match best {
-        Some(i) => free.swap_remove(i),
-        None => vec![0.0; len],
-    };
-    super::storage::add_live_bytes(arena.len() * 4);
-    arena
-}
-
-fn give_back_arena(arena: Vec<f32>) {
-    if arena.is_empty() {
-        return;
-    }
-    super::storage::sub_live_bytes(arena.len() * 4);
-    let mut free = ARENAS.lock();
-    if free.len() < MAX_FREE_ARENAS {
-        free.push(arena);
-    }
-}
-
-/// Bytes of arenas kept free for reuse.
-pub fn pooled_arena_bytes() -> usize {
-    ARENAS.lock().iter().map(|a| a.len() * 4).sum()
-}
 
 /// Reuses the allocation of an emptied vector for elements of another type with the
 /// same size and alignment (std collects a mapped `IntoIter` in place), so scratch
@@ -109,6 +72,10 @@ pub struct PlanScratch {
     /// Per runnable kernel of the level: its outputs that depend on a failed input,
     /// as `(output, error)`; filled only when a kernel has failed inputs.
     tainted: Vec<(u32, Error)>,
+    /// Why the segment has no arena, when it needs one the system refused.
+    no_arena: Option<AllocError>,
+    /// The first allocation failure of the current level (its kernels did not run).
+    alloc_failed: Option<Error>,
 }
 
 /// One kernel of a level: its index in the plan and how many arena and pooled outputs
@@ -272,7 +239,10 @@ pub fn execute_plan(
             }
         }
     }
-    let mut arena = take_arena(plan.arena_len);
+    let arena = take_arena(plan.arena_len);
+    s.no_arena = arena.as_ref().err().copied();
+    s.alloc_failed = None;
+    let mut arena = arena.unwrap_or_default();
     let mut first_error = None;
     let observe = observer::enabled();
     let mut k = 0;
@@ -305,13 +275,13 @@ pub fn execute_plan(
             s.runnable.push(k + i);
         }
         run_level(plan, tasks, s, &mut arena, par);
+        if let Some(e) = s.alloc_failed.take() {
+            first_error.get_or_insert(e);
+        }
         for (&ki, result) in s.runnable.iter().zip(s.results.drain(..)) {
             let Err(e) = result else { continue };
             let kernel = &plan.kernels[ki];
-            let name = match kernel {
-                Kernel::Op { op, .. } => tasks[*op].op.kind.name(),
-                Kernel::Fused { .. } | Kernel::Chain(_) => "fused",
-            };
+            let name = kernel_name(plan, tasks, ki);
             let e = Error::Kernel { op: name, msg: e.0 };
             log::debug!("kernel error: {e}");
             first_error.get_or_insert_with(|| e.clone());
@@ -326,7 +296,9 @@ pub fn execute_plan(
         }
         k = end;
     }
+    s.no_arena = None;
     give_back_arena(arena);
+    segment_done();
     for v in 0..n {
         let (Some(slot), true) = (slot(s.slot_at[v]), plan.values[v].escapes) else {
             continue;
@@ -352,10 +324,21 @@ pub fn execute_plan(
     first_error
 }
 
+/// The op name that errors of kernel `k` carry.
+fn kernel_name(plan: &ExecutionPlan, tasks: &[Task], k: usize) -> &'static str {
+    match &plan.kernels[k] {
+        Kernel::Op { op, .. } => tasks[*op].op.kind.name(),
+        Kernel::Fused { .. } | Kernel::Chain(_) => "fused",
+    }
+}
+
 /// Runs the kernels `scratch.runnable` of one level: carves the arena once for all
 /// their outputs, then runs them one after the other, or at once on rayon when the
 /// stream may use several threads. Leaves one result per kernel in `scratch.results`
-/// and the level's pooled outputs in `scratch.bufs`.
+/// and the level's pooled outputs in `scratch.bufs`. A kernel whose outputs cannot be
+/// allocated is taken out of `runnable` without running; its outputs fail with
+/// [`Error::OutOfMemory`] (in `scratch.failed`, the first such error in
+/// `scratch.alloc_failed`).
 fn run_level(
     plan: &ExecutionPlan,
     tasks: &[Task],
@@ -375,29 +358,39 @@ fn run_level(
         outs,
         gaps,
         zeros,
+        no_arena,
+        alloc_failed,
         ..
     } = scratch;
     // Arena outputs are carved out; the others get pooled buffers.
     writes.clear();
     jobs.clear();
     pooled.clear();
-    for &k in runnable.iter() {
-        let o = crate::fusion::kernel_io(&plan.kernels[k]).1;
+    let mut i = 0;
+    while i < runnable.len() {
+        let k = runnable[i];
         let (w, p) = (writes.len(), pooled.len());
-        for &o in o {
-            match region(plan, o as usize) {
-                Some(r) => writes.push(r),
-                None => {
-                    let val = &plan.values[o as usize];
-                    pooled.push((o, Buffer::shared(val.dtype, val.layout.numel())));
+        match place_outputs(plan, k, *no_arena, writes, pooled) {
+            Ok(()) => {
+                jobs.push(Job {
+                    kernel: k,
+                    arena: writes.len() - w,
+                    pooled: pooled.len() - p,
+                });
+                i += 1;
+            }
+            Err(e) => {
+                writes.truncate(w);
+                pooled.drain(p..).for_each(|(_, b)| Buffer::release(b));
+                let e = e.error(kernel_name(plan, tasks, k));
+                log::debug!("kernel not run: {e}");
+                for &o in crate::fusion::kernel_io(&plan.kernels[k]).1 {
+                    failed[o as usize] = Some(e.clone());
                 }
+                alloc_failed.get_or_insert(e);
+                runnable.remove(i);
             }
         }
-        jobs.push(Job {
-            kernel: k,
-            arena: writes.len() - w,
-            pooled: pooled.len() - p,
-        });
     }
     results.clear();
     results.resize_with(jobs.len(), || Ok(()));
@@ -431,6 +424,32 @@ fn run_level(
     for (o, b) in pooled.drain(..) {
         bufs[o as usize] = Some(b);
     }
+}
+
+/// Places the outputs of kernel `k`: arena regions go to `writes`, the others get
+/// pooled buffers in `pooled` (in the kernel's output order). Fails when a buffer
+/// cannot be allocated, or an output belongs in the arena and the segment has none
+/// (`no_arena`, the arena's allocation failure).
+fn place_outputs(
+    plan: &ExecutionPlan,
+    k: usize,
+    no_arena: Option<AllocError>,
+    writes: &mut Vec<(usize, usize)>,
+    pooled: &mut Vec<(u32, Arc<Buffer>)>,
+) -> Result<(), AllocError> {
+    for &o in crate::fusion::kernel_io(&plan.kernels[k]).1 {
+        match region(plan, o as usize) {
+            Some(r) => match no_arena {
+                Some(e) => return Err(e),
+                None => writes.push(r),
+            },
+            None => {
+                let val = &plan.values[o as usize];
+                pooled.push((o, Buffer::shared(val.dtype, val.layout.numel())?));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs `jobs`, whose arena outputs are `outs` and pooled outputs `pooled` (job after

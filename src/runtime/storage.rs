@@ -3,12 +3,21 @@
 //! A [`Buffer`] owns one `Vec` of a single element type. Buffers are handed out by a
 //! size-class pool: a request for `n` elements is rounded up to the next class (powers
 //! of two split in quarters, so at most 25% is wasted), and a dropped buffer goes back
-//! to its class for the next request of that size, up to a cap on the bytes the pool
-//! keeps. After warm-up, a repeated forward pass therefore finds every buffer it needs
-//! in the pool. Buffer contents are not cleared between uses: every kernel writes all
-//! of its output.
+//! to its class for the next request of that size. After warm-up, a repeated forward
+//! pass therefore finds every buffer it needs in the pool. Buffer contents are not
+//! cleared between uses: every kernel writes all of its output.
+//!
+//! The same pool keeps the free arenas of the plan executor (`take_arena`,
+//! `give_back_arena`), and one limit bounds the bytes of both together
+//! ([`pool_limit`]): past it, the storage given back longest ago is freed first. The
+//! default limit follows what recent segments used; [`set_pool_limit`] fixes it and
+//! [`trim_pools`] frees everything pooled.
+//!
+//! Every allocation here is fallible: a size the system cannot give comes back as an
+//! [`AllocError`] (the caller turns it into [`Error::OutOfMemory`] naming its op)
+//! instead of aborting the process.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -16,7 +25,58 @@ use parking_lot::Mutex;
 
 use super::recycle;
 
+use crate::error::Error;
 use crate::ir::{DType, Element};
+
+/// A request for memory that the system refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocError {
+    /// The bytes requested.
+    pub bytes: usize,
+}
+
+impl AllocError {
+    /// The engine error for op `op`, which needed this memory.
+    pub fn error(self, op: &'static str) -> Error {
+        Error::OutOfMemory {
+            op,
+            bytes: self.bytes,
+        }
+    }
+}
+
+mod sealed {
+    /// Element types whose all-zero bit pattern is the value zero.
+    pub trait ZeroBits: Copy {}
+    impl ZeroBits for f32 {}
+    impl ZeroBits for u32 {}
+    impl ZeroBits for i64 {}
+}
+
+/// `len` zeros in a vector of exactly `len` elements, or an error if the system cannot
+/// give the memory. Like `vec![0; len]`, it asks the allocator for zeroed memory, so
+/// fresh pages are zero without being written here (a large buffer costs no pass over
+/// its memory before the kernel writes it).
+pub(crate) fn try_zeroed<T: sealed::ZeroBits>(len: usize) -> Result<Vec<T>, AllocError> {
+    let bytes = len.saturating_mul(std::mem::size_of::<T>());
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<T>(len).map_err(|_| AllocError { bytes })?;
+    // SAFETY: `layout` has a non-zero size (`len > 0`, and every `ZeroBits` type has a
+    // non-zero size). A safe `try_reserve` + `resize` would write every element first;
+    // the allocator's zeroed memory costs nothing for fresh pages (measured in the
+    // commit that added this).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if ptr.is_null() {
+        return Err(AllocError { bytes });
+    }
+    // SAFETY: `ptr` was allocated by the global allocator with the layout of `len`
+    // elements of `T` (so capacity `len`), and all `len` of them are initialised: the
+    // memory is zeroed, and all-zero bits are the value 0 for every `ZeroBits` type
+    // (f32, u32, i64).
+    Ok(unsafe { Vec::from_raw_parts(ptr, len, len) })
+}
 
 /// The elements of one buffer, typed.
 #[derive(Debug)]
@@ -47,12 +107,16 @@ impl Storage {
         }
     }
 
-    fn zeroed(dtype: DType, len: usize) -> Storage {
-        match dtype {
-            DType::F32 => Storage::F32(vec![0.0; len]),
-            DType::U32 => Storage::U32(vec![0; len]),
-            DType::I64 => Storage::I64(vec![0; len]),
-        }
+    fn try_zeroed(dtype: DType, len: usize) -> Result<Storage, AllocError> {
+        Ok(match dtype {
+            DType::F32 => Storage::F32(try_zeroed(len)?),
+            DType::U32 => Storage::U32(try_zeroed(len)?),
+            DType::I64 => Storage::I64(try_zeroed(len)?),
+        })
+    }
+
+    fn bytes(&self) -> usize {
+        self.capacity_len() * self.dtype().size_in_bytes()
     }
 }
 
@@ -143,12 +207,36 @@ pub struct Buffer {
 static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
 static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
 static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// The most tensor memory in use at once in the current window of segments.
+static WINDOW_PEAK: AtomicUsize = AtomicUsize::new(0);
+/// The same for the window before it.
+static LAST_WINDOW_PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Segments ended since the process started (they move the windows on).
+static SEGMENTS_ENDED: AtomicUsize = AtomicUsize::new(0);
+
+/// Segments per window of the recent peak that sets the default pool limit.
+const PEAK_WINDOW: usize = 64;
 
 /// Adds `delta` bytes to the tensor memory in use (buffers and arenas) and updates the
-/// peak.
+/// peaks.
 pub(crate) fn add_live_bytes(delta: usize) {
     let now = LIVE_BYTES.fetch_add(delta, Ordering::Relaxed) + delta;
     PEAK_BYTES.fetch_max(now, Ordering::Relaxed);
+    if now > WINDOW_PEAK.load(Ordering::Relaxed) {
+        WINDOW_PEAK.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
+/// Marks the end of a segment: every [`PEAK_WINDOW`] segments the window of the recent
+/// peak moves on (the older window is forgotten), and a pool above its default limit,
+/// which may have dropped, is trimmed.
+pub(crate) fn segment_done() {
+    if SEGMENTS_ENDED.fetch_add(1, Ordering::Relaxed) % PEAK_WINDOW != PEAK_WINDOW - 1 {
+        return;
+    }
+    let ended = WINDOW_PEAK.swap(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
+    LAST_WINDOW_PEAK.store(ended, Ordering::Relaxed);
+    POOL.trim_to(pool_limit());
 }
 
 /// Removes `delta` bytes from the tensor memory in use.
@@ -169,13 +257,19 @@ pub fn reset_peak_bytes() {
 
 impl Buffer {
     /// A buffer of `len` elements of `dtype`, from the pool when one of its class is free.
-    /// Its contents are unspecified: the caller writes every element.
-    pub fn alloc(dtype: DType, len: usize) -> Buffer {
+    /// Its contents are unspecified: the caller writes every element. Fails when the
+    /// system cannot give the memory (after freeing what the pool keeps and trying once
+    /// more).
+    pub fn alloc(dtype: DType, len: usize) -> Result<Buffer, AllocError> {
         let class = size_class(len);
-        let storage = POOL
-            .take(dtype, class)
-            .unwrap_or_else(|| Storage::zeroed(dtype, class));
-        Buffer::track(storage, len)
+        let storage = match POOL.take(dtype, class) {
+            Some(s) => s,
+            None => Storage::try_zeroed(dtype, class).or_else(|_| {
+                trim_pools();
+                Storage::try_zeroed(dtype, class)
+            })?,
+        };
+        Ok(Buffer::track(storage, len))
     }
 
     /// A buffer that takes ownership of `data` (no copy).
@@ -186,7 +280,7 @@ impl Buffer {
 
     fn track(storage: Storage, len: usize) -> Buffer {
         LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
-        add_live_bytes(storage.capacity_len() * storage.dtype().size_in_bytes());
+        add_live_bytes(storage.bytes());
         Buffer {
             storage,
             len,
@@ -196,16 +290,17 @@ impl Buffer {
 
     /// A pooled buffer of `len` elements behind an `Arc`, reusing an emptied shell of
     /// this thread's free list when there is one (so no allocation at all after warm-up).
-    pub fn shared(dtype: DType, len: usize) -> Arc<Buffer> {
+    /// Fails as [`Buffer::alloc`] does.
+    pub fn shared(dtype: DType, len: usize) -> Result<Arc<Buffer>, AllocError> {
+        let fresh = Buffer::alloc(dtype, len)?;
         if let Some(mut cell) = recycle::buffers::take() {
             if let Some(b) = Arc::get_mut(&mut cell) {
-                let fresh = Buffer::alloc(dtype, len);
                 let old = std::mem::replace(b, fresh);
                 debug_assert!(!old.live, "free shells hold no storage");
-                return cell;
+                return Ok(cell);
             }
         }
-        Arc::new(Buffer::alloc(dtype, len))
+        Ok(Arc::new(fresh))
     }
 
     /// Lets go of one reference to a shared buffer. The last one gives the storage back
@@ -226,7 +321,7 @@ impl Buffer {
         self.live = false;
         let storage = std::mem::replace(&mut self.storage, Storage::F32(Vec::new()));
         LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
-        sub_live_bytes(storage.capacity_len() * storage.dtype().size_in_bytes());
+        sub_live_bytes(storage.bytes());
         POOL.give_back(storage);
     }
 
@@ -295,9 +390,15 @@ pub fn live_bytes() -> usize {
     LIVE_BYTES.load(Ordering::Relaxed)
 }
 
-/// Bytes of free storage the pool keeps for reuse.
+/// Bytes of free buffer storage the pool keeps for reuse (arenas not included: see
+/// [`pooled_arena_bytes`]).
 pub fn pooled_bytes() -> usize {
-    POOL.inner.lock().bytes
+    POOL.inner.lock().buffer_bytes
+}
+
+/// Bytes of free arenas the pool keeps for the plan executor.
+pub fn pooled_arena_bytes() -> usize {
+    POOL.inner.lock().arena_bytes
 }
 
 /// The size class of a request for `len` elements: `len` rounded up to a power of two
@@ -312,32 +413,130 @@ pub fn size_class(len: usize) -> usize {
     len.div_ceil(step) * step
 }
 
-/// The most bytes of free storage the pool keeps; beyond it, freed storage goes back to
-/// the system allocator.
-const POOL_CAP_BYTES: usize = 2 << 30;
+/// The least the default pool limit allows: below this, small programs would free and
+/// allocate again for nothing.
+pub const POOL_LIMIT_FLOOR: usize = 64 << 20;
 
+/// The limit set by [`set_pool_limit`]; `usize::MAX` for the default.
+static FIXED_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// The most bytes of free storage the pool keeps, buffers and arenas together.
+///
+/// By default it is the larger of [`POOL_LIMIT_FLOOR`] (64 MiB) and twice the most
+/// tensor memory (live buffers and running arenas) in use at once during the last 64
+/// to 128 segments. A program that repeats the same passes thus keeps everything its
+/// next pass will ask for (a pass never needs more free storage than it had in use),
+/// with room for the size classes' slack and for arenas of other sizes; a program whose
+/// segments get smaller gives the difference back within 128 segments; and no
+/// program keeps more than twice what it recently used. [`set_pool_limit`] replaces
+/// the default with a fixed limit.
+pub fn pool_limit() -> usize {
+    match FIXED_LIMIT.load(Ordering::Relaxed) {
+        usize::MAX => {
+            let recent = WINDOW_PEAK
+                .load(Ordering::Relaxed)
+                .max(LAST_WINDOW_PEAK.load(Ordering::Relaxed));
+            POOL_LIMIT_FLOOR.max(recent.saturating_mul(2))
+        }
+        fixed => fixed,
+    }
+}
+
+/// Fixes the most bytes of free storage the buffer and arena pools keep together
+/// (`usize::MAX` goes back to the default of [`pool_limit`]); what the pool keeps
+/// beyond it now is freed at once, the storage given back longest ago first. A limit
+/// of 0 pools nothing: every buffer and arena is allocated afresh.
+pub fn set_pool_limit(bytes: usize) {
+    FIXED_LIMIT.store(bytes, Ordering::Relaxed);
+    POOL.trim_to(pool_limit());
+}
+
+/// Frees every buffer and arena the pool keeps now (tensors in use are not touched).
+pub fn trim_pools() {
+    POOL.trim_to(0);
+}
+
+/// Free storage of both kinds, each with the stamp of its give-back.
 struct Pool {
     inner: Mutex<PoolInner>,
 }
 
+/// Free buffer storage by dtype and size class, oldest first, each with its stamp.
+type FreeLists = HashMap<(DType, usize), VecDeque<(u64, Storage)>>;
+
 #[derive(Default)]
 struct PoolInner {
-    free: Option<HashMap<(DType, usize), Vec<Storage>>>,
-    bytes: usize,
+    /// Free buffer storage.
+    free: Option<FreeLists>,
+    /// Free arenas (any order).
+    arenas: Vec<(u64, Vec<f32>)>,
+    /// Bytes in `free`.
+    buffer_bytes: usize,
+    /// Bytes in `arenas`.
+    arena_bytes: usize,
+    /// Give-backs so far: the stamp of the next one.
+    clock: u64,
 }
 
 static POOL: Pool = Pool {
     inner: Mutex::new(PoolInner {
         free: None,
-        bytes: 0,
+        arenas: Vec::new(),
+        buffer_bytes: 0,
+        arena_bytes: 0,
+        clock: 0,
     }),
 };
+
+impl PoolInner {
+    fn bytes(&self) -> usize {
+        self.buffer_bytes + self.arena_bytes
+    }
+
+    fn stamp(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// Takes out the storage given back longest ago (an arena as f32 storage).
+    fn pop_oldest(&mut self) -> Option<Storage> {
+        let oldest_buffer = self.free.as_ref().and_then(|free| {
+            free.iter()
+                .filter_map(|(&class, q)| q.front().map(|(stamp, _)| (*stamp, class)))
+                .min_by_key(|(stamp, _)| *stamp)
+        });
+        let oldest_arena = self
+            .arenas
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, (stamp, _))| *stamp)
+            .map(|(i, (stamp, _))| (*stamp, i));
+        match (oldest_buffer, oldest_arena) {
+            (Some((b, class)), arena) if arena.is_none_or(|(a, _)| b < a) => {
+                let free = self.free.as_mut()?;
+                let queue = free.get_mut(&class)?;
+                let (_, storage) = queue.pop_front()?;
+                if queue.is_empty() {
+                    free.remove(&class);
+                }
+                self.buffer_bytes -= storage.bytes();
+                Some(storage)
+            }
+            (_, Some((_, i))) => {
+                let (_, arena) = self.arenas.swap_remove(i);
+                self.arena_bytes -= arena.len() * 4;
+                Some(Storage::F32(arena))
+            }
+            _ => None,
+        }
+    }
+}
 
 impl Pool {
     fn take(&self, dtype: DType, class: usize) -> Option<Storage> {
         let mut inner = self.inner.lock();
-        let storage = inner.free.as_mut()?.get_mut(&(dtype, class))?.pop()?;
-        inner.bytes -= class * dtype.size_in_bytes();
+        let (_, storage) = inner.free.as_mut()?.get_mut(&(dtype, class))?.pop_back()?;
+        inner.buffer_bytes -= storage.bytes();
         Some(storage)
     }
 
@@ -346,19 +545,117 @@ impl Pool {
         if len == 0 || size_class(len) != len {
             return;
         }
-        let bytes = len * storage.dtype().size_in_bytes();
-        let mut inner = self.inner.lock();
-        if inner.bytes + bytes > POOL_CAP_BYTES {
+        let bytes = storage.bytes();
+        let limit = pool_limit();
+        if bytes > limit {
             return;
         }
-        inner.bytes += bytes;
+        let mut inner = self.inner.lock();
+        let stamp = inner.stamp();
+        inner.buffer_bytes += bytes;
         inner
             .free
             .get_or_insert_with(HashMap::new)
             .entry((storage.dtype(), len))
             .or_default()
-            .push(storage);
+            .push_back((stamp, storage));
+        if inner.bytes() > limit {
+            drop(inner);
+            self.trim_to(limit);
+        }
     }
+
+    /// The smallest free arena of at least `len` elements.
+    /// The smallest free arena of at least `len` elements (`Ok`), or else the largest
+    /// smaller one, to be freed (`Err`): the arena it is about to be replaced by is
+    /// larger and serves every segment it served, so shapes that keep growing keep one
+    /// arena in the pool, not one per size.
+    fn take_arena(&self, len: usize) -> Result<Vec<f32>, Option<Vec<f32>>> {
+        let mut inner = self.inner.lock();
+        let by_len = |(_, (_, a)): &(usize, &(u64, Vec<f32>))| a.len();
+        let arenas = inner.arenas.iter().enumerate();
+        let (best, fits) = match arenas
+            .clone()
+            .filter(|p| by_len(p) >= len)
+            .min_by_key(by_len)
+        {
+            Some((i, _)) => (i, true),
+            None => match arenas.max_by_key(by_len) {
+                Some((i, _)) => (i, false),
+                None => return Err(None),
+            },
+        };
+        let (_, arena) = inner.arenas.swap_remove(best);
+        inner.arena_bytes -= arena.len() * 4;
+        if fits {
+            Ok(arena)
+        } else {
+            Err(Some(arena))
+        }
+    }
+
+    fn give_back_arena(&self, arena: Vec<f32>) {
+        let bytes = arena.len() * 4;
+        let limit = pool_limit();
+        if bytes == 0 || bytes > limit {
+            return;
+        }
+        let mut inner = self.inner.lock();
+        let stamp = inner.stamp();
+        inner.arena_bytes += bytes;
+        inner.arenas.push((stamp, arena));
+        if inner.bytes() > limit {
+            drop(inner);
+            self.trim_to(limit);
+        }
+    }
+
+    /// Frees the oldest storage until the pool keeps at most `limit` bytes; each piece
+    /// is freed outside the lock.
+    fn trim_to(&self, limit: usize) {
+        loop {
+            let victim = {
+                let mut inner = self.inner.lock();
+                if inner.bytes() <= limit {
+                    return;
+                }
+                inner.pop_oldest()
+            };
+            if victim.is_none() {
+                return;
+            }
+        }
+    }
+}
+
+/// An arena of at least `len` f32 elements for one segment: the smallest free one that
+/// fits, or a fresh one in place of the largest free one (after freeing what the pool
+/// keeps and trying once more, if the system refuses). Counted as memory in use until [`give_back_arena`].
+pub(crate) fn take_arena(len: usize) -> Result<Vec<f32>, AllocError> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let arena = match POOL.take_arena(len) {
+        Ok(a) => a,
+        Err(smaller) => {
+            drop(smaller);
+            try_zeroed(len).or_else(|_| {
+                trim_pools();
+                try_zeroed(len)
+            })?
+        }
+    };
+    add_live_bytes(arena.len() * 4);
+    Ok(arena)
+}
+
+/// Gives a segment's arena back to the pool (within the pool limit).
+pub(crate) fn give_back_arena(arena: Vec<f32>) {
+    if arena.is_empty() {
+        return;
+    }
+    sub_live_bytes(arena.len() * 4);
+    POOL.give_back_arena(arena);
 }
 
 #[cfg(test)]
@@ -377,12 +674,12 @@ mod tests {
 
     #[test]
     fn buffers_are_reused() {
-        let b = Buffer::alloc(DType::F32, 1000);
+        let b = Buffer::alloc(DType::F32, 1000).unwrap();
         assert_eq!(b.len(), 1000);
         assert_eq!(b.as_slice::<f32>().unwrap().len(), 1000);
         assert!(b.as_slice::<u32>().is_none());
         drop(b);
-        let c = Buffer::alloc(DType::F32, 1001);
+        let c = Buffer::alloc(DType::F32, 1001).unwrap();
         assert_eq!(c.len(), 1001);
     }
 }

@@ -276,7 +276,8 @@ impl Tensor {
 
     /// Computes the tensor if needed and returns its elements in row-major order. `T`
     /// must match the tensor's dtype. Returns the error of any op it depends on that
-    /// failed while running.
+    /// failed while running, and [`Error::OutOfMemory`] when the system has no memory
+    /// for the elements (of the tensor, or of the returned vector).
     pub fn to_vec<T: TensorElement>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype() {
             return Err(Error::DType {
@@ -295,10 +296,18 @@ impl Tensor {
             msg: "buffer of the wrong type (engine bug)".into(),
         })?;
         let n = layout.numel();
+        // The returned vector may be far larger than the buffer (a broadcast view), so
+        // it is allocated fallibly too.
+        let mut out = Vec::new();
+        out.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+            op: "to_vec",
+            bytes: n.saturating_mul(std::mem::size_of::<T>()),
+        })?;
         if layout.is_contiguous() && layout.offset + n <= src.len() {
-            return Ok(src[layout.offset..layout.offset + n].to_vec());
+            out.extend_from_slice(&src[layout.offset..layout.offset + n]);
+            return Ok(out);
         }
-        let mut out = vec![T::zero(); n];
+        out.resize(n, T::zero());
         kernels::copy(src, layout, &mut out, Par::all()).map_err(|e| Error::Kernel {
             op: "to_vec",
             msg: e.0,
