@@ -89,6 +89,12 @@ pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> ExecutionPlan {
             .zip(&live)
             .filter(|(op, &l)| !l && !matches!(op.kind, OpKind::Drop))
             .count(),
+        work: ops
+            .iter()
+            .zip(&live)
+            .filter(|(_, &l)| l)
+            .map(|(op, _)| op.work())
+            .fold(0, usize::saturating_add),
     }
 }
 

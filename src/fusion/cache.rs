@@ -268,6 +268,7 @@ fn entry_bytes(plan: &ExecutionPlan, signature: &Vec<SigOp>) -> usize {
         arena_lower_bound: _,
         ops: _,
         dead_ops: _,
+        work: _,
     } = plan;
     let mut bytes = size_of::<Entry>()
         + heap::<(AtomicUsize, AtomicUsize, ExecutionPlan)>(1)

@@ -227,6 +227,27 @@ pub struct Op {
     pub output: Option<TensorDesc>,
 }
 
+impl Op {
+    /// Roughly how many element operations the op costs: its output's element count,
+    /// times the inner dim for a matmul. Used to decide whether a segment is worth
+    /// running on several threads.
+    pub fn work(&self) -> usize {
+        let Some(out) = &self.output else { return 0 };
+        let n = out.layout.numel();
+        match self.kind {
+            OpKind::MatMul => {
+                let k = self
+                    .inputs
+                    .first()
+                    .and_then(|l| l.layout.dims.last().copied());
+                n.saturating_mul(k.unwrap_or(1))
+            }
+            OpKind::View | OpKind::Drop => 0,
+            _ => n,
+        }
+    }
+}
+
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(out) = &self.output {

@@ -55,6 +55,7 @@ pub use fused::{fused, fused_in_place, FusedProgram, Instr, BLOCK};
 pub use index::index_select;
 pub use matmul::matmul;
 pub use norm::{layer_norm, rms_norm, softmax};
+pub(crate) use par::worth_splitting;
 pub use reduce::{argmax, reduce};
 
 use std::fmt;

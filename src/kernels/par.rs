@@ -20,6 +20,12 @@ use super::Par;
 /// tiny value so that small tensors exercise the chunked code paths.
 pub(crate) const MIN_TASK_WORK: usize = if cfg!(test) { 24 } else { 1 << 16 };
 
+/// Whether `work` element operations are worth more than one thread (at least two
+/// tasks' worth; below that every kernel would run on one thread anyway).
+pub(crate) fn worth_splitting(work: usize) -> bool {
+    work >= 2 * MIN_TASK_WORK
+}
+
 /// Runs `f(first_unit, chunk)` over `dst` cut into chunks of whole units of `unit`
 /// elements, where one unit costs about `cost_per_unit` element operations.
 ///

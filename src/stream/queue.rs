@@ -35,10 +35,10 @@ use parking_lot::{Condvar, Mutex};
 
 use super::{closer, config, StreamId};
 use crate::error::Error;
-use crate::fusion::cache;
+use crate::fusion::{cache, ExecutionPlan};
 use crate::ir::relative::RelativeBuilder;
 use crate::ir::{Op, OpKind, TensorDesc, TensorId};
-use crate::kernels::{teardown, Par};
+use crate::kernels::{teardown, worth_splitting, Par};
 use crate::runtime::{
     execute, execute_plan, kernel_threads, observer, panic_message, run_in_pool, PlanScratch, Slot,
     SlotState, Task,
@@ -411,29 +411,44 @@ impl StreamCell {
     }
 
     /// Runs a segment taken out of the queue: waits for the inputs that other flushes
-    /// are still making, runs it (on the kernel pool when it may use several threads),
-    /// then recycles its tasks.
+    /// are still making, finds its plan, runs it (on the kernel pool when the stream
+    /// may use several threads and the segment has the work for them), then recycles
+    /// its tasks.
     fn run(&self, segment: Segment) {
         let Segment {
             mut tasks,
             mut scratch,
-            info,
+            mut info,
             unfused,
             par,
         } = segment;
         wait_for_inputs(&tasks, &mut scratch.made);
-        if par.threads > 1 {
+        let plan = if unfused {
+            Ok(None)
+        } else {
+            let segment = tasks.make_contiguous();
+            catch_unwind(AssertUnwindSafe(|| Some(self.plan(segment, &mut info))))
+        };
+        let work = match &plan {
+            Ok(Some(p)) => p.work,
+            _ => tasks
+                .iter()
+                .map(|t| t.op.work())
+                .fold(0, usize::saturating_add),
+        };
+        if par.threads > 1 && worth_splitting(work) {
             // The kernel observer follows the segment to the kernel thread.
             let observe = observer::enabled();
             let records = run_in_pool(|| {
                 observer::follow(observe, || {
-                    self.run_and_report(&mut tasks, &mut scratch.plan, info, unfused, par)
+                    self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par)
                 })
                 .1
             });
             observer::keep(records);
         } else {
-            self.run_and_report(&mut tasks, &mut scratch.plan, info, unfused, par);
+            let par = Par::serial();
+            self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par);
         }
         for task in tasks.iter_mut() {
             task.release_slots();
@@ -454,25 +469,25 @@ impl StreamCell {
         }
     }
 
-    /// The run of a segment: computes it, fills its escaping slots (a panic fails the
-    /// ones still pending), and reports the flush. Everything another thread may wait
-    /// for is done when this returns.
+    /// The run of a segment: computes it (through `plan`, or op by op when there is
+    /// none), fills its escaping slots (a panic, here or while planning, fails the ones
+    /// still pending), and reports the flush. Everything another thread may wait for
+    /// is done when this returns.
     fn run_and_report(
         &self,
         tasks: &mut VecDeque<Task>,
+        plan: std::thread::Result<Option<Arc<ExecutionPlan>>>,
         scratch: &mut PlanScratch,
-        mut info: FlushInfo,
-        unfused: bool,
+        info: FlushInfo,
         par: Par,
     ) {
         let tasks = tasks.make_contiguous();
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            if unfused {
-                execute(tasks.iter_mut(), par)
-            } else {
-                self.run_planned(tasks, scratch, &mut info, par)
-            }
-        }));
+        let outcome = plan.and_then(|plan| {
+            catch_unwind(AssertUnwindSafe(|| match plan {
+                Some(plan) => execute_plan(&plan, tasks, scratch, par),
+                None => execute(tasks.iter_mut(), par),
+            }))
+        });
         let error = outcome.unwrap_or_else(|panic| {
             let e = Error::Kernel {
                 op: "segment",
@@ -498,14 +513,8 @@ impl StreamCell {
         }
     }
 
-    /// Runs a segment through its cached plan (fused kernels, planned arena).
-    fn run_planned(
-        &self,
-        segment: &[Task],
-        scratch: &mut PlanScratch,
-        info: &mut FlushInfo,
-        par: Par,
-    ) -> Option<Error> {
+    /// The segment's plan, from the cache (built on a miss); notes it in `info`.
+    fn plan(&self, segment: &[Task], info: &mut FlushInfo) -> Arc<ExecutionPlan> {
         let key = info.key;
         let (plan, hit) = cache::get_or_build(key, segment, |t| (&t.op, &t.rel));
         info.cache_hit = hit;
@@ -525,7 +534,7 @@ impl StreamCell {
                 log::trace!("{}: plan cache miss for {key:016x}; built {plan}", self.id);
             }
         }
-        execute_plan(&plan, segment, scratch, par)
+        plan
     }
 
     /// Blocks until no segment of this stream is running anywhere.
