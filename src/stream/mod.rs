@@ -169,8 +169,9 @@ pub fn set_fusion(on: bool) {
 
 /// Sets how many threads the kernels of the calling thread's stream may use: 1 runs
 /// every kernel on the thread that flushes (the right choice when several streams run
-/// at once, one per core); 0 (the default) lets large kernels use all of rayon's
-/// threads.
+/// at once, one per core); 0 (the default) lets large segments use all of the
+/// engine's kernel threads (its own rayon pool, one thread per core, shared by every
+/// stream and never by the user's rayon jobs).
 pub fn set_kernel_threads(threads: usize) {
     with_current(|c| c.set_threads(threads))
 }
