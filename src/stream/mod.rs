@@ -14,8 +14,10 @@
 
 mod closer;
 mod queue;
+mod read;
 
 pub use queue::{FlushInfo, FlushReason, StreamCell};
+pub(crate) use read::{copy_out, materialize};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -127,10 +129,11 @@ where
 {
     with_current(|cell| {
         for (desc, slot, home) in inputs.clone() {
-            if slot.is_pending() && home.id() != cell.id() {
+            if home.id() != cell.id() && slot.is_pending() {
                 log::trace!("{}: drains {} for {}", cell.id(), home.id(), desc.id);
-                home.flush(
-                    slot.producer(),
+                read::drain(
+                    home,
+                    slot,
                     FlushReason::Drain {
                         by: cell.id(),
                         tensor: desc.id,

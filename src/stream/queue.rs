@@ -619,6 +619,11 @@ impl StreamCell {
         self.queue.lock().unfused = !on;
     }
 
+    /// The kernel budget of this stream's flushes.
+    pub(crate) fn par(&self) -> Par {
+        par(self.queue.lock().threads)
+    }
+
     /// Sets the number of threads this stream's kernels may use (0: all).
     pub(crate) fn set_threads(&self, threads: usize) {
         self.queue.lock().threads = threads;

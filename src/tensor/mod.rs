@@ -23,9 +23,8 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::ir::{DType, Layout, OpKind, TensorDesc, TensorId, MAX_RANK};
-use crate::kernels::{self, Par};
-use crate::runtime::{Buffer, Slot, SlotState, StorageElement};
-use crate::stream::{self, FlushReason, StreamCell};
+use crate::runtime::{Buffer, Slot, StorageElement};
+use crate::stream::{self, StreamCell};
 
 /// A handle to a tensor: an n-dimensional array of one [`DType`], computed lazily.
 ///
@@ -308,7 +307,7 @@ impl Tensor {
             return Ok(out);
         }
         out.resize(n, T::zero());
-        kernels::copy(src, layout, &mut out, Par::all()).map_err(|e| Error::Kernel {
+        stream::copy_out(src, layout, &mut out).map_err(|e| Error::Kernel {
             op: "to_vec",
             msg: e.0,
         })?;
@@ -317,24 +316,7 @@ impl Tensor {
 
     /// Runs whatever the tensor still waits for and returns its buffer.
     fn materialize(&self) -> Result<Arc<Buffer>> {
-        let slot = &self.slot();
-        if slot.is_pending() {
-            // The owner flushes its whole queue (the Drops queued after the producer
-            // belong in the segment); another thread drains only what it needs.
-            let own = stream::is_current(self.h().home.id());
-            let upto = if own { u64::MAX } else { slot.producer() };
-            self.h().home.flush(upto, FlushReason::Read(self.id()));
-            // Another thread may have taken the producer out before us: wait for it.
-            slot.wait_ready();
-        }
-        match slot.state() {
-            SlotState::Ready(b) => Ok(b),
-            SlotState::Failed(e) => Err(e),
-            SlotState::Pending => Err(Error::Kernel {
-                op: "to_vec",
-                msg: format!("{} was not computed by its stream (engine bug)", self.id()),
-            }),
-        }
+        stream::materialize(self.id(), self.slot(), &self.h().home)
     }
 
     /// Elements of an already computed tensor, without flushing anything; `None` if
