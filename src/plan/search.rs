@@ -528,6 +528,12 @@ pub(crate) fn search(
                 if stop.load(Ordering::Relaxed) || cancel.load(Ordering::Relaxed) {
                     return;
                 }
+                // A searcher under a small node limit may end before it looks
+                // at the clock: look here too.
+                if Instant::now() >= deadline {
+                    stop.store(true, Ordering::Relaxed);
+                    return;
+                }
                 let mut s = Searcher::new(g, keys, cap, order, deadline, &stop, cancel);
                 let t0 = Instant::now();
                 let status = s.run(limit);
