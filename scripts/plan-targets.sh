@@ -5,8 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA="${1:-../shared/data}"
-cargo build --release --quiet --bin streamfuse-plan
-BIN=target/release/streamfuse-plan
+# $PLAN_BIN runs another build (a baseline) instead of building this one.
+if [[ -n "${PLAN_BIN:-}" ]]; then
+  BIN="$PLAN_BIN"
+else
+  cargo build --release --quiet --bin streamfuse-plan
+  BIN="${CARGO_TARGET_DIR:-target}/release/streamfuse-plan"
+fi
 printf "%-16s %7s %14s | %14s %9s %7s %4s | %14s %9s %7s\n" file buffers lower_bound "best arena" ratio millis exit "greedy arena" ratio millis
 for f in $(find "$DATA" -name '*.csv' | sort); do
   name=$(basename "$f")

@@ -146,6 +146,26 @@ fn bad_input_exits_2_with_the_reason() {
     assert_eq!(r.status.code(), Some(2));
 }
 
+#[test]
+fn repeated_or_unknown_column_exits_2_naming_it() {
+    // Before the fix the first `size` won and the second vanished from --out.
+    let input = temp("twice.csv", "id,lower,upper,size,size\na,0,3,4,8\n");
+    let out = input.with_file_name("twice.out.csv");
+    let r = bin().arg(&input).arg("--out").arg(&out).output().unwrap();
+    assert_eq!(r.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("line 1") && err.contains("\"size\" twice"),
+        "{err}"
+    );
+    assert!(!out.exists(), "no plan may be written for a bad header");
+    let input = temp("unknown.csv", "id,lower,upper,size,colour\na,0,3,4,red\n");
+    let r = bin().arg(&input).output().unwrap();
+    assert_eq!(r.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("unknown column \"colour\""), "{err}");
+}
+
 /// Every trace of ../shared/data, release build recommended:
 /// `cargo test --release --test plan_cli -- --ignored`.
 #[test]

@@ -28,6 +28,12 @@ use super::Plan;
 /// input error if `problem` itself is not valid.
 pub fn validate(problem: &Problem, plan: &Plan) -> Result<(), PlanError> {
     problem.validate()?;
+    validate_valid(problem, plan)
+}
+
+/// [`validate`] for a problem known to be valid (`solve` has just normalized it,
+/// and need not do that twice on a million buffers).
+pub(crate) fn validate_valid(problem: &Problem, plan: &Plan) -> Result<(), PlanError> {
     let bufs = &problem.buffers;
     let n = bufs.len();
     let bad = |message: String| Err(PlanError::InvalidPlan { message });
@@ -93,25 +99,34 @@ pub fn validate(problem: &Problem, plan: &Plan) -> Result<(), PlanError> {
             atom[y] = x;
         }
     }
-    let mut atoms: BTreeMap<usize, (u64, u64, u64, u64, usize)> = BTreeMap::new();
+    // Every atom as (first step, end step, offset, end byte, a buffer of it),
+    // indexed by its representative.
+    const NO_ATOM: (u64, u64, u64, u64, usize) = (u64::MAX, 0, 0, 0, usize::MAX);
+    let mut atoms = vec![NO_ATOM; n];
     for i in 0..n {
         if root[i] != i {
             continue;
         }
         let a = find(&mut atom, i);
-        let e = atoms
-            .entry(a)
-            .or_insert((span[i].0, span[i].1, plan.offsets[i], 0, i));
+        let e = &mut atoms[a];
+        if e.4 == usize::MAX {
+            *e = (span[i].0, span[i].1, plan.offsets[i], 0, i);
+        }
         e.0 = e.0.min(span[i].0);
         e.1 = e.1.max(span[i].1);
         e.3 = e.3.max(plan.offsets[i] + bufs[i].size);
     }
-    let mut ev: Vec<(u64, bool, u64, u64, usize)> = Vec::with_capacity(atoms.len() * 2);
-    for &(lo, up, off, end, who) in atoms.values() {
-        ev.push((lo, true, off, end, who));
-        ev.push((up, false, off, end, who));
+    // Events (step, atom), the top bit set for a birth: at one step, deaths
+    // come before births.
+    const BIRTH: u64 = 1 << 63;
+    let mut ev: Vec<(u64, u64)> = Vec::with_capacity(2 * n);
+    for (k, a) in atoms.iter().enumerate() {
+        if a.4 != usize::MAX {
+            ev.push((a.0, BIRTH | k as u64));
+            ev.push((a.1, k as u64));
+        }
     }
-    ev.sort_unstable_by_key(|e| (e.0, e.1));
+    ev.sort_unstable();
     let mut live: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
     let clash = |a: usize, b: usize, t: u64| {
         bad(format!(
@@ -119,8 +134,9 @@ pub fn validate(problem: &Problem, plan: &Plan) -> Result<(), PlanError> {
             bufs[a].id, bufs[b].id
         ))
     };
-    for (t, start, off, end, who) in ev {
-        if !start {
+    for (t, code) in ev {
+        let (_, _, off, end, who) = atoms[(code & !BIRTH) as usize];
+        if code & BIRTH == 0 {
             live.remove(&off);
             continue;
         }

@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Columns may come in any order; `alignment` (default 1) and `offset` are
-//! optional. The `id` column is kept as text ([`Trace::ids`]) so a plan can be
+//! optional. A header that names a column twice, or a column not listed above,
+//! is an error naming that column. The `id` column is kept as text ([`Trace::ids`]) so a plan can be
 //! written back with the ids exactly as they were; [`Buffer::id`] is the id when it
 //! is a non-negative integer and the row's position otherwise. A row that cannot
 //! be read is an error naming its line (the header is line 1).
@@ -35,7 +36,36 @@ pub struct Trace {
     pub has_alignment: bool,
 }
 
+/// The columns a trace may have, in the order [`write()`] puts them.
+const COLUMNS: [&str; 6] = ["id", "lower", "upper", "size", "alignment", "offset"];
+
+/// The column names of a header line (lower case, trimmed), each one of
+/// [`COLUMNS`]. A name that is not, or that comes twice, is an error naming it:
+/// silently keeping one of two `size` columns would plan the wrong trace.
+fn header_columns(header: &str) -> Result<Vec<&'static str>, String> {
+    let mut names: Vec<&'static str> = Vec::new();
+    for raw in header.trim_start_matches('\u{feff}').split(',') {
+        let name = raw.trim().to_ascii_lowercase();
+        let Some(&known) = COLUMNS.iter().find(|&&c| c == name) else {
+            return Err(format!(
+                "header names an unknown column {:?} (the columns are {})",
+                raw.trim(),
+                COLUMNS.join(", ")
+            ));
+        };
+        if names.contains(&known) {
+            return Err(format!("header names the column {known:?} twice"));
+        }
+        names.push(known);
+    }
+    Ok(names)
+}
+
 /// Parses a trace from CSV text.
+///
+/// The header must name each of `id`, `lower`, `upper` and `size` once, and may
+/// name `alignment` and `offset`; any other column, or any column named twice,
+/// is an error naming it.
 pub fn read(text: &str) -> Result<Trace, PlanError> {
     let mut lines = text
         .lines()
@@ -47,12 +77,11 @@ pub fn read(text: &str) -> Result<Trace, PlanError> {
             message: "empty input: expected a header `id,lower,upper,size`".into(),
         });
     };
-    let names: Vec<String> = header
-        .trim_start_matches('\u{feff}')
-        .split(',')
-        .map(|c| c.trim().to_ascii_lowercase())
-        .collect();
-    let col = |name: &str| names.iter().position(|c| c == name);
+    let names = header_columns(header).map_err(|message| PlanError::Csv {
+        line: h + 1,
+        message,
+    })?;
+    let col = |name: &str| names.iter().position(|&c| c == name);
     let (Some(c_id), Some(c_lo), Some(c_up), Some(c_size)) =
         (col("id"), col("lower"), col("upper"), col("size"))
     else {
@@ -69,15 +98,22 @@ pub fn read(text: &str) -> Result<Trace, PlanError> {
         offsets: c_off.map(|_| Vec::new()),
         ..Trace::default()
     };
+    // Every column is known and named once, so a row has at most COLUMNS fields.
+    let mut fields = [""; COLUMNS.len()];
     for (k, row) in lines {
         let line = k + 1;
         let err = |message: String| PlanError::Csv { line, message };
-        let fields: Vec<&str> = row.split(',').map(str::trim).collect();
-        if fields.len() != names.len() {
+        let mut found = 0;
+        for f in row.split(',') {
+            if found < names.len() {
+                fields[found] = f.trim();
+            }
+            found += 1;
+        }
+        if found != names.len() {
             return Err(err(format!(
-                "expected {} fields, found {}",
-                names.len(),
-                fields.len()
+                "expected {} fields, found {found}",
+                names.len()
             )));
         }
         let num = |c: usize| -> Result<u64, PlanError> {
@@ -223,5 +259,22 @@ mod tests {
         assert!(e.to_string().starts_with("line 1:"), "{e}");
         let e = read("id,lower,upper,size\n0,0,3,99999999999999999999\n").unwrap_err();
         assert!(e.to_string().contains("64 bits"), "{e}");
+    }
+
+    #[test]
+    fn repeated_or_unknown_columns_are_errors_naming_them() {
+        // A second `size` used to be dropped silently (the first one won).
+        let e = read("id,lower,upper,size,size\n0,0,3,4,8\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "line 1: header names the column \"size\" twice"
+        );
+        let e = read("ID,lower,upper,size,id\n").unwrap_err();
+        assert!(e.to_string().contains("\"id\" twice"), "{e}");
+        let e = read("id,lower,upper,size,colour\n0,0,3,4,red\n").unwrap_err();
+        assert!(matches!(e, PlanError::Csv { line: 1, .. }), "{e:?}");
+        assert!(e.to_string().contains("unknown column \"colour\""), "{e}");
+        let e = read("id,lower,upper,size,\n0,0,3,4,\n").unwrap_err();
+        assert!(e.to_string().contains("unknown column \"\""), "{e}");
     }
 }

@@ -15,7 +15,7 @@
 //! All return offsets per item; [`solve`](super::solve) maps them back to buffers.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use super::instance::{align_up, Item, Sections};
 use super::place::{place_in_order, Fit};
@@ -33,28 +33,64 @@ pub(crate) fn naive(items: &[Item]) -> Vec<u64> {
         .collect()
 }
 
-/// A free list walked in time order, best fit, growing the arena when needed.
-pub(crate) fn linear_scan(items: &[Item]) -> Vec<u64> {
-    let mut order: Vec<usize> = (0..items.len()).collect();
-    order.sort_by_key(|&i| (items[i].lower, Reverse(items[i].size), i));
-    let mut offsets = vec![0u64; items.len()];
-    let mut live: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
-    let mut free: BTreeMap<u64, u64> = BTreeMap::new(); // offset -> length
-    let mut top = 0u64;
-    let release = |free: &mut BTreeMap<u64, u64>, mut off: u64, mut len: u64| {
-        if let Some((&po, &pl)) = free.range(..off).next_back() {
+/// The free blocks of a linear scan, indexed by offset (to merge neighbours)
+/// and by (length, offset) (to find the best fit in O(log n)).
+#[derive(Default)]
+struct FreeBlocks {
+    by_offset: BTreeMap<u64, u64>,
+    by_length: BTreeSet<(u64, u64)>,
+}
+
+impl FreeBlocks {
+    fn insert(&mut self, off: u64, len: u64) {
+        self.by_offset.insert(off, len);
+        self.by_length.insert((len, off));
+    }
+
+    fn remove(&mut self, off: u64, len: u64) {
+        self.by_offset.remove(&off);
+        self.by_length.remove(&(len, off));
+    }
+
+    /// Frees `off..off + len`, merging it with the free blocks it touches.
+    fn release(&mut self, mut off: u64, mut len: u64) {
+        if let Some((&po, &pl)) = self.by_offset.range(..off).next_back() {
             if po + pl == off {
-                free.remove(&po);
+                self.remove(po, pl);
                 off = po;
                 len += pl;
             }
         }
-        if let Some(&nl) = free.get(&(off + len)) {
-            free.remove(&(off + len));
+        if let Some(&nl) = self.by_offset.get(&(off + len)) {
+            self.remove(off + len, nl);
             len += nl;
         }
-        free.insert(off, len);
-    };
+        self.insert(off, len);
+    }
+
+    /// The smallest free block that holds `size` bytes at a multiple of
+    /// `align` (the lowest such block on ties): `(offset, length, start)`.
+    fn best_fit(&self, size: u64, align: u64) -> Option<(u64, u64, u64)> {
+        // Blocks of at least size + align - 1 bytes always fit, so the scan
+        // goes past the first of them only for misaligned shorter ones.
+        self.by_length
+            .range((size, 0)..)
+            .map(|&(len, off)| (off, len, align_up(off, align)))
+            .find(|&(off, len, start)| start + size <= off + len)
+    }
+}
+
+/// A free list walked in time order, best fit, growing the arena when needed.
+///
+/// `O(n log n)`: this is also the plan `best` starts from on large problems, so
+/// that a plan exists however early its time limit ends.
+pub(crate) fn linear_scan(items: &[Item]) -> Vec<u64> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_unstable_by_key(|&i| (items[i].lower, Reverse(items[i].size), i));
+    let mut offsets = vec![0u64; items.len()];
+    let mut live: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+    let mut free = FreeBlocks::default();
+    let mut top = 0u64;
     for i in order {
         let it = items[i];
         while let Some(&Reverse((up, j))) = live.peek() {
@@ -62,19 +98,11 @@ pub(crate) fn linear_scan(items: &[Item]) -> Vec<u64> {
                 break;
             }
             live.pop();
-            release(&mut free, offsets[j], items[j].size);
+            free.release(offsets[j], items[j].size);
         }
-        // Best fit among free blocks.
-        let mut best: Option<(u64, u64, u64)> = None; // (len, block offset, start)
-        for (&fo, &fl) in &free {
-            let start = align_up(fo, it.align);
-            if start + it.size <= fo + fl && best.is_none_or(|b| fl < b.0) {
-                best = Some((fl, fo, start));
-            }
-        }
-        let off = match best {
-            Some((fl, fo, start)) => {
-                free.remove(&fo);
+        let off = match free.best_fit(it.size, it.align) {
+            Some((fo, fl, start)) => {
+                free.remove(fo, fl);
                 if start > fo {
                     free.insert(fo, start - fo);
                 }
@@ -85,9 +113,9 @@ pub(crate) fn linear_scan(items: &[Item]) -> Vec<u64> {
             }
             None => {
                 // Grow the arena, reusing a free block that ends at the top.
-                let base = match free.iter().next_back() {
+                let base = match free.by_offset.iter().next_back() {
                     Some((&fo, &fl)) if fo + fl == top => {
-                        free.remove(&fo);
+                        free.remove(fo, fl);
                         fo
                     }
                     _ => top,
@@ -109,7 +137,7 @@ pub(crate) fn linear_scan(items: &[Item]) -> Vec<u64> {
 /// Items from the largest down (longer lifetime first on ties).
 pub(crate) fn size_order(items: &[Item]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..items.len()).collect();
-    order.sort_by_key(|&i| {
+    order.sort_unstable_by_key(|&i| {
         let it = &items[i];
         (Reverse(it.size), Reverse(it.upper - it.lower), i)
     });
@@ -148,29 +176,37 @@ pub(crate) fn heaviest_section(
     sections: &Sections,
     loads: &[u64],
 ) -> Vec<(u64, u32)> {
-    // Sparse table of (load, Reverse(section)) maxima.
+    // A segment tree of (load, Reverse(section)) maxima: O(sections) memory
+    // (a sparse table took hundreds of MB on a million buffers).
     let m = loads.len();
-    let mut table: Vec<Vec<(u64, Reverse<u32>)>> = vec![loads
-        .iter()
-        .enumerate()
-        .map(|(s, &l)| (l, Reverse(s as u32)))
-        .collect()];
-    let mut k = 1;
-    while (1 << k) <= m {
-        let prev = &table[k - 1];
-        let half = 1 << (k - 1);
-        let row: Vec<_> = (0..=m - (1 << k))
-            .map(|s| prev[s].max(prev[s + half]))
-            .collect();
-        table.push(row);
-        k += 1;
+    let leaves = m.next_power_of_two();
+    let mut tree = vec![(0u64, Reverse(u32::MAX)); 2 * leaves];
+    for (s, &l) in loads.iter().enumerate() {
+        tree[leaves + s] = (l, Reverse(s as u32));
+    }
+    for v in (1..leaves).rev() {
+        tree[v] = tree[2 * v].max(tree[2 * v + 1]);
     }
     (0..items.len())
         .map(|i| {
-            let (a, b) = (sections.lo[i] as usize, sections.hi[i] as usize);
-            let k = (usize::BITS - 1 - (b - a).leading_zeros()) as usize;
-            let (l, Reverse(s)) = table[k][a].max(table[k][b - (1 << k)]);
-            (l, s)
+            let (mut a, mut b) = (
+                sections.lo[i] as usize + leaves,
+                sections.hi[i] as usize + leaves,
+            );
+            let mut best = (0u64, Reverse(u32::MAX));
+            while a < b {
+                if a & 1 == 1 {
+                    best = best.max(tree[a]);
+                    a += 1;
+                }
+                if b & 1 == 1 {
+                    b -= 1;
+                    best = best.max(tree[b]);
+                }
+                a >>= 1;
+                b >>= 1;
+            }
+            (best.0, best.1 .0)
         })
         .collect()
 }
@@ -178,9 +214,13 @@ pub(crate) fn heaviest_section(
 /// Steps by decreasing breadth, each step's items by decreasing size.
 pub(crate) fn breadth_order(items: &[Item], sections: &Sections) -> Vec<usize> {
     let loads = section_loads(items, sections);
-    let heavy = heaviest_section(items, sections, &loads);
+    breadth_order_with(items, &heaviest_section(items, sections, &loads))
+}
+
+/// [`breadth_order`] from the [`heaviest_section`] of every item.
+pub(crate) fn breadth_order_with(items: &[Item], heavy: &[(u64, u32)]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..items.len()).collect();
-    order.sort_by_key(|&i| (Reverse(heavy[i].0), heavy[i].1, Reverse(items[i].size), i));
+    order.sort_unstable_by_key(|&i| (Reverse(heavy[i].0), heavy[i].1, Reverse(items[i].size), i));
     order
 }
 
@@ -190,4 +230,64 @@ pub(crate) fn greedy_breadth(items: &[Item], sections: &Sections) -> Vec<u64> {
     place_in_order(items, sections, &order, Fit::Best, u64::MAX)
         .map(|r| r.0)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random_items(seed: u64, n: usize) -> Vec<Item> {
+        let mut state = seed;
+        let mut below = move |m: u64| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) % m
+        };
+        (0..n)
+            .map(|_| {
+                let lower = below(60);
+                let longest = if below(4) == 0 { 60 } else { 5 };
+                Item {
+                    lower,
+                    upper: lower + 1 + below(longest),
+                    size: 1 + below(50),
+                    align: [1, 4, 16][below(3) as usize],
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn heaviest_section_is_the_earliest_maximum_of_the_range() {
+        for seed in 0..30 {
+            let items = random_items(seed, 80);
+            let s = Sections::new(&items);
+            let loads = section_loads(&items, &s);
+            let got = heaviest_section(&items, &s, &loads);
+            for (i, &(l, sec)) in got.iter().enumerate() {
+                let range = s.lo[i] as usize..s.hi[i] as usize;
+                let max = loads[range.clone()].iter().copied().max().unwrap();
+                let first = range.clone().find(|&k| loads[k] == max).unwrap();
+                assert_eq!((l, sec as usize), (max, first), "seed {seed}, item {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn linear_scan_gives_aligned_disjoint_offsets() {
+        for seed in 0..30 {
+            let items = random_items(seed, 150);
+            let offs = linear_scan(&items);
+            for (i, a) in items.iter().enumerate() {
+                assert_eq!(offs[i] % a.align, 0);
+                for (j, b) in items.iter().enumerate().take(i) {
+                    if a.meets(b) {
+                        let apart = offs[i] + a.size <= offs[j] || offs[j] + b.size <= offs[i];
+                        assert!(apart, "seed {seed}: items {j} and {i} share bytes");
+                    }
+                }
+            }
+        }
+    }
 }

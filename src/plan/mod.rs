@@ -31,12 +31,16 @@
 //! | `greedy-breadth` | busiest step first, then largest first (same paper) |
 //! | `best` | the default: a race of orders and fits, then an exact search |
 //!
-//! `best` first runs greedy by size, then a portfolio of greedy placements in
-//! several orders raced on all cores, and keeps the smallest arena. If that is
-//! above the lower bound (or above the capacity asked for) and the problem has at
-//! most a few thousand buffers, it runs a branch and bound over *canonical*
-//! solutions in the style of MiniMalloc (Moffitt, ASPLOS 2023) until the plan is
-//! provably optimal, fits the capacity, or the time limit ends.
+//! `best` first makes a cheap plan (greedy by size on small problems, the linear
+//! scan on large ones), then runs a portfolio of greedy placements in several
+//! orders raced on all cores, and keeps the smallest arena. If that is above
+//! the lower bound (or above the capacity asked for), it improves the winner
+//! (large problems) or, on problems of at most a few thousand buffers, runs a
+//! branch and bound over *canonical* solutions in the style of MiniMalloc
+//! (Moffitt, ASPLOS 2023) until the plan is provably optimal, fits the
+//! capacity, or the time limit ends. The time limit bounds every phase after
+//! the cheap plan, which is `O(n log n)` (a million buffers in well under a
+//! second), so a plan always comes back.
 //!
 //! # Checking
 //!
@@ -80,7 +84,7 @@ pub use check::{lower_bound, profile, validate};
 pub use error::PlanError;
 pub use problem::{Alias, Buffer, InPlace, Problem};
 
-use instance::{peak, Instance, Sections};
+use instance::{Instance, Sections};
 
 /// A way of computing a plan. `FromStr` and `Display` use the names below.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -146,8 +150,10 @@ impl FromStr for Strategy {
 pub struct Options {
     /// Which strategy to run.
     pub strategy: Strategy,
-    /// How long `best` may search (the greedy strategies ignore it). The search
-    /// stops earlier when the plan is provably optimal or fits the capacity.
+    /// How long `best` may plan, counted from the call to [`solve`]: every phase
+    /// stops at it and the best plan found so far is returned (its first, cheap
+    /// plan is made however short the limit). It stops earlier when the plan is
+    /// provably optimal or fits the capacity. The greedy strategies ignore it.
     pub time_limit: Duration,
     /// The largest acceptable arena; overrides [`Problem::capacity`]. A plan above
     /// it is returned as [`PlanError::CapacityExceeded`].
@@ -226,15 +232,23 @@ pub fn solve(problem: &Problem, options: &Options) -> Result<Plan, PlanError> {
     let inst = Instance::new(problem)?;
     let capacity = options.capacity.or(problem.capacity);
     let items = &inst.items;
-    let lb = peak(items);
+    // The peak load is reached in a section (a maximal set of items live together).
+    let sections = Sections::new(items);
+    let lb = greedy::section_loads(items, &sections)
+        .into_iter()
+        .max()
+        .unwrap_or(0);
     let item_offsets = match options.strategy {
         Strategy::Naive => greedy::naive(items),
         Strategy::LinearScan => greedy::linear_scan(items),
-        Strategy::GreedySize => greedy::greedy_size(items, &Sections::new(items)),
-        Strategy::GreedyBreadth => greedy::greedy_breadth(items, &Sections::new(items)),
+        Strategy::GreedySize => greedy::greedy_size(items, &sections),
+        Strategy::GreedyBreadth => greedy::greedy_breadth(items, &sections),
         Strategy::Best => {
             let deadline = start + options.time_limit;
-            best::solve(items, lb, capacity, deadline, options.threads)
+            let (offsets, report) =
+                best::solve(items, &sections, lb, capacity, deadline, options.threads);
+            log::debug!("plan best: {report:?}");
+            offsets
         }
     };
     let offsets: Vec<u64> = inst
@@ -254,7 +268,7 @@ pub fn solve(problem: &Problem, options: &Options) -> Result<Plan, PlanError> {
         lower_bound: lb,
         strategy: options.strategy,
     };
-    validate(problem, &plan).map_err(|e| match e {
+    check::validate_valid(problem, &plan).map_err(|e| match e {
         PlanError::InvalidPlan { message } => PlanError::InvalidPlan {
             message: format!(
                 "strategy {} produced a bad plan (a bug): {message}",

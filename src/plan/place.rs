@@ -7,16 +7,23 @@
 //! best (the smallest gap it fits in, lowest offset on ties), or on top of them
 //! when no gap fits. Only the order differs. [`Placer`] does that step fast.
 //!
-//! The naive way (look at every placed item) is quadratic, and the large traces
-//! have 60k buffers. [`Placer`] cuts time (in sections, see
-//! [`Sections`](super::instance::Sections)) into blocks and keeps, per block, the
-//! placed items that meet the block, sorted by offset. An item that lies in one
-//! block reads that one sorted list and skips the items that do not meet it; an
-//! item spanning several blocks gathers their lists, removes duplicates and sorts.
-//! Either way it sees the occupied byte ranges in offset order and finds the gaps
-//! in one pass.
+//! Only the *union* of the byte ranges of the placed items that meet an item
+//! matters for its gaps, and items are never removed, so [`Placer`] keeps unions.
+//! It lays a segment tree over time (in sections, see
+//! [`Sections`](super::instance::Sections)). A placed item is recorded at the
+//! O(log S) nodes whose ranges tile its lifetime (its *own* nodes), and its byte
+//! range is added to two kinds of union: `own[v]`, the items recorded at node
+//! `v`, and `sub[v]`, the items recorded at `v` or below it. The items meeting a
+//! time range are then exactly those in `sub` of the nodes tiling the range plus
+//! those in `own` of the nodes above them that stick out of the range; merging
+//! those few unions (each a sorted list of disjoint byte ranges, usually short:
+//! over a long range everything is packed solid) gives the gaps in one pass.
+//! The naive way (look at every placed item) is quadratic, and so was scanning
+//! every item of a block of time, which made greedy by size take minutes on a
+//! million buffers with long-lived ones among them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use super::instance::{align_up, Item, Sections};
 
@@ -27,16 +34,6 @@ pub(crate) enum Fit {
     Best,
     /// The lowest gap.
     First,
-}
-
-/// A placed item as a block stores it: its byte range and its sections, inline,
-/// so a scan streams through memory.
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    off: u64,
-    end: u64,
-    lo: u32,
-    hi: u32,
 }
 
 /// The gap search: fed occupied ranges in offset order, it tracks the best
@@ -87,13 +84,30 @@ impl Gaps {
     }
 }
 
+/// Adds the byte range `s..e` to `set`, a list of disjoint ranges in offset
+/// order, merging it with the ranges it overlaps or touches.
+fn add(set: &mut Vec<(u64, u64)>, s: u64, e: u64) {
+    let k = set.partition_point(|r| r.1 < s);
+    let j = set.partition_point(|r| r.0 <= e);
+    if k == j {
+        set.insert(k, (s, e));
+    } else {
+        set[k] = (set[k].0.min(s), set[j - 1].1.max(e));
+        set.drain(k + 1..j);
+    }
+}
+
 /// Incremental placement of items at gaps among placed items that meet them.
 pub(crate) struct Placer<'a> {
     items: &'a [Item],
     lo: &'a [u32],
     hi: &'a [u32],
-    shift: u32,
-    blocks: Vec<Vec<Entry>>,
+    /// Leaves of the segment tree (a power of two, at least the section count).
+    leaves: usize,
+    /// `own[v]`: union of the items recorded at internal node `v`.
+    own: Vec<Vec<(u64, u64)>>,
+    /// `sub[v]`: union of the items recorded at node `v` or below it.
+    sub: Vec<Vec<(u64, u64)>>,
     /// Offset of every placed item (`u64::MAX` until placed).
     pub offsets: Vec<u64>,
     /// The highest end of any placed item.
@@ -101,127 +115,136 @@ pub(crate) struct Placer<'a> {
     scratch: Vec<(u64, u64)>,
     merged: Vec<(u64, u64)>,
     runs: Vec<usize>,
+    bounds: Vec<usize>,
+    tiles: Vec<usize>,
+    above: Vec<usize>,
+}
+
+/// The tree nodes for the section range `lo..hi` of a tree with `leaves`
+/// leaves: `tiles` those whose ranges tile it, `above` those above them whose
+/// ranges stick out of it (each once).
+fn nodes(leaves: usize, lo: usize, hi: usize, tiles: &mut Vec<usize>, above: &mut Vec<usize>) {
+    tiles.clear();
+    above.clear();
+    let (mut l, mut r) = (lo + leaves, hi + leaves);
+    while l < r {
+        if l & 1 == 1 {
+            tiles.push(l);
+            l += 1;
+        }
+        if r & 1 == 1 {
+            r -= 1;
+            tiles.push(r);
+        }
+        l >>= 1;
+        r >>= 1;
+    }
+    // Every node above a tile lies on the path from leaf lo or leaf hi - 1 to
+    // the root, and sticks out of lo..hi; path nodes inside it are tiles or below.
+    let (mut a, mut b) = ((lo + leaves) >> 1, (hi - 1 + leaves) >> 1);
+    let mut h = 1;
+    while a >= 1 {
+        for v in if a == b { [a, 0] } else { [a, b] } {
+            if v != 0 && ((v << h) - leaves < lo || ((v + 1) << h) - leaves > hi) {
+                above.push(v);
+            }
+        }
+        a >>= 1;
+        b >>= 1;
+        h += 1;
+    }
 }
 
 impl<'a> Placer<'a> {
     pub fn new(items: &'a [Item], sections: &'a Sections) -> Placer<'a> {
-        // Aim for a few hundred blocks on large traces, one on small ones.
-        let mut shift = 0;
-        while (sections.count >> shift) > 256 {
-            shift += 1;
-        }
-        let nblocks = (sections.count >> shift) + 1;
+        let leaves = sections.count.next_power_of_two();
         Placer {
             items,
             lo: &sections.lo,
             hi: &sections.hi,
-            shift,
-            blocks: vec![Vec::new(); nblocks],
+            leaves,
+            own: vec![Vec::new(); leaves],
+            sub: vec![Vec::new(); 2 * leaves],
             offsets: vec![u64::MAX; items.len()],
             height: 0,
             scratch: Vec::new(),
             merged: Vec::new(),
             runs: Vec::new(),
-        }
-    }
-
-    /// Fills `scratch` with the byte ranges of placed items meeting item `i`, in
-    /// offset order, for an item that spans several blocks: each block gives a
-    /// run already in offset order, and the runs are merged pairwise.
-    fn occupied(&mut self, i: usize) {
-        let (lo, hi) = (self.lo[i], self.hi[i]);
-        let (b0, b1) = (
-            (lo >> self.shift) as usize,
-            ((hi - 1) >> self.shift) as usize,
-        );
-        self.scratch.clear();
-        self.runs.clear();
-        self.runs.push(0);
-        let shift = self.shift;
-        for b in b0..=b1 {
-            // An item stored in several of these blocks is taken from the first.
-            self.scratch.extend(
-                self.blocks[b]
-                    .iter()
-                    .filter(|e| e.lo < hi && lo < e.hi && ((e.lo >> shift) as usize).max(b0) == b)
-                    .map(|e| (e.off, e.end)),
-            );
-            if self.scratch.len() > *self.runs.last().unwrap_or(&0) {
-                self.runs.push(self.scratch.len());
-            }
-        }
-        while self.runs.len() > 2 {
-            self.merged.clear();
-            let mut bounds = vec![0];
-            let mut k = 0;
-            while k + 1 < self.runs.len() {
-                let (s0, s1) = (self.runs[k], self.runs[k + 1]);
-                let s2 = self.runs.get(k + 2).copied().unwrap_or(s1);
-                let (mut x, mut y) = (s0, s1);
-                while x < s1 && y < s2 {
-                    if self.scratch[y] < self.scratch[x] {
-                        self.merged.push(self.scratch[y]);
-                        y += 1;
-                    } else {
-                        self.merged.push(self.scratch[x]);
-                        x += 1;
-                    }
-                }
-                self.merged.extend_from_slice(&self.scratch[x..s1]);
-                self.merged.extend_from_slice(&self.scratch[y..s2]);
-                bounds.push(self.merged.len());
-                k += 2;
-            }
-            std::mem::swap(&mut self.scratch, &mut self.merged);
-            self.runs = bounds;
+            bounds: Vec::new(),
+            tiles: Vec::new(),
+            above: Vec::new(),
         }
     }
 
     /// The offset `fit` chooses for item `i` (which is not placed yet).
     pub fn choose(&mut self, i: usize, fit: Fit) -> u64 {
-        let (lo, hi) = (self.lo[i], self.hi[i]);
-        let (size, align) = (self.items[i].size, self.items[i].align);
-        let mut gaps = Gaps::new(size, align, fit);
-        let (b0, b1) = (
-            (lo >> self.shift) as usize,
-            ((hi - 1) >> self.shift) as usize,
-        );
-        if b0 == b1 {
-            // One block: its list is already in offset order.
-            for e in &self.blocks[b0] {
-                if e.lo < hi && lo < e.hi && gaps.next(e.off, e.end) {
-                    break;
-                }
+        let (lo, hi) = (self.lo[i] as usize, self.hi[i] as usize);
+        nodes(self.leaves, lo, hi, &mut self.tiles, &mut self.above);
+        self.scratch.clear();
+        self.runs.clear();
+        self.runs.push(0);
+        let lists = self.tiles.iter().map(|&v| &self.sub[v]);
+        for list in lists.chain(self.above.iter().map(|&v| &self.own[v])) {
+            if !list.is_empty() {
+                self.scratch.extend_from_slice(list);
+                self.runs.push(self.scratch.len());
             }
-        } else {
-            self.occupied(i);
-            for &(s, e) in &self.scratch {
-                if gaps.next(s, e) {
-                    break;
-                }
+        }
+        self.merge_runs();
+        let mut gaps = Gaps::new(self.items[i].size, self.items[i].align, fit);
+        for &(s, e) in &self.scratch {
+            if gaps.next(s, e) {
+                break;
             }
         }
         gaps.finish()
     }
 
+    /// Sorts `scratch` by offset: it holds sorted runs (ending at the offsets
+    /// in `runs`), merged pairwise until one is left.
+    fn merge_runs(&mut self) {
+        while self.runs.len() > 2 {
+            self.merged.clear();
+            self.bounds.clear();
+            self.bounds.push(0);
+            for pair in self.runs[..].windows(2).step_by(2).map(|w| (w[0], w[1])) {
+                let (s0, s1) = pair;
+                let s2 = self.runs.get(self.bounds.len() * 2).copied().unwrap_or(s1);
+                let (a, b) = (&self.scratch[s0..s1], &self.scratch[s1..s2]);
+                let (mut x, mut y) = (0, 0);
+                while x < a.len() && y < b.len() {
+                    if b[y].0 < a[x].0 {
+                        self.merged.push(b[y]);
+                        y += 1;
+                    } else {
+                        self.merged.push(a[x]);
+                        x += 1;
+                    }
+                }
+                self.merged.extend_from_slice(&a[x..]);
+                self.merged.extend_from_slice(&b[y..]);
+                self.bounds.push(self.merged.len());
+            }
+            std::mem::swap(&mut self.scratch, &mut self.merged);
+            std::mem::swap(&mut self.runs, &mut self.bounds);
+        }
+    }
+
     /// Records item `i` at `offset`.
     pub fn put(&mut self, i: usize, offset: u64) {
         self.offsets[i] = offset;
-        self.height = self.height.max(offset + self.items[i].size);
-        let (b0, b1) = (
-            (self.lo[i] >> self.shift) as usize,
-            ((self.hi[i] - 1) >> self.shift) as usize,
-        );
-        let e = Entry {
-            off: offset,
-            end: offset + self.items[i].size,
-            lo: self.lo[i],
-            hi: self.hi[i],
-        };
-        for b in b0..=b1 {
-            let v = &mut self.blocks[b];
-            let pos = v.partition_point(|x| x.off < offset);
-            v.insert(pos, e);
+        let end = offset + self.items[i].size;
+        self.height = self.height.max(end);
+        let (lo, hi) = (self.lo[i] as usize, self.hi[i] as usize);
+        nodes(self.leaves, lo, hi, &mut self.tiles, &mut self.above);
+        for &v in &self.tiles {
+            if v < self.leaves {
+                add(&mut self.own[v], offset, end);
+            }
+            add(&mut self.sub[v], offset, end);
+        }
+        for &v in &self.above {
+            add(&mut self.sub[v], offset, end);
         }
     }
 
@@ -233,6 +256,18 @@ impl<'a> Placer<'a> {
     }
 }
 
+/// Why [`place_racing`] gave up before placing every item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stopped {
+    /// The height went above the cutoff: this order cannot win.
+    Cutoff,
+    /// The deadline passed.
+    Deadline,
+}
+
+/// Items placed between two looks at the clock.
+const CLOCK_EVERY: usize = 256;
+
 /// Places all items in `order` with `fit`; returns the offsets (by item) and the
 /// arena height. Stops early and returns `None` once the height exceeds `cutoff`.
 pub(crate) fn place_in_order(
@@ -242,26 +277,31 @@ pub(crate) fn place_in_order(
     fit: Fit,
     cutoff: u64,
 ) -> Option<(Vec<u64>, u64)> {
-    place_racing(items, sections, order, fit, &AtomicU64::new(cutoff))
+    place_racing(items, sections, order, fit, &AtomicU64::new(cutoff), None).ok()
 }
 
 /// [`place_in_order`] with a cutoff that other threads may lower while it runs
-/// (the best height found so far, minus one).
+/// (the best height found so far, minus one), and a deadline (looked at before
+/// the first item and every few hundred after) past which it gives up.
 pub(crate) fn place_racing(
     items: &[Item],
     sections: &Sections,
     order: &[usize],
     fit: Fit,
     cutoff: &AtomicU64,
-) -> Option<(Vec<u64>, u64)> {
+    deadline: Option<Instant>,
+) -> Result<(Vec<u64>, u64), Stopped> {
     let mut p = Placer::new(items, sections);
-    for &i in order {
+    for (k, &i) in order.iter().enumerate() {
+        if k % CLOCK_EVERY == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Stopped::Deadline);
+        }
         p.place(i, fit);
         if p.height > cutoff.load(Ordering::Relaxed) {
-            return None;
+            return Err(Stopped::Cutoff);
         }
     }
-    Some((p.offsets, p.height))
+    Ok((p.offsets, p.height))
 }
 
 #[cfg(test)]
@@ -319,5 +359,91 @@ mod tests {
         // Gaps for item 5 (steps 5..9): 4..10 (6 bytes) and 12..15 (3 bytes).
         assert_eq!(p.choose(5, Fit::Best), 12);
         assert_eq!(p.choose(5, Fit::First), 4);
+    }
+
+    /// Random items: mostly short lives, some long ones, mixed alignments.
+    fn random_items(seed: u64, n: usize, steps: u64) -> Vec<Item> {
+        let mut state = seed;
+        let mut below = move |m: u64| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) % m
+        };
+        (0..n)
+            .map(|_| {
+                let lower = below(steps);
+                let width = if below(5) == 0 {
+                    1 + below(steps)
+                } else {
+                    1 + below(4)
+                };
+                Item {
+                    lower,
+                    upper: lower + width,
+                    size: 1 + below(40),
+                    align: [1, 1, 2, 8][below(4) as usize],
+                }
+            })
+            .collect()
+    }
+
+    /// The offset `fit` chooses, found the slow way: the union of the byte
+    /// ranges of every placed item that meets `i` in time, then its gaps.
+    fn slow_choice(items: &[Item], offsets: &[u64], i: usize, fit: Fit) -> u64 {
+        let it = items[i];
+        let mut ranges: Vec<(u64, u64)> = (0..items.len())
+            .filter(|&j| offsets[j] != u64::MAX)
+            .filter(|&j| items[j].lower < it.upper && it.lower < items[j].upper)
+            .map(|j| (offsets[j], offsets[j] + items[j].size))
+            .collect();
+        ranges.sort_unstable();
+        let mut best: Option<(u64, u64)> = None; // (gap, offset)
+        let mut reach = 0;
+        for (s, e) in ranges {
+            let start = align_up(reach, it.align);
+            if s > reach && start + it.size <= s && best.is_none_or(|b| s - reach < b.0) {
+                best = Some((s - reach, start));
+                if fit == Fit::First {
+                    break;
+                }
+            }
+            reach = reach.max(e);
+        }
+        best.map_or(align_up(reach, it.align), |b| b.1)
+    }
+
+    #[test]
+    fn placer_matches_a_scan_of_every_placed_item() {
+        for seed in 0..40 {
+            let items = random_items(seed, 120, 30 + seed * 7);
+            let s = Sections::new(&items);
+            for fit in [Fit::Best, Fit::First] {
+                let mut p = Placer::new(&items, &s);
+                // A scrambled order, different for each seed.
+                let order: Vec<usize> = (0..items.len())
+                    .map(|k| (k * 37 + seed as usize) % items.len())
+                    .collect();
+                for &i in &order {
+                    let want = slow_choice(&items, &p.offsets, i, fit);
+                    assert_eq!(p.place(i, fit), want, "seed {seed}, {fit:?}, item {i}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_expired_deadline_stops_a_placement() {
+        let items = random_items(3, 2 * CLOCK_EVERY, 500);
+        let s = Sections::new(&items);
+        let order: Vec<usize> = (0..items.len()).collect();
+        let cutoff = AtomicU64::new(u64::MAX);
+        let past = Some(Instant::now());
+        for n in [1, items.len()] {
+            let r = place_racing(&items, &s, &order[..n], Fit::Best, &cutoff, past);
+            assert_eq!(r.err(), Some(Stopped::Deadline));
+        }
+        let r = place_racing(&items, &s, &order, Fit::Best, &cutoff, None);
+        assert!(r.is_ok());
     }
 }
