@@ -33,6 +33,10 @@
 //! - `STREAMFUSE_FUZZ_VERBOSE=1`: print each seed before it runs (uncaptured, so that an
 //!   abort names its program) and the drift statistics at the end.
 //!
+//! A program depends on its seed and on the features left out: a replay needs both (the
+//! failure report prints the line). A hang is ended by the watchdog with the seed and
+//! the program; an abort is preceded by a line naming the seed.
+//!
 //! This file holds one test on purpose: it checks engine-wide counters.
 
 use std::collections::HashMap;
@@ -1348,7 +1352,7 @@ fn generate(seed: u64, skip: Skip) -> Program {
     let total = if big {
         10 + g.rng.below(30)
     } else {
-        10 + g.rng.below(110)
+        10 + g.rng.below(200)
     };
     for _ in 0..total {
         let alive: Vec<usize> = (0..THREADS).filter(|&t| g.threads[t].alive).collect();
@@ -3272,6 +3276,25 @@ fn start_watchdog(limit: Duration) {
     });
 }
 
+/// Names the running program on every unplanned panic (planned ones are raised with
+/// `resume_unwind`, which skips the hook), uncaptured: a panic inside a thread-local
+/// destructor aborts the process right after the hook, and the harness's captured
+/// output is lost with it.
+fn name_the_program_on_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if let Ok(running) = RUNNING.try_lock() {
+            if let Some((p, _, replay)) = running.as_ref() {
+                shout(&format!(
+                    "fuzz: a panic while running the program of seed {}; replay: {replay}\n",
+                    p.seed
+                ));
+            }
+        }
+        default(info);
+    }));
+}
+
 fn replay_line(seed: u64, skip: &str) -> String {
     let mut s = format!("STREAMFUSE_FUZZ_SEED={seed}");
     if !skip.is_empty() {
@@ -3296,6 +3319,7 @@ fn random_programs_on_eight_threads_match_one_unfused_thread() {
     let cfg = Config::from_env();
     let skip_names = std::env::var("STREAMFUSE_FUZZ_SKIP").unwrap_or_default();
     start_watchdog(cfg.timeout);
+    name_the_program_on_panics();
     // The reference runs on this thread: no fusion, no flush but reads and syncs.
     streamfuse::set_fusion(false);
     streamfuse::set_queue_limit(HUGE_QUEUE);
