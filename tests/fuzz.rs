@@ -6,7 +6,8 @@
 //! order, each done by one of eight threads: record an op, read a value, drop a
 //! handle, send a handle (still pending) to another thread through a crossbeam channel,
 //! receive one, sync, run `rayon::spawn` / `rayon::scope` jobs that record and read,
-//! and end (normally, after a sync, or by a planned panic while holding tensors).
+//! trim the pools or set small plan-cache and pool limits (engine-wide, while the others
+//! run), and end (normally, after a sync, or by a planned panic while holding tensors).
 //! Threads end with pending work, some after running a matmul and with another one
 //! pending; some index ops get indices computed at run time that are out of range, so
 //! that the kernel fails and exactly the values computed from it must fail. Ops with
@@ -27,11 +28,15 @@
 //! - `STREAMFUSE_FUZZ_SEED=S`: run the one program of seed S (to replay a failure);
 //! - `STREAMFUSE_FUZZ_START=S`: the first seed (default 0);
 //! - `STREAMFUSE_FUZZ_SKIP=a,b`: leave features out: `exit_matmul`, `rayon`, `poison`,
-//!   `panic`, `invalid`, `big`;
+//!   `panic`, `invalid`, `big`, `limits`;
 //! - `STREAMFUSE_FUZZ_TIMEOUT=secs`: the watchdog's limit per program (default 120);
 //! - `STREAMFUSE_FUZZ_MAX_FAILURES=N`: stop after N failing programs (default 5);
 //! - `STREAMFUSE_FUZZ_VERBOSE=1`: print each seed before it runs (uncaptured, so that an
 //!   abort names its program) and the drift statistics at the end.
+//!
+//! A program depends on its seed and on the features left out: a replay needs both (the
+//! failure report prints the line). A hang is ended by the watchdog with the seed and
+//! the program; an abort is preceded by a line naming the seed.
 //!
 //! This file holds one test on purpose: it checks engine-wide counters.
 
@@ -79,9 +84,19 @@ struct Skip {
     invalid: bool,
     /// Programs with tensors large enough to split kernels across rayon.
     big: bool,
+    /// Small plan-cache and pool limits changed while threads run, and `trim_pools()`.
+    limits: bool,
 }
 
-const FEATURES: [&str; 6] = ["exit_matmul", "rayon", "poison", "panic", "invalid", "big"];
+const FEATURES: [&str; 7] = [
+    "exit_matmul",
+    "rayon",
+    "poison",
+    "panic",
+    "invalid",
+    "big",
+    "limits",
+];
 
 impl Skip {
     fn parse(s: &str) -> Skip {
@@ -94,6 +109,7 @@ impl Skip {
                 "panic" => skip.panic = true,
                 "invalid" => skip.invalid = true,
                 "big" => skip.big = true,
+                "limits" => skip.limits = true,
                 _ => panic!("STREAMFUSE_FUZZ_SKIP: unknown feature {name:?} (known: {FEATURES:?})"),
             }
         }
@@ -619,6 +635,11 @@ enum Act {
     Scope(Vec<Job>),
     /// The thread ends: after `sync()` if `sync`, by a panic if `panic`.
     End { panic: bool, sync: bool },
+    /// `streamfuse::trim_pools()`.
+    Trim,
+    /// `set_plan_cache_limit(plan)` and `set_pool_limit(pool)` (engine-wide, while the
+    /// other threads run; put back to the defaults after the program).
+    Limits { plan: usize, pool: usize },
 }
 
 #[derive(Clone, Debug)]
@@ -1348,7 +1369,7 @@ fn generate(seed: u64, skip: Skip) -> Program {
     let total = if big {
         10 + g.rng.below(30)
     } else {
-        10 + g.rng.below(110)
+        10 + g.rng.below(200)
     };
     for _ in 0..total {
         let alive: Vec<usize> = (0..THREADS).filter(|&t| g.threads[t].alive).collect();
@@ -1613,11 +1634,26 @@ impl Gen {
             62..=71 => self.gen_recv(&mut s),
             72..=79 => self.gen_drop(&mut s),
             80..=91 => self.gen_read(&mut s),
-            92 | 93 => self.emit(&mut s, Act::Sync),
+            92 => self.emit(&mut s, Act::Sync),
+            93 if !self.skip.limits => self.gen_limits(&mut s),
+            93 => self.emit(&mut s, Act::Sync),
             _ if !self.skip.rayon => self.gen_jobs(&mut s),
             _ => self.gen_make(&mut s),
         }
         self.close(s);
+    }
+
+    /// Trims the pools, or sets small (sometimes zero) plan-cache and pool limits.
+    fn gen_limits(&mut self, s: &mut Site) {
+        let act = if self.rng.chance(0.5) {
+            Act::Trim
+        } else {
+            Act::Limits {
+                plan: self.rng.pick(&[0, 4 << 10, 64 << 10, 1 << 20]),
+                pool: self.rng.pick(&[0, 64 << 10, 1 << 20, usize::MAX]),
+            }
+        };
+        self.emit(s, act);
     }
 
     fn gen_send(&mut self, s: &mut Site) {
@@ -1698,6 +1734,7 @@ impl Gen {
                     0..=11 => self.gen_make(&mut js),
                     12..=16 => self.gen_read(&mut js),
                     17 | 18 => self.gen_drop(&mut js),
+                    _ if !self.skip.limits && self.rng.chance(0.5) => self.emit(&mut js, Act::Trim),
                     _ => self.emit(&mut js, Act::Sync),
                 }
             }
@@ -2531,7 +2568,11 @@ fn exec_local(
                             Some(*out),
                             format!("#{}: {op} should fail at record time, got Ok", step.id),
                         );
-                    } else if t.dims() != val.dims || t.dtype() != val.dtype {
+                    } else if t.dims() != val.dims
+                        || t.dtype() != val.dtype
+                        || t.rank() != val.dims.len()
+                        || t.numel() != val.numel()
+                    {
                         rec.problem(
                             Some(*out),
                             format!(
@@ -2580,6 +2621,11 @@ fn exec_local(
         }
         Act::Sync => {
             let _ = streamfuse::sync();
+        }
+        Act::Trim => streamfuse::trim_pools(),
+        Act::Limits { plan, pool } => {
+            streamfuse::set_plan_cache_limit(*plan);
+            streamfuse::set_pool_limit(*pool);
         }
         _ => unreachable!("not a local step"),
     }
@@ -2852,8 +2898,11 @@ fn run_threads(p: &Arc<Program>) -> Record {
         })
         .collect();
     for (t, h) in handles.into_iter().enumerate() {
+        let joined = h.join();
+        // A thread that stopped early (after a problem already recorded) never got to
+        // its planned panic.
         let planned = p.panics(t) && !sh.abort.load(Ordering::SeqCst);
-        match h.join() {
+        match joined {
             Ok(()) if planned => sh.rec.problem(None, format!("thread {t} did not panic")),
             Ok(()) => {}
             Err(payload) if payload.is::<Planned>() => {}
@@ -3101,6 +3150,10 @@ fn describe_act(p: &Program, act: &Act) -> String {
         Act::Read { v, as_dtype } => format!("read v{v} as {as_dtype}"),
         Act::Drop { v } => format!("drop v{v}"),
         Act::Sync => "sync()".into(),
+        Act::Trim => "trim_pools()".into(),
+        Act::Limits { plan, pool } => {
+            format!("set_plan_cache_limit({plan}), set_pool_limit({pool})")
+        }
         Act::Send { v, to, keep } => {
             format!(
                 "send v{v} to t{to}{}",
@@ -3169,7 +3222,7 @@ fn describe(p: &Program, focus: Option<V>) -> String {
         Act::Make { out, .. } => need[*out],
         Act::Read { v, .. } | Act::Drop { v } | Act::Send { v, .. } | Act::Recv { v } => need[*v],
         Act::Spawn(_) | Act::Scope(_) => true,
-        Act::End { .. } | Act::Sync => false,
+        Act::End { .. } | Act::Sync | Act::Trim | Act::Limits { .. } => false,
     };
     // Threads that take part in the slice (their ends are shown).
     let mut active = [false; THREADS];
@@ -3272,6 +3325,25 @@ fn start_watchdog(limit: Duration) {
     });
 }
 
+/// Names the running program on every unplanned panic (planned ones are raised with
+/// `resume_unwind`, which skips the hook), uncaptured: a panic inside a thread-local
+/// destructor aborts the process right after the hook, and the harness's captured
+/// output is lost with it.
+fn name_the_program_on_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if let Ok(running) = RUNNING.try_lock() {
+            if let Some((p, _, replay)) = running.as_ref() {
+                shout(&format!(
+                    "fuzz: a panic while running the program of seed {}; replay: {replay}\n",
+                    p.seed
+                ));
+            }
+        }
+        default(info);
+    }));
+}
+
 fn replay_line(seed: u64, skip: &str) -> String {
     let mut s = format!("STREAMFUSE_FUZZ_SEED={seed}");
     if !skip.is_empty() {
@@ -3296,6 +3368,7 @@ fn random_programs_on_eight_threads_match_one_unfused_thread() {
     let cfg = Config::from_env();
     let skip_names = std::env::var("STREAMFUSE_FUZZ_SKIP").unwrap_or_default();
     start_watchdog(cfg.timeout);
+    name_the_program_on_panics();
     // The reference runs on this thread: no fusion, no flush but reads and syncs.
     streamfuse::set_fusion(false);
     streamfuse::set_queue_limit(HUGE_QUEUE);
@@ -3311,9 +3384,8 @@ fn random_programs_on_eight_threads_match_one_unfused_thread() {
     for seed in cfg.first..cfg.first + cfg.count {
         ran += 1;
         if ran.is_multiple_of(1000) {
-            // Every distinct segment leaves a plan in the cache, and `stats()` walks
-            // them all: without this, long runs slow down quadratically and grow by
-            // some 80 KiB a program (issue 10, item 4).
+            // Every distinct segment leaves a plan in the cache (up to its limit), and
+            // `stats()` walks them all: this keeps long runs from slowing down.
             streamfuse::fusion::cache::clear();
         }
         let p = Arc::new(generate(seed, cfg.skip));
@@ -3327,6 +3399,8 @@ fn random_programs_on_eight_threads_match_one_unfused_thread() {
         }
         let reference = run_reference(&p);
         let threads = run_threads(&p);
+        streamfuse::set_plan_cache_limit(streamfuse::fusion::cache::DEFAULT_PLAN_CACHE_LIMIT);
+        streamfuse::set_pool_limit(usize::MAX);
         let mut problems = compare(&p, &reference, &threads, &mut drift);
         drop((reference, threads));
         if let Some(msg) = leftovers(baseline) {
