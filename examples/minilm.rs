@@ -27,7 +27,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use streamfuse::models::bert::length_sorted_batches;
-use streamfuse::models::{find_or_fetch_model, BertModel, EmbedOptions};
+use streamfuse::models::{BertModel, EmbedOptions};
+
+#[path = "common/fetch.rs"]
+mod fetch;
+use fetch::find_or_fetch_model;
 use tokenizers::{Tokenizer, TruncationParams};
 
 /// sentence-transformers' `max_seq_length` for this model.

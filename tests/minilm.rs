@@ -7,7 +7,11 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use streamfuse::models::{fetch, find_or_fetch_model, BertModel, EmbedOptions};
+use streamfuse::models::{BertModel, EmbedOptions};
+
+#[path = "../examples/common/fetch.rs"]
+mod fetch;
+use fetch::find_or_fetch_model;
 use streamfuse::Tensor;
 use tokenizers::{Tokenizer, TruncationParams};
 

