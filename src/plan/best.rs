@@ -416,13 +416,8 @@ mod tests {
     /// Random items shaped like a model trace: program order, mostly short
     /// lives, a few long ones.
     fn trace(n: usize, seed: u64) -> Vec<Item> {
-        let mut state = seed;
-        let mut below = move |m: u64| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) % m
-        };
+        let mut rng = super::super::testutil::Lcg(seed);
+        let mut below = move |m: u64| rng.below(m);
         (0..n as u64)
             .map(|k| {
                 let lower = k / 2;

@@ -237,13 +237,8 @@ mod tests {
     use super::*;
 
     fn random_items(seed: u64, n: usize) -> Vec<Item> {
-        let mut state = seed;
-        let mut below = move |m: u64| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) % m
-        };
+        let mut rng = super::super::testutil::Lcg(seed);
+        let mut below = move |m: u64| rng.below(m);
         (0..n)
             .map(|_| {
                 let lower = below(60);

@@ -361,3 +361,21 @@ mod tests {
         assert_eq!((plan.arena, plan.lower_bound, plan.ratio()), (0, 0, 1.0));
     }
 }
+
+/// Helpers shared by the planner's unit tests.
+#[cfg(test)]
+pub(crate) mod testutil {
+    /// A small deterministic generator (tests need no extra crates).
+    pub(crate) struct Lcg(pub u64);
+
+    impl Lcg {
+        /// A number below `n`.
+        pub(crate) fn below(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+    }
+}

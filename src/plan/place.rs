@@ -363,13 +363,8 @@ mod tests {
 
     /// Random items: mostly short lives, some long ones, mixed alignments.
     fn random_items(seed: u64, n: usize, steps: u64) -> Vec<Item> {
-        let mut state = seed;
-        let mut below = move |m: u64| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) % m
-        };
+        let mut rng = super::super::testutil::Lcg(seed);
+        let mut below = move |m: u64| rng.below(m);
         (0..n)
             .map(|_| {
                 let lower = below(steps);

@@ -594,17 +594,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    /// A small deterministic generator (tests need no extra crates).
-    pub(crate) struct Lcg(pub u64);
-    impl Lcg {
-        pub fn below(&mut self, n: u64) -> u64 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (self.0 >> 33) % n
-        }
-    }
+    use super::super::testutil::Lcg;
 
     fn random_items(rng: &mut Lcg, n: usize) -> Vec<Item> {
         (0..n)
