@@ -672,6 +672,28 @@ mod tests {
         }
     }
 
+    /// The `unsafe` in `try_zeroed`: the vector owns exactly `len` initialised zeros
+    /// with a layout the global allocator accepts back (growing reallocates it, dropping
+    /// frees it; Miri or a sanitizer would flag a wrong layout here), and an impossible
+    /// size is an error, not an abort.
+    #[test]
+    fn zeroed_vectors_hold_zeros_and_give_their_memory_back() {
+        for len in [0usize, 1, 7, 4096, 1 << 20] {
+            let mut v = try_zeroed::<f32>(len).unwrap();
+            assert_eq!((v.len(), v.capacity()), (len, len));
+            assert!(v.iter().all(|&x| x.to_bits() == 0));
+            v.push(1.0); // reallocates with the layout it was allocated with
+            assert_eq!(v[len], 1.0);
+            let w = try_zeroed::<i64>(len).unwrap();
+            assert!(w.iter().all(|&x| x == 0));
+            let u = try_zeroed::<u32>(len).unwrap();
+            assert!(u.iter().all(|&x| x == 0));
+        }
+        let err = try_zeroed::<f32>(usize::MAX / 2).unwrap_err();
+        assert_eq!(err.bytes, usize::MAX);
+        assert!(try_zeroed::<i64>(1 << 60).is_err());
+    }
+
     #[test]
     fn buffers_are_reused() {
         let b = Buffer::alloc(DType::F32, 1000).unwrap();

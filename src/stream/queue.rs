@@ -537,23 +537,21 @@ impl StreamCell {
         plan
     }
 
-    /// Blocks until no segment of this stream is running anywhere.
-    fn wait_idle(&self) {
+    /// Blocks until no segment of this stream is running anywhere; returns the queue,
+    /// locked.
+    fn wait_idle(&self) -> parking_lot::MutexGuard<'_, Queue> {
         let mut q = self.queue.lock();
         while q.in_flight > 0 {
             self.idle.wait(&mut q);
         }
+        q
     }
 
     /// Flushes everything, waits for segments that other threads are running for this
     /// stream, and returns (and clears) the first kernel error since the last sync.
     pub(crate) fn sync(self: &Arc<Self>) -> Result<(), Error> {
         self.flush(u64::MAX, FlushReason::Sync);
-        let mut q = self.queue.lock();
-        while q.in_flight > 0 {
-            self.idle.wait(&mut q);
-        }
-        match q.error.take() {
+        match self.wait_idle().error.take() {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -571,10 +569,9 @@ impl StreamCell {
             q.closed = true;
         }
         self.flush(u64::MAX, FlushReason::Close);
-        self.wait_idle();
         // Recycled handles on other threads may keep the cell alive for a while: keep
         // nothing large in it.
-        let mut q = self.queue.lock();
+        let mut q = self.wait_idle();
         q.spares = Spares::default();
         q.scratch = None;
         q.ops = VecDeque::new();
