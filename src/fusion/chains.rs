@@ -1,0 +1,290 @@
+//! The plan builder's chain step: matmul epilogues and norm prologues around groups.
+//!
+//! Takes the fusion groups and gives [`ChainSpec`]s: a group extended by the matmul
+//! whose product only it reads (an epilogue) and/or by the row norm (softmax, layer
+//! norm, RMS norm) that alone reads one of its results (a prologue), or a matmul read
+//! only by a norm. Invariants: every op is in at most one chain; the product and the
+//! norm's input are f32 roots that do not escape, have the chain's contiguous dims and
+//! are read only inside the chain, so [`chain_kernel`] marks them [`Home::Fused`] and
+//! they never get memory; a chain's kernel is placed at its last op in the queue, and
+//! nothing outside it reads a value it writes before then.
+
+use super::groups::{fused_kernel, group_index};
+use super::values::Facts;
+use super::{Home, Kernel, Value};
+use crate::ir::relative::RelativeOp;
+use crate::ir::{DType, Dims, Layout, Op, OpKind};
+use crate::kernels::{FusedProgram, Instr};
+
+/// A fused group (or none) extended into a [`Chain`]: the matmul op whose product only
+/// it reads, and/or the norm op that alone reads its result.
+#[derive(Clone, Debug)]
+pub(super) struct ChainSpec {
+    group: Option<usize>,
+    matmul: Option<usize>,
+    norm: Option<usize>,
+}
+
+fn is_row_norm(kind: &OpKind) -> bool {
+    matches!(
+        kind,
+        OpKind::Softmax | OpKind::LayerNorm { .. } | OpKind::RmsNorm { .. }
+    )
+}
+
+/// The operand layouts of matmul op `op` with their batch dims broadcast to its
+/// output's, or `None` when it is not an f32 matmul.
+fn matmul_operands(op: &Op) -> Option<(Layout, Layout)> {
+    let out = op.output.as_ref()?;
+    if op.kind != OpKind::MatMul
+        || out.dtype != DType::F32
+        || op.inputs.iter().any(|i| i.dtype != DType::F32)
+    {
+        return None;
+    }
+    let rank = out.layout.rank();
+    let with_batch = |x: &Layout| {
+        let mut dims = Dims::from_slice(&out.layout.dims[..rank - 2]);
+        for &d in &x.dims[x.rank() - 2..] {
+            dims.push(d);
+        }
+        x.broadcast_as(&dims)
+    };
+    Some((
+        with_batch(&op.inputs[0].layout)?,
+        with_batch(&op.inputs[1].layout)?,
+    ))
+}
+
+/// Whether value `v`, made by `producer`, can be computed inside a chain and never
+/// stored: an f32 root that does not escape, with the contiguous layout of `dims`,
+/// read (at least once) only by `readers` and only through that layout.
+fn only_read_by(
+    v: u32,
+    dims: &Dims,
+    readers: impl Fn(usize) -> bool,
+    ops: &[&Op],
+    rels: &[&RelativeOp],
+    facts: &[Facts],
+    values: &[Value],
+) -> bool {
+    let (val, f) = (&values[v as usize], &facts[v as usize]);
+    let contiguous = Layout::contiguous(dims);
+    val.dtype == DType::F32
+        && !val.escapes
+        && f.root == v
+        && val.layout == contiguous
+        && !f.consumers.is_empty()
+        && f.consumers.iter().all(|&c| {
+            readers(c)
+                && ops[c]
+                    .inputs
+                    .iter()
+                    .zip(&rels[c].inputs)
+                    .all(|(d, &w)| w != v || d.layout == contiguous)
+        })
+}
+
+/// Whether the norm `rel` reads `v` as its input and not also as a parameter (a
+/// parameter must be stored; the input of a chain's norm never is).
+fn norm_input_only(rel: &RelativeOp, v: u32) -> bool {
+    rel.inputs.first() == Some(&v) && !rel.inputs[1..].contains(&v)
+}
+
+/// Finds the chains: for each fused group, a matmul whose product only the group reads
+/// (the epilogue) and a row norm that alone reads the group's result (the prologue);
+/// and matmuls read only by a norm. A norm joins only if no other value the group
+/// writes is read before it (the chain runs at the norm's place in the queue). Only
+/// live ops are considered (groups hold only live ops; `facts` lists only live
+/// readers).
+pub(super) fn chains(
+    ops: &[&Op],
+    rels: &[&RelativeOp],
+    facts: &[Facts],
+    values: &[Value],
+    groups: &[Vec<usize>],
+    live: &[bool],
+) -> Vec<ChainSpec> {
+    let group_of = group_index(ops.len(), groups);
+    let mut specs = Vec::new();
+    for (g, members) in groups.iter().enumerate() {
+        let Some(out) = ops[members[0]].output.as_ref() else {
+            continue;
+        };
+        let dims = out.layout.dims;
+        let in_group = |c: usize| group_of[c] == Some(g);
+        let matmul = members
+            .iter()
+            .flat_map(|&i| rels[i].inputs.iter())
+            .find_map(|&v| {
+                let p = facts[v as usize].producer?;
+                (!in_group(p)
+                    && matmul_operands(ops[p]).is_some()
+                    && only_read_by(v, &dims, in_group, ops, rels, facts, values))
+                .then_some(p)
+            });
+        let norm = members.iter().find_map(|&i| {
+            let v = rels[i].output?;
+            let &[c] = facts[v as usize].consumers.as_slice() else {
+                return None;
+            };
+            let fits = is_row_norm(&ops[c].kind)
+                && !dims.is_empty()
+                && norm_input_only(rels[c], v)
+                && only_read_by(v, &dims, |r| r == c, ops, rels, facts, values);
+            // Every other value the group writes is read after the norm, if at all.
+            let later = members.iter().all(|&j| {
+                rels[j].output.is_none_or(|w| {
+                    w == v
+                        || facts[w as usize]
+                            .consumers
+                            .iter()
+                            .all(|&r| in_group(r) || r > c)
+                })
+            });
+            (fits && later).then_some(c)
+        });
+        if matmul.is_some() || norm.is_some() {
+            specs.push(ChainSpec {
+                group: Some(g),
+                matmul,
+                norm,
+            });
+        }
+    }
+    for (c, op) in ops.iter().enumerate() {
+        if !live[c] || !is_row_norm(&op.kind) {
+            continue;
+        }
+        let v = rels[c].inputs[0];
+        let Some(p) = facts[v as usize].producer else {
+            continue;
+        };
+        let dims = values[v as usize].layout.dims;
+        if matmul_operands(ops[p]).is_some()
+            && norm_input_only(rels[c], v)
+            && only_read_by(v, &dims, |r| r == c, ops, rels, facts, values)
+        {
+            specs.push(ChainSpec {
+                group: None,
+                matmul: Some(p),
+                norm: Some(c),
+            });
+        }
+    }
+    specs
+}
+
+/// For each op: the chain whose kernel is placed at it (its last op), and whether a
+/// chain covers it.
+pub(super) fn chain_index(
+    n_ops: usize,
+    specs: &[ChainSpec],
+    groups: &[Vec<usize>],
+) -> (Vec<Option<usize>>, Vec<bool>) {
+    let mut at = vec![None; n_ops];
+    let mut covered = vec![false; n_ops];
+    for (k, s) in specs.iter().enumerate() {
+        let members = s.group.map_or(&[][..], |g| &groups[g][..]);
+        let all = members.iter().chain(&s.matmul).chain(&s.norm);
+        for &i in all.clone() {
+            covered[i] = true;
+        }
+        if let Some(&last) = all.max() {
+            at[last] = Some(k);
+        }
+    }
+    (at, covered)
+}
+
+/// The kernel of one chain; marks the product and the norm's input `Fused`.
+pub(super) fn chain_kernel(
+    ops: &[&Op],
+    rels: &[&RelativeOp],
+    spec: &ChainSpec,
+    groups: &[Vec<usize>],
+    facts: &[Facts],
+    values: &mut [Value],
+) -> Kernel {
+    let (program, inputs, mut outputs, dims) = match spec.group {
+        Some(g) => match fused_kernel(ops, rels, &groups[g], facts, values) {
+            Kernel::Fused {
+                program,
+                inputs,
+                outputs,
+                dims,
+                ..
+            } => (program, inputs, outputs, dims),
+            _ => unreachable!("fused_kernel makes a fused kernel"),
+        },
+        None => {
+            // A matmul straight into a norm: the program copies the product.
+            let p = spec.matmul.expect("a chain without a group has a matmul");
+            let v = rels[p].output.expect("a matmul has an output");
+            let dims = values[v as usize].layout.dims;
+            let program = FusedProgram {
+                inputs: 1,
+                instrs: vec![Instr::Input(0)],
+                outputs: vec![0],
+            };
+            (program, vec![(v, Layout::contiguous(&dims))], vec![v], dims)
+        }
+    };
+    let matmul = spec.matmul.map(|p| {
+        let product = rels[p].output.expect("a matmul has an output");
+        let (lhs, rhs) = matmul_operands(ops[p]).expect("checked by chains()");
+        values[product as usize].home = Home::Fused;
+        super::ChainMatMul {
+            op: p,
+            lhs: (rels[p].inputs[0], lhs),
+            rhs: (rels[p].inputs[1], rhs),
+            product,
+            input: inputs
+                .iter()
+                .position(|(v, _)| *v == product)
+                .expect("the product is an input of the group"),
+        }
+    });
+    let norm = spec.norm.map(|c| {
+        let input = rels[c].inputs[0];
+        let output = outputs
+            .iter()
+            .position(|&o| o == input)
+            .expect("the norm's input is written by the group");
+        outputs[output] = rels[c].output.expect("a norm has an output");
+        values[input as usize].home = Home::Fused;
+        super::ChainNorm {
+            op: c,
+            kind: ops[c].kind.clone(),
+            params: rels[c].inputs[1..]
+                .iter()
+                .zip(&ops[c].inputs[1..])
+                .map(|(&v, d)| (v, d.layout))
+                .collect(),
+            output,
+            input,
+        }
+    });
+    let mut input_ids: Vec<u32> = Vec::new();
+    if let Some(m) = &matmul {
+        input_ids.extend([m.lhs.0, m.rhs.0]);
+    }
+    input_ids.extend(
+        inputs
+            .iter()
+            .map(|(v, _)| *v)
+            .filter(|&v| matmul.as_ref().is_none_or(|m| m.product != v)),
+    );
+    if let Some(n) = &norm {
+        input_ids.extend(n.params.iter().map(|(v, _)| *v));
+    }
+    Kernel::Chain(Box::new(super::Chain {
+        matmul,
+        program,
+        inputs,
+        norm,
+        input_ids,
+        outputs,
+        dims,
+    }))
+}

@@ -1,0 +1,81 @@
+//! The plan builder's values step: what the segment says about each value.
+//!
+//! Takes the segment (ops and their relative forms, same length and order) and gives,
+//! for every relative id, a [`Value`] (dtype, layout, a first home, whether it
+//! escapes) and its [`Facts`] (producer, readers, whether a Drop is in the segment,
+//! root). Invariants of the result: a value's root is itself unless a View made it,
+//! and then it is the root of the View's input (roots are never views); an output
+//! escapes when it is made here and no Drop for it is in the segment, and a root
+//! escapes when it or any view of it does; values made before the segment are
+//! [`Home::Input`], views [`Home::View`] of their root, other outputs [`Home::Pooled`]
+//! until later steps say otherwise.
+
+use super::{Home, Value};
+use crate::ir::relative::RelativeOp;
+use crate::ir::{DType, Layout, Op, OpKind};
+
+/// What the segment says about one value.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Facts {
+    pub(super) producer: Option<usize>,
+    pub(super) consumers: Vec<usize>,
+    pub(super) dropped: bool,
+    pub(super) root: u32,
+}
+
+/// Step 1: every value's dtype, layout, producer, readers, and whether it escapes.
+pub(super) fn describe(ops: &[&Op], rels: &[&RelativeOp], n: usize) -> (Vec<Value>, Vec<Facts>) {
+    let mut values = vec![
+        Value {
+            dtype: DType::F32,
+            layout: Layout::contiguous(&[]),
+            home: Home::Input,
+            escapes: false,
+        };
+        n
+    ];
+    let mut facts: Vec<Facts> = (0..n)
+        .map(|v| Facts {
+            root: v as u32,
+            ..Facts::default()
+        })
+        .collect();
+    for (i, (op, rel)) in ops.iter().zip(rels).enumerate() {
+        for (desc, &v) in op.inputs.iter().zip(&rel.inputs) {
+            let f = &mut facts[v as usize];
+            if op.kind == OpKind::Drop {
+                f.dropped = true;
+            } else {
+                f.consumers.push(i);
+            }
+            if f.producer.is_none() {
+                values[v as usize].dtype = desc.dtype;
+                values[v as usize].layout = desc.layout;
+            }
+        }
+        if let (Some(desc), Some(v)) = (&op.output, rel.output) {
+            values[v as usize].dtype = desc.dtype;
+            values[v as usize].layout = desc.layout;
+            facts[v as usize].producer = Some(i);
+            if op.kind == OpKind::View {
+                let root = facts[rel.inputs[0] as usize].root;
+                facts[v as usize].root = root;
+                values[v as usize].home = Home::View { root };
+            } else {
+                values[v as usize].home = Home::Pooled;
+            }
+        }
+    }
+    for v in 0..n {
+        let f = &facts[v];
+        values[v].escapes = f.producer.is_some() && !f.dropped;
+    }
+    // A root escapes when any of its views does.
+    for v in 0..n {
+        if values[v].escapes {
+            let r = facts[v].root as usize;
+            values[r].escapes |= facts[r].producer.is_some();
+        }
+    }
+    (values, facts)
+}
