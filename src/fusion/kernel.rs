@@ -93,13 +93,16 @@ pub struct ChainNorm {
     pub input: u32,
 }
 
-/// The values a kernel reads and writes.
-pub fn kernel_io(k: &Kernel) -> (&[u32], &[u32]) {
-    match k {
-        Kernel::Op { inputs, output, .. } => (inputs, output),
-        Kernel::Fused {
-            input_ids, outputs, ..
-        } => (input_ids, outputs),
-        Kernel::Chain(c) => (&c.input_ids, &c.outputs),
+impl Kernel {
+    /// The values (relative ids) the kernel reads from memory and the ones it writes.
+    /// A chain's product and its norm's input are in neither: they are never stored.
+    pub fn io(&self) -> (&[u32], &[u32]) {
+        match self {
+            Kernel::Op { inputs, output, .. } => (inputs, output),
+            Kernel::Fused {
+                input_ids, outputs, ..
+            } => (input_ids, outputs),
+            Kernel::Chain(c) => (&c.input_ids, &c.outputs),
+        }
     }
 }

@@ -6,14 +6,14 @@
 //! so the memory step measures lifetimes in levels.
 
 use super::values::Facts;
-use super::{kernel_io, Kernel};
+use super::Kernel;
 
 /// Step 3: the level of each kernel (in the given order).
 pub(super) fn levels(kernels: &[Kernel], facts: &[Facts], n_values: usize) -> Vec<u32> {
     let mut level_of_root = vec![0u32; n_values];
     let mut levels = Vec::with_capacity(kernels.len());
     for k in kernels {
-        let (ins, outs) = kernel_io(k);
+        let (ins, outs) = k.io();
         let lvl = ins
             .iter()
             .map(|&v| level_of_root[facts[v as usize].root as usize])

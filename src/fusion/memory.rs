@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use super::values::Facts;
-use super::{kernel_io, Home, Kernel, Value};
+use super::{Home, Kernel, Value};
 use crate::ir::{DType, Layout};
 use crate::plan;
 
@@ -36,7 +36,7 @@ pub(super) fn place(
     let mut born = vec![u32::MAX; n];
     let mut last = vec![0u32; n];
     for (k, &lvl) in kernels.iter().zip(levels) {
-        let (ins, outs) = kernel_io(k);
+        let (ins, outs) = k.io();
         for &v in outs {
             born[v as usize] = lvl;
             last[v as usize] = last[v as usize].max(lvl);
@@ -74,7 +74,7 @@ pub(super) fn place(
     let position = |v: usize| owners.iter().position(|&o| o == v);
     let mut reads_at_last = vec![0usize; n];
     for (k, &lvl) in kernels.iter().zip(levels) {
-        for &v in kernel_io(k).0 {
+        for &v in k.io().0 {
             let r = facts[v as usize].root as usize;
             if last[r] == lvl {
                 reads_at_last[r] += 1;

@@ -47,7 +47,7 @@ mod testutil;
 mod values;
 
 pub use build::build;
-pub use kernel::{kernel_io, Chain, ChainMatMul, ChainNorm, Kernel};
+pub use kernel::{Chain, ChainMatMul, ChainNorm, Kernel};
 
 use std::fmt;
 

@@ -44,7 +44,7 @@ pub(super) fn prune(rels: &[&RelativeOp], facts: &mut [Facts], values: &mut [Val
 #[cfg(test)]
 mod tests {
     use crate::fusion::testutil::{drop_of, exp, op, plan};
-    use crate::fusion::{kernel_io, Home, Kernel};
+    use crate::fusion::{Home, Kernel};
     use crate::ir::OpKind;
 
     #[test]
@@ -113,11 +113,7 @@ mod tests {
         assert!(p.values[1].escapes && p.values[2].escapes, "{p}");
         assert_eq!(p.values[2].home, Home::View { root: 1 });
         assert_eq!(p.values[4].home, Home::Dead);
-        let written: Vec<u32> = p
-            .kernels
-            .iter()
-            .flat_map(|k| kernel_io(k).1.to_vec())
-            .collect();
+        let written: Vec<u32> = p.kernels.iter().flat_map(|k| k.io().1.to_vec()).collect();
         assert_eq!(written, [1, 3], "{p}");
     }
 }

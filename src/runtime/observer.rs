@@ -9,7 +9,7 @@
 
 use std::cell::{Cell, RefCell};
 
-use crate::fusion::{kernel_io, ExecutionPlan, Home};
+use crate::fusion::{ExecutionPlan, Home};
 
 /// A region of the arena used by one value, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,7 +122,7 @@ pub(crate) fn record(
     let mut born = vec![u32::MAX; plan.values.len()];
     let mut last = vec![0u32; plan.values.len()];
     for (kernel, &lvl) in plan.kernels.iter().zip(&plan.levels) {
-        let (i, o) = kernel_io(kernel);
+        let (i, o) = kernel.io();
         for &v in o {
             born[v as usize] = born[v as usize].min(lvl);
             last[v as usize] = last[v as usize].max(lvl);

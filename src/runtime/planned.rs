@@ -255,7 +255,7 @@ pub fn execute_plan(
         s.runnable.clear();
         s.tainted.clear();
         for (i, kernel) in plan.kernels[k..end].iter().enumerate() {
-            let (ins, outs) = crate::fusion::kernel_io(kernel);
+            let (ins, outs) = kernel.io();
             if ins.iter().any(|&v| s.failed[root(plan, v)].is_some()) {
                 // Only the outputs computed from a failed input fail; a fused kernel
                 // still makes the others (reading zeros for what failed).
@@ -285,7 +285,7 @@ pub fn execute_plan(
             let e = Error::Kernel { op: name, msg: e.0 };
             log::debug!("kernel error: {e}");
             first_error.get_or_insert_with(|| e.clone());
-            for &o in crate::fusion::kernel_io(kernel).1 {
+            for &o in kernel.io().1 {
                 s.failed[o as usize] = Some(e.clone());
             }
         }
@@ -384,7 +384,7 @@ fn run_level(
                 pooled.drain(p..).for_each(|(_, b)| Buffer::release(b));
                 let e = e.error(kernel_name(plan, tasks, k));
                 log::debug!("kernel not run: {e}");
-                for &o in crate::fusion::kernel_io(&plan.kernels[k]).1 {
+                for &o in plan.kernels[k].io().1 {
                     failed[o as usize] = Some(e.clone());
                 }
                 alloc_failed.get_or_insert(e);
@@ -437,7 +437,7 @@ fn place_outputs(
     writes: &mut Vec<(usize, usize)>,
     pooled: &mut Vec<(u32, Arc<Buffer>)>,
 ) -> Result<(), AllocError> {
-    for &o in crate::fusion::kernel_io(&plan.kernels[k]).1 {
+    for &o in plan.kernels[k].io().1 {
         match region(plan, o as usize) {
             Some(r) => match no_arena {
                 Some(e) => return Err(e),
