@@ -16,6 +16,9 @@ use super::{Home, Kernel, Value};
 use crate::ir::{DType, Layout};
 use crate::plan;
 
+/// Arena buffers are padded and aligned to this many f32 elements (64 bytes).
+const ALIGN: usize = 16;
+
 /// Step 4: arena offsets for f32 roots born and dead in the segment; pooled buffers for
 /// the rest. Returns the arena length and the lower bound, in f32 elements.
 ///
@@ -31,8 +34,44 @@ pub(super) fn place(
     facts: &[Facts],
     values: &mut [Value],
 ) -> (usize, usize) {
-    const ALIGN: usize = 16; // elements: 64 bytes
-    let n = values.len();
+    let life = lifetimes(kernels, levels, facts, values.len());
+    let arena = arena_buffers(values, &life);
+    if arena.buffers.is_empty() {
+        return (0, 0);
+    }
+    let pairs = in_place_pairs(kernels, levels, facts, values, &life, &arena);
+    let mut problem = plan::Problem::new(arena.buffers);
+    problem.in_place = pairs
+        .iter()
+        .map(|p| plan::InPlace {
+            input: p.input_buffer,
+            output: p.output_buffer,
+        })
+        .collect();
+    let solution = solve(&problem);
+    record_in_place(kernels, &pairs, &solution.offsets);
+    for (&v, &off) in arena.owners.iter().zip(&solution.offsets) {
+        values[v].home = Home::Arena {
+            offset: off as usize / 4,
+        };
+    }
+    (
+        solution.arena as usize / 4,
+        solution.lower_bound as usize / 4,
+    )
+}
+
+/// The levels at which each value is made and last read.
+struct Lifetimes {
+    /// `born[v]`: the level of the kernel that writes `v` (`u32::MAX` when none does).
+    born: Vec<u32>,
+    /// `last[r]`: the highest level at which root `r` is written or read (through
+    /// itself or a view).
+    last: Vec<u32>,
+}
+
+/// The lifetime of every value, from the kernels and their levels.
+fn lifetimes(kernels: &[Kernel], levels: &[u32], facts: &[Facts], n: usize) -> Lifetimes {
     let mut born = vec![u32::MAX; n];
     let mut last = vec![0u32; n];
     for (k, &lvl) in kernels.iter().zip(levels) {
@@ -46,33 +85,77 @@ pub(super) fn place(
             last[r] = last[r].max(lvl);
         }
     }
-    let mut buffers = Vec::new();
-    let mut owners = Vec::new();
-    for v in 0..n {
-        let val = &values[v];
+    Lifetimes { born, last }
+}
+
+/// The planner's buffers: one per value that lives in the arena.
+struct ArenaBuffers {
+    /// In value order.
+    buffers: Vec<plan::Buffer>,
+    /// `owners[b]`: the value of `buffers[b]`.
+    owners: Vec<usize>,
+    /// `buffer_of[v]`: the buffer of value `v`, if it has one.
+    buffer_of: Vec<Option<usize>>,
+}
+
+/// A buffer for every f32 value that is made by a kernel of the segment, does not
+/// escape and is not a view, fused or dead (those are the ones still
+/// [`Home::Pooled`]), living from its producer's level to one past its last reader's.
+fn arena_buffers(values: &[Value], life: &Lifetimes) -> ArenaBuffers {
+    let mut arena = ArenaBuffers {
+        buffers: Vec::new(),
+        owners: Vec::new(),
+        buffer_of: vec![None; values.len()],
+    };
+    for (v, val) in values.iter().enumerate() {
         if val.home == Home::Pooled
             && !val.escapes
             && val.dtype == DType::F32
-            && born[v] != u32::MAX
+            && life.born[v] != u32::MAX
         {
             let len = val.layout.numel().div_ceil(ALIGN) * ALIGN;
-            buffers.push(plan::Buffer {
+            arena.buffer_of[v] = Some(arena.buffers.len());
+            arena.buffers.push(plan::Buffer {
                 id: v,
-                lower: born[v] as u64,
-                upper: last[v] as u64 + 1,
+                lower: life.born[v] as u64,
+                upper: life.last[v] as u64 + 1,
                 size: (len.max(ALIGN) * 4) as u64,
                 alignment: (ALIGN * 4) as u64,
             });
-            owners.push(v);
+            arena.owners.push(v);
         }
     }
-    if buffers.is_empty() {
-        return (0, 0);
-    }
-    let mut problem = plan::Problem::new(buffers);
-    // In-place candidates: (kernel, input k, output j, input buffer, output buffer).
-    let position = |v: usize| owners.iter().position(|&o| o == v);
-    let mut reads_at_last = vec![0usize; n];
+    arena
+}
+
+/// An offer to the planner: a fused kernel's output may take its input's bytes.
+struct Pair {
+    /// Index of the fused kernel.
+    kernel: usize,
+    /// Which of its inputs.
+    input: usize,
+    /// Which of its outputs.
+    output: usize,
+    /// The input's arena buffer.
+    input_buffer: usize,
+    /// The output's arena buffer.
+    output_buffer: usize,
+}
+
+/// The in-place offers: for each arena output of a fused kernel, the first arena
+/// input (a root) that dies at the kernel's level, is made at an earlier level, has no
+/// other reader at that level, is read whole and contiguous, has as many elements as
+/// the output and is not offered to another output already.
+fn in_place_pairs(
+    kernels: &[Kernel],
+    levels: &[u32],
+    facts: &[Facts],
+    values: &[Value],
+    life: &Lifetimes,
+    arena: &ArenaBuffers,
+) -> Vec<Pair> {
+    let (born, last) = (&life.born, &life.last);
+    let mut reads_at_last = vec![0usize; values.len()];
     for (k, &lvl) in kernels.iter().zip(levels) {
         for &v in k.io().0 {
             let r = facts[v as usize].root as usize;
@@ -81,7 +164,7 @@ pub(super) fn place(
             }
         }
     }
-    let mut pairs: Vec<(usize, usize, usize, usize, usize)> = Vec::new();
+    let mut pairs: Vec<Pair> = Vec::new();
     for (ki, (k, &lvl)) in kernels.iter().zip(levels).enumerate() {
         let Kernel::Fused {
             inputs,
@@ -94,42 +177,60 @@ pub(super) fn place(
         };
         let whole = Layout::contiguous(dims);
         for (j, &o) in outputs.iter().enumerate() {
-            let Some(out) = position(o as usize) else {
+            let Some(out) = arena.buffer_of[o as usize] else {
                 continue;
             };
             let numel = values[o as usize].layout.numel();
             let found = inputs.iter().enumerate().find_map(|(i, (v, layout))| {
                 let r = facts[*v as usize].root as usize;
-                let inp = position(r)?;
+                let inp = arena.buffer_of[r]?;
                 let ok = last[r] == lvl
                     && born[r] < lvl
                     && reads_at_last[r] == 1
                     && *layout == whole
                     && values[r].layout.numel() == numel
-                    && !pairs.iter().any(|p| p.3 == inp);
+                    && !pairs.iter().any(|p| p.input_buffer == inp);
                 ok.then_some((i, inp))
             });
             if let Some((i, inp)) = found {
-                pairs.push((ki, i, j, inp, out));
+                pairs.push(Pair {
+                    kernel: ki,
+                    input: i,
+                    output: j,
+                    input_buffer: inp,
+                    output_buffer: out,
+                });
             }
         }
     }
-    problem.in_place = pairs
-        .iter()
-        .map(|&(_, _, _, input, output)| plan::InPlace { input, output })
-        .collect();
+    pairs
+}
+
+/// The planner's answer: an offset per buffer, the arena and its lower bound (bytes).
+struct Solution {
+    offsets: Vec<u64>,
+    arena: u64,
+    lower_bound: u64,
+}
+
+/// Runs the memory planner (50 ms, one thread). If it fails (never expected), the
+/// buffers go one after the other, with no reuse, rather than fail the segment.
+fn solve(problem: &plan::Problem) -> Solution {
     let options = plan::Options {
         time_limit: Duration::from_millis(50),
         threads: 1,
         ..plan::Options::default()
     };
-    let (offsets, arena, lower) = match plan::solve(&problem, &options) {
-        Ok(p) => (p.offsets, p.arena, p.lower_bound),
+    match plan::solve(problem, &options) {
+        Ok(p) => Solution {
+            offsets: p.offsets,
+            arena: p.arena,
+            lower_bound: p.lower_bound,
+        },
         Err(e) => {
-            // Never expected; fall back to no reuse rather than fail the segment.
             log::warn!("memory planning failed ({e}); using one buffer after the other");
             let mut at = 0;
-            let offs = problem
+            let offsets = problem
                 .buffers
                 .iter()
                 .map(|b| {
@@ -138,21 +239,23 @@ pub(super) fn place(
                     o
                 })
                 .collect();
-            (offs, at, plan::lower_bound(&problem))
-        }
-    };
-    // Only where the planner took the offer does the kernel read in place.
-    for &(ki, i, j, inp, out) in &pairs {
-        if offsets.get(inp) == offsets.get(out) {
-            if let Kernel::Fused { in_place, .. } = &mut kernels[ki] {
-                in_place.push((i, j));
+            Solution {
+                offsets,
+                arena: at,
+                lower_bound: plan::lower_bound(problem),
             }
         }
     }
-    for (v, off) in owners.into_iter().zip(offsets) {
-        values[v].home = Home::Arena {
-            offset: off as usize / 4,
-        };
+}
+
+/// Records the pairs the planner took (both buffers at one offset) in their kernels:
+/// only those read in place.
+fn record_in_place(kernels: &mut [Kernel], pairs: &[Pair], offsets: &[u64]) {
+    for p in pairs {
+        if offsets.get(p.input_buffer) == offsets.get(p.output_buffer) {
+            if let Kernel::Fused { in_place, .. } = &mut kernels[p.kernel] {
+                in_place.push((p.input, p.output));
+            }
+        }
     }
-    (arena as usize / 4, lower as usize / 4)
 }
