@@ -40,7 +40,7 @@ pub enum Kernel {
 /// A [`Kernel::Chain`]: a fused element-wise program with a matmul before it (an
 /// epilogue) and/or a row normalisation after it (a prologue), run panel by panel by
 /// [`crate::kernels::chain`]. The matmul's product and the norm's input are
-/// [`Home::Fused`]: they never get memory.
+/// [`Home::Fused`](super::Home::Fused): they never get memory.
 #[derive(Clone, Debug)]
 pub struct Chain {
     /// The matmul whose product is one of the program's inputs.

@@ -11,8 +11,8 @@
 //!    (everything it would make is dropped unread): it gets no kernel and no memory,
 //!    and reads nothing, so what only it read may be dead too.
 //! 2. **Fusion.** Chains of element-wise f32 ops with the same output dims become one
-//!    [`FusedProgram`]: a kernel that reads each external input once and writes only
-//!    the values that are read outside the chain or escape. A value used only inside a
+//!    [`FusedProgram`](crate::kernels::FusedProgram): a kernel that reads each external
+//!    input once and writes only the values that are read outside the chain or escape. A value used only inside a
 //!    chain never gets memory. A group then becomes a [`Chain`] when a matmul's product
 //!    is read only by it (the matmul runs in row panels, each followed by the program:
 //!    an *epilogue*) and/or when its result is read only by a softmax, layer norm or RMS
