@@ -60,10 +60,19 @@ pub enum Error {
         /// How many bytes were requested.
         bytes: usize,
     },
+    /// A bug in streamfuse: one of its own invariants did not hold (for example the
+    /// plan builder met a segment it cannot have made). Reported like a kernel error,
+    /// at the next read or sync, for the values the failed work would have made; the
+    /// stream stays usable. Please report it with the message.
+    Internal {
+        /// What broke, naming the step that found it.
+        msg: String,
+    },
 }
 
 impl Error {
-    /// The name of the op that failed.
+    /// The name of the op that failed ("segment" for an [`Error::Internal`]: the
+    /// segment whose work failed).
     pub fn op(&self) -> &'static str {
         match self {
             Error::Shape { op, .. }
@@ -72,6 +81,7 @@ impl Error {
             | Error::Arg { op, .. }
             | Error::Kernel { op, .. }
             | Error::OutOfMemory { op, .. } => op,
+            Error::Internal { .. } => "segment",
         }
     }
 }
@@ -94,6 +104,10 @@ impl fmt::Display for Error {
                 f,
                 "{op}: out of memory: could not allocate {bytes} bytes ({}) for its result",
                 human_bytes(*bytes)
+            ),
+            Error::Internal { msg } => write!(
+                f,
+                "internal error (a bug in streamfuse, please report it): {msg}"
             ),
         }
     }
@@ -138,5 +152,18 @@ mod tests {
         );
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(human_bytes(1536), "1.5 KiB");
+    }
+
+    #[test]
+    fn internal_errors_say_they_are_a_bug_and_what_broke() {
+        let e = Error::Internal {
+            msg: "plan builder, chains: no product".into(),
+        };
+        assert_eq!(e.op(), "segment");
+        assert_eq!(
+            e.to_string(),
+            "internal error (a bug in streamfuse, please report it): \
+             plan builder, chains: no product"
+        );
     }
 }

@@ -1,84 +1,45 @@
 //! Building an [`ExecutionPlan`] from a segment: the builder's steps, in order.
 //!
 //! ```text
-//! describe (values.rs)   every value: dtype, layout, producer, readers, root, escapes
-//! prune    (prune.rs)    ops whose output nobody reads are dead: no kernel, no memory
-//! fuse     (groups.rs)   live element-wise ops into groups, one fused kernel each
-//! chains   (chains.rs)   a group extended by a matmul before it and/or a norm after it
-//! kernels  (here)        one kernel per chain, group or other live op, in queue order
-//! levels   (levels.rs)   each kernel's level; kernels sorted by level
-//! place    (memory.rs)   arena offsets from the memory planner, in-place pairs
+//! describe      (values.rs)  every value: dtype, layout, producer, readers, root, escapes
+//! prune         (prune.rs)   ops whose output nobody reads are dead: no kernel, no memory
+//! fuse          (groups.rs)  live element-wise ops into groups, one fused kernel each
+//! chains        (chains.rs)  a group extended by a matmul before it and/or a norm after it
+//! kernels       (here)       one kernel per chain, group or other live op, in queue order
+//! sort_by_level (levels.rs)  each kernel's level; kernels sorted by it
+//! place         (memory.rs)  arena offsets from the memory planner, in-place pairs
 //! ```
 //!
-//! See the module docs of [`crate::fusion`] for what each step decides.
+//! Each step reads what the earlier ones made and marks value homes as it decides
+//! them (see the module docs of [`crate::fusion`]). A step that finds an earlier one's
+//! promise broken returns [`Error::Internal`] naming what broke; the builder never
+//! panics on its own inputs.
 
-use super::chains::{chain_index, chain_kernel, chains};
+use super::chains::{chain_index, chain_kernel, chains, ChainSpec};
 use super::groups::{fuse, fused_kernel, group_index};
-use super::levels::levels;
+use super::levels::sort_by_level;
 use super::memory::place;
 use super::prune::prune;
-use super::values::describe;
-use super::{ExecutionPlan, Kernel};
+use super::values::{describe, Facts};
+use super::{ExecutionPlan, Kernel, Value};
+use crate::error::Error;
 use crate::ir::relative::RelativeOp;
 use crate::ir::{Op, OpKind};
 
 /// Plans a segment given its ops and their relative forms (same length, same order).
-pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> ExecutionPlan {
-    let n_values = rels
-        .iter()
-        .flat_map(|r| r.inputs.iter().chain(r.output.iter()))
-        .map(|&v| v as usize + 1)
-        .max()
-        .unwrap_or(0);
-    let (mut values, mut facts) = describe(ops, rels, n_values);
+///
+/// Fails with [`Error::Internal`] only when one of the builder's own invariants does
+/// not hold (a segment the stream cannot have made, or a step that broke what the
+/// next one relies on): a bug, reported rather than a panic.
+pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> Result<ExecutionPlan, Error> {
+    let (mut values, mut facts) = describe(ops, rels)?;
     let live = prune(rels, &mut facts, &mut values);
     let groups = fuse(ops, rels, &facts, &values, &live);
-    let specs = chains(ops, rels, &facts, &values, &groups, &live);
-    let (chain_at, in_chain) = chain_index(ops.len(), &specs, &groups);
-    let mut kernels = Vec::new();
-    let mut kernel_of_group = vec![usize::MAX; groups.len()];
-    let group_of = group_index(ops.len(), &groups);
-    for (i, op) in ops.iter().enumerate() {
-        let rel = rels[i];
-        if let Some(c) = chain_at[i] {
-            kernels.push(chain_kernel(
-                ops,
-                rels,
-                &specs[c],
-                &groups,
-                &facts,
-                &mut values,
-            ));
-            continue;
-        }
-        if in_chain[i] || !live[i] {
-            continue;
-        }
-        if let Some(g) = group_of[i] {
-            if groups[g].last() == Some(&i) {
-                kernel_of_group[g] = kernels.len();
-                kernels.push(fused_kernel(ops, rels, &groups[g], &facts, &mut values));
-            }
-            continue;
-        }
-        match op.kind {
-            OpKind::Drop | OpKind::View => {}
-            _ => kernels.push(Kernel::Op {
-                op: i,
-                inputs: rel.inputs.clone(),
-                output: [rel.output.expect("ops other than Drop have an output")],
-            }),
-        }
-    }
-    let levels = levels(&kernels, &facts, n_values);
-    // Sort kernels by level, keeping queue order within a level.
-    let mut order: Vec<usize> = (0..kernels.len()).collect();
-    order.sort_by_key(|&k| (levels[k], k));
-    let kernels: Vec<Kernel> = order.iter().map(|&k| kernels[k].clone()).collect();
-    let levels: Vec<u32> = order.iter().map(|&k| levels[k]).collect();
-    let mut kernels = kernels;
-    let (arena_len, arena_lower_bound) = place(&mut kernels, &levels, &facts, &mut values);
-    ExecutionPlan {
+    let specs = chains(ops, rels, &facts, &values, &groups, &live)?;
+    let kernels = kernels(ops, rels, &live, &groups, &specs, &facts, &mut values)?;
+    let (mut kernels, levels) = sort_by_level(kernels, &facts);
+    let (arena_len, arena_lower_bound) = place(&mut kernels, &levels, &facts, &mut values)?;
+    Ok(ExecutionPlan {
         values,
         kernels,
         levels,
@@ -96,5 +57,54 @@ pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> ExecutionPlan {
             .filter(|(_, &l)| l)
             .map(|(op, _)| op.work())
             .fold(0, usize::saturating_add),
+    })
+}
+
+/// The kernels in queue order: a chain's at its last op, a group's at its last op, and
+/// one per other live op but Views (which read their root) and Drops.
+fn kernels(
+    ops: &[&Op],
+    rels: &[&RelativeOp],
+    live: &[bool],
+    groups: &[Vec<usize>],
+    specs: &[ChainSpec],
+    facts: &[Facts],
+    values: &mut [Value],
+) -> Result<Vec<Kernel>, Error> {
+    let (chain_at, in_chain) = chain_index(ops.len(), specs, groups)?;
+    let group_of = group_index(ops.len(), groups)?;
+    let mut kernels = Vec::new();
+    for (i, (op, rel)) in ops.iter().zip(rels).enumerate() {
+        if let Some(c) = chain_at[i] {
+            kernels.push(chain_kernel(ops, rels, &specs[c], groups, facts, values)?);
+            continue;
+        }
+        if in_chain[i] || !live[i] {
+            continue;
+        }
+        if let Some(g) = group_of[i] {
+            if groups[g].last() == Some(&i) {
+                kernels.push(fused_kernel(ops, rels, &groups[g], facts, values)?);
+            }
+            continue;
+        }
+        match op.kind {
+            OpKind::Drop | OpKind::View => {}
+            _ => kernels.push(Kernel::Op {
+                op: i,
+                inputs: rel.inputs.clone(),
+                output: [rel
+                    .output
+                    .ok_or_else(|| broken("kernels", format!("live op {i} has no output")))?],
+            }),
+        }
+    }
+    Ok(kernels)
+}
+
+/// An [`Error::Internal`] for a broken invariant of the plan builder, found by `step`.
+pub(super) fn broken(step: &str, what: impl std::fmt::Display) -> Error {
+    Error::Internal {
+        msg: format!("plan builder, {step} step: {what}"),
     }
 }

@@ -20,6 +20,7 @@ use hashbrown::HashTable;
 use parking_lot::RwLock;
 
 use super::{build, Chain, ExecutionPlan, Kernel};
+use crate::error::Error;
 use crate::ir::relative::RelativeOp;
 use crate::ir::{DType, Layout, Op, OpKind};
 use crate::kernels::FusedProgram;
@@ -122,12 +123,13 @@ fn matches<T>(entry: &Entry, segment: &[T], parts: &impl Fn(&T) -> (&Op, &Relati
 /// The plan of the segment `segment` (each element's op and relative form given by
 /// `parts`) with key `key`, built on a miss. Returns the plan and whether it was a hit;
 /// a hit allocates nothing and writes nothing shared but its entry's clock stamp (only
-/// when a plan was stored since its last hit).
+/// when a plan was stored since its last hit). Fails with the builder's
+/// [`Error::Internal`] when the plan cannot be built (a bug; nothing is stored).
 pub fn get_or_build<T>(
     key: u64,
     segment: &[T],
     parts: impl Fn(&T) -> (&Op, &RelativeOp),
-) -> (Arc<ExecutionPlan>, bool) {
+) -> Result<(Arc<ExecutionPlan>, bool), Error> {
     {
         let cache = CACHE.read();
         if let Some(e) = cache
@@ -139,12 +141,12 @@ pub fn get_or_build<T>(
                 e.used.store(now, Ordering::Relaxed);
             }
             HITS.fetch_add(1, Ordering::Relaxed);
-            return (e.plan.clone(), true);
+            return Ok((e.plan.clone(), true));
         }
     }
     MISSES.fetch_add(1, Ordering::Relaxed);
     let (ops, rels): (Vec<&Op>, Vec<&RelativeOp>) = segment.iter().map(&parts).unzip();
-    let plan = Arc::new(build(&ops, &rels));
+    let plan = Arc::new(build(&ops, &rels)?);
     let signature: Vec<SigOp> = ops
         .iter()
         .zip(&rels)
@@ -157,7 +159,7 @@ pub fn get_or_build<T>(
             .table
             .find(key, |e| e.key == key && matches(e, segment, &parts))
         {
-            return (e.plan.clone(), false); // another stream built it meanwhile
+            return Ok((e.plan.clone(), false)); // another stream built it meanwhile
         }
         let used = CLOCK.fetch_add(1, Ordering::Relaxed) + 1;
         cache.table.insert_unique(
@@ -175,7 +177,7 @@ pub fn get_or_build<T>(
         evict(&mut cache, LIMIT.load(Ordering::Relaxed))
     };
     drop(evicted); // freed outside the lock
-    (plan, false)
+    Ok((plan, false))
 }
 
 /// When the cache takes more than `limit` bytes, takes out the least recently used

@@ -9,9 +9,11 @@
 //! they never get memory; a chain's kernel is placed at its last op in the queue, and
 //! nothing outside it reads a value it writes before then.
 
-use super::groups::{fused_kernel, group_index};
+use super::build::broken;
+use super::groups::{fused_parts, group_index, FusedParts};
 use super::values::Facts;
 use super::{Home, Kernel, Value};
+use crate::error::Error;
 use crate::ir::relative::RelativeOp;
 use crate::ir::{DType, Dims, Layout, Op, OpKind};
 use crate::kernels::{FusedProgram, Instr};
@@ -33,27 +35,27 @@ fn is_row_norm(kind: &OpKind) -> bool {
 }
 
 /// The operand layouts of matmul op `op` with their batch dims broadcast to its
-/// output's, or `None` when it is not an f32 matmul.
+/// output's, or `None` when it is not an f32 matmul of two operands of rank 2 or more.
 fn matmul_operands(op: &Op) -> Option<(Layout, Layout)> {
     let out = op.output.as_ref()?;
+    let [lhs, rhs] = op.inputs.as_slice() else {
+        return None;
+    };
     if op.kind != OpKind::MatMul
         || out.dtype != DType::F32
         || op.inputs.iter().any(|i| i.dtype != DType::F32)
     {
         return None;
     }
-    let rank = out.layout.rank();
+    let batch = out.layout.rank().checked_sub(2)?;
     let with_batch = |x: &Layout| {
-        let mut dims = Dims::from_slice(&out.layout.dims[..rank - 2]);
-        for &d in &x.dims[x.rank() - 2..] {
+        let mut dims = Dims::from_slice(&out.layout.dims[..batch]);
+        for &d in &x.dims[x.rank().checked_sub(2)?..] {
             dims.push(d);
         }
         x.broadcast_as(&dims)
     };
-    Some((
-        with_batch(&op.inputs[0].layout)?,
-        with_batch(&op.inputs[1].layout)?,
-    ))
+    Some((with_batch(&lhs.layout)?, with_batch(&rhs.layout)?))
 }
 
 /// Whether value `v`, made by `producer`, can be computed inside a chain and never
@@ -88,7 +90,9 @@ fn only_read_by(
 /// Whether the norm `rel` reads `v` as its input and not also as a parameter (a
 /// parameter must be stored; the input of a chain's norm never is).
 fn norm_input_only(rel: &RelativeOp, v: u32) -> bool {
-    rel.inputs.first() == Some(&v) && !rel.inputs[1..].contains(&v)
+    rel.inputs
+        .split_first()
+        .is_some_and(|(&input, params)| input == v && !params.contains(&v))
 }
 
 /// Finds the chains: for each fused group, a matmul whose product only the group reads
@@ -104,11 +108,14 @@ pub(super) fn chains(
     values: &[Value],
     groups: &[Vec<usize>],
     live: &[bool],
-) -> Vec<ChainSpec> {
-    let group_of = group_index(ops.len(), groups);
+) -> Result<Vec<ChainSpec>, Error> {
+    let group_of = group_index(ops.len(), groups)?;
     let mut specs = Vec::new();
     for (g, members) in groups.iter().enumerate() {
-        let Some(out) = ops[members[0]].output.as_ref() else {
+        let Some(&first) = members.first() else {
+            return Err(broken("chains", format!("group {g} is empty")));
+        };
+        let Some(out) = ops[first].output.as_ref() else {
             continue;
         };
         let dims = out.layout.dims;
@@ -156,7 +163,9 @@ pub(super) fn chains(
         if !live[c] || !is_row_norm(&op.kind) {
             continue;
         }
-        let v = rels[c].inputs[0];
+        let Some(&v) = rels[c].inputs.first() else {
+            return Err(broken("chains", format!("norm op {c} has no input")));
+        };
         let Some(p) = facts[v as usize].producer else {
             continue;
         };
@@ -172,32 +181,46 @@ pub(super) fn chains(
             });
         }
     }
-    specs
+    Ok(specs)
 }
 
 /// For each op: the chain whose kernel is placed at it (its last op), and whether a
-/// chain covers it.
+/// chain covers it. Fails when two chains claim one op.
 pub(super) fn chain_index(
     n_ops: usize,
     specs: &[ChainSpec],
     groups: &[Vec<usize>],
-) -> (Vec<Option<usize>>, Vec<bool>) {
+) -> Result<(Vec<Option<usize>>, Vec<bool>), Error> {
     let mut at = vec![None; n_ops];
     let mut covered = vec![false; n_ops];
     for (k, s) in specs.iter().enumerate() {
-        let members = s.group.map_or(&[][..], |g| &groups[g][..]);
+        let members = match s.group {
+            None => &[][..],
+            Some(g) => groups
+                .get(g)
+                .ok_or_else(|| broken("chains", format!("chain {k} names no group {g}")))?,
+        };
         let all = members.iter().chain(&s.matmul).chain(&s.norm);
         for &i in all.clone() {
-            covered[i] = true;
+            match covered.get_mut(i) {
+                Some(c) if !*c => *c = true,
+                _ => {
+                    return Err(broken(
+                        "chains",
+                        format!("op {i} of chain {k} is in another chain or out of range"),
+                    ))
+                }
+            }
         }
         if let Some(&last) = all.max() {
             at[last] = Some(k);
         }
     }
-    (at, covered)
+    Ok((at, covered))
 }
 
-/// The kernel of one chain; marks the product and the norm's input `Fused`.
+/// The kernel of one chain; marks the product and the norm's input `Fused`. Fails when
+/// the spec is not one [`chains`] can have found.
 pub(super) fn chain_kernel(
     ops: &[&Op],
     rels: &[&RelativeOp],
@@ -205,66 +228,100 @@ pub(super) fn chain_kernel(
     groups: &[Vec<usize>],
     facts: &[Facts],
     values: &mut [Value],
-) -> Kernel {
-    let (program, inputs, mut outputs, dims) = match spec.group {
-        Some(g) => match fused_kernel(ops, rels, &groups[g], facts, values) {
-            Kernel::Fused {
-                program,
-                inputs,
-                outputs,
-                dims,
-                ..
-            } => (program, inputs, outputs, dims),
-            _ => unreachable!("fused_kernel makes a fused kernel"),
-        },
+) -> Result<Kernel, Error> {
+    let fail = |what: String| broken("chains", format!("{spec:?}: {what}"));
+    let op_at = |i: usize| {
+        ops.get(i)
+            .copied()
+            .zip(rels.get(i).copied())
+            .ok_or_else(|| fail(format!("no op {i}")))
+    };
+    let FusedParts {
+        program,
+        inputs,
+        mut outputs,
+        dims,
+    } = match spec.group {
+        Some(g) => {
+            let group = groups.get(g).ok_or_else(|| fail(format!("no group {g}")))?;
+            fused_parts(ops, rels, group, facts, values)?
+        }
         None => {
             // A matmul straight into a norm: the program copies the product.
-            let p = spec.matmul.expect("a chain without a group has a matmul");
-            let v = rels[p].output.expect("a matmul has an output");
+            let p = spec
+                .matmul
+                .ok_or_else(|| fail("neither a group nor a matmul".into()))?;
+            let v = op_at(p)?
+                .1
+                .output
+                .ok_or_else(|| fail(format!("matmul op {p} has no output")))?;
             let dims = values[v as usize].layout.dims;
             let program = FusedProgram {
                 inputs: 1,
                 instrs: vec![Instr::Input(0)],
                 outputs: vec![0],
             };
-            (program, vec![(v, Layout::contiguous(&dims))], vec![v], dims)
+            FusedParts {
+                program,
+                inputs: vec![(v, Layout::contiguous(&dims))],
+                outputs: vec![v],
+                dims,
+            }
         }
     };
-    let matmul = spec.matmul.map(|p| {
-        let product = rels[p].output.expect("a matmul has an output");
-        let (lhs, rhs) = matmul_operands(ops[p]).expect("checked by chains()");
-        values[product as usize].home = Home::Fused;
-        super::ChainMatMul {
-            op: p,
-            lhs: (rels[p].inputs[0], lhs),
-            rhs: (rels[p].inputs[1], rhs),
-            product,
-            input: inputs
+    let matmul = match spec.matmul {
+        None => None,
+        Some(p) => {
+            let (op, rel) = op_at(p)?;
+            let (Some(product), Some((lhs, rhs)), &[a, b]) =
+                (rel.output, matmul_operands(op), rel.inputs.as_slice())
+            else {
+                return Err(fail(format!("op {p} is not an f32 matmul")));
+            };
+            values[product as usize].home = Home::Fused;
+            let input = inputs
                 .iter()
                 .position(|(v, _)| *v == product)
-                .expect("the product is an input of the group"),
+                .ok_or_else(|| fail(format!("the product r{product} is not a program input")))?;
+            Some(super::ChainMatMul {
+                op: p,
+                lhs: (a, lhs),
+                rhs: (b, rhs),
+                product,
+                input,
+            })
         }
-    });
-    let norm = spec.norm.map(|c| {
-        let input = rels[c].inputs[0];
-        let output = outputs
-            .iter()
-            .position(|&o| o == input)
-            .expect("the norm's input is written by the group");
-        outputs[output] = rels[c].output.expect("a norm has an output");
-        values[input as usize].home = Home::Fused;
-        super::ChainNorm {
-            op: c,
-            kind: ops[c].kind.clone(),
-            params: rels[c].inputs[1..]
+    };
+    let norm = match spec.norm {
+        None => None,
+        Some(c) => {
+            let (op, rel) = op_at(c)?;
+            let (Some((&input, params)), Some((_, param_descs)), Some(out)) = (
+                rel.inputs.split_first(),
+                op.inputs.split_first(),
+                rel.output,
+            ) else {
+                return Err(fail(format!("norm op {c} has no input or no output")));
+            };
+            let output = outputs
                 .iter()
-                .zip(&ops[c].inputs[1..])
-                .map(|(&v, d)| (v, d.layout))
-                .collect(),
-            output,
-            input,
+                .position(|&o| o == input)
+                .ok_or_else(|| fail(format!("the norm's input r{input} is not written")))?;
+            outputs[output] = out;
+            values[input as usize].home = Home::Fused;
+            Some(super::ChainNorm {
+                op: c,
+                kind: op.kind.clone(),
+                params: params
+                    .iter()
+                    .zip(param_descs)
+                    .map(|(&v, d)| (v, d.layout))
+                    .collect(),
+                output,
+                input,
+            })
         }
-    });
+    };
     let mut input_ids: Vec<u32> = Vec::new();
     if let Some(m) = &matmul {
         input_ids.extend([m.lhs.0, m.rhs.0]);
@@ -278,7 +335,7 @@ pub(super) fn chain_kernel(
     if let Some(n) = &norm {
         input_ids.extend(n.params.iter().map(|(v, _)| *v));
     }
-    Kernel::Chain(Box::new(super::Chain {
+    Ok(Kernel::Chain(Box::new(super::Chain {
         matmul,
         program,
         inputs,
@@ -286,5 +343,5 @@ pub(super) fn chain_kernel(
         input_ids,
         outputs,
         dims,
-    }))
+    })))
 }

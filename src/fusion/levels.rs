@@ -26,3 +26,11 @@ pub(super) fn levels(kernels: &[Kernel], facts: &[Facts], n_values: usize) -> Ve
     }
     levels
 }
+
+/// The kernels sorted by level (queue order kept within a level), with their levels.
+pub(super) fn sort_by_level(kernels: Vec<Kernel>, facts: &[Facts]) -> (Vec<Kernel>, Vec<u32>) {
+    let levels = levels(&kernels, facts, facts.len());
+    let mut order: Vec<(Kernel, u32)> = kernels.into_iter().zip(levels).collect();
+    order.sort_by_key(|&(_, level)| level); // stable: queue order within a level
+    order.into_iter().unzip()
+}

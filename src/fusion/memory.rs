@@ -11,8 +11,10 @@
 
 use std::time::Duration;
 
+use super::build::broken;
 use super::values::Facts;
 use super::{Home, Kernel, Value};
+use crate::error::Error;
 use crate::ir::{DType, Layout};
 use crate::plan;
 
@@ -27,17 +29,18 @@ const ALIGN: usize = 16;
 /// index it writes (the same length, a contiguous layout from offset 0) and nothing
 /// else reads it at that level (kernels of one level may run at once). Where the
 /// planner gives both the same offset, the kernel records the pair and reads that
-/// input from its output region.
+/// input from its output region. Fails when the planner's answer does not give every
+/// buffer an offset.
 pub(super) fn place(
     kernels: &mut [Kernel],
     levels: &[u32],
     facts: &[Facts],
     values: &mut [Value],
-) -> (usize, usize) {
+) -> Result<(usize, usize), Error> {
     let life = lifetimes(kernels, levels, facts, values.len());
     let arena = arena_buffers(values, &life);
     if arena.buffers.is_empty() {
-        return (0, 0);
+        return Ok((0, 0));
     }
     let pairs = in_place_pairs(kernels, levels, facts, values, &life, &arena);
     let mut problem = plan::Problem::new(arena.buffers);
@@ -49,16 +52,26 @@ pub(super) fn place(
         })
         .collect();
     let solution = solve(&problem);
+    if solution.offsets.len() != arena.owners.len() {
+        return Err(broken(
+            "memory",
+            format!(
+                "{} offsets for {} buffers",
+                solution.offsets.len(),
+                arena.owners.len()
+            ),
+        ));
+    }
     record_in_place(kernels, &pairs, &solution.offsets);
     for (&v, &off) in arena.owners.iter().zip(&solution.offsets) {
         values[v].home = Home::Arena {
             offset: off as usize / 4,
         };
     }
-    (
+    Ok((
         solution.arena as usize / 4,
         solution.lower_bound as usize / 4,
-    )
+    ))
 }
 
 /// The levels at which each value is made and last read.
@@ -253,7 +266,7 @@ fn solve(problem: &plan::Problem) -> Solution {
 fn record_in_place(kernels: &mut [Kernel], pairs: &[Pair], offsets: &[u64]) {
     for p in pairs {
         if offsets.get(p.input_buffer) == offsets.get(p.output_buffer) {
-            if let Kernel::Fused { in_place, .. } = &mut kernels[p.kernel] {
+            if let Some(Kernel::Fused { in_place, .. }) = kernels.get_mut(p.kernel) {
                 in_place.push((p.input, p.output));
             }
         }

@@ -45,4 +45,5 @@ pub(super) fn plan(ops: &[Op]) -> ExecutionPlan {
         &ops.iter().collect::<Vec<_>>(),
         &rels.iter().collect::<Vec<_>>(),
     )
+    .unwrap()
 }

@@ -8,9 +8,13 @@
 //! escapes when it is made here and no Drop for it is in the segment, and a root
 //! escapes when it or any view of it does; values made before the segment are
 //! [`Home::Input`], views [`Home::View`] of their root, other outputs [`Home::Pooled`]
-//! until later steps say otherwise.
+//! until later steps say otherwise. Fails with [`crate::Error::Internal`] when the
+//! ops and their relative forms disagree, or when a value is made twice or after an
+//! op of the segment read it.
 
+use super::build::broken;
 use super::{Home, Value};
+use crate::error::Error;
 use crate::ir::relative::RelativeOp;
 use crate::ir::{DType, Layout, Op, OpKind};
 
@@ -24,7 +28,18 @@ pub(super) struct Facts {
 }
 
 /// Step 1: every value's dtype, layout, producer, readers, and whether it escapes.
-pub(super) fn describe(ops: &[&Op], rels: &[&RelativeOp], n: usize) -> (Vec<Value>, Vec<Facts>) {
+/// Fails when the segment is not one the stream can have made (see [`check`]).
+pub(super) fn describe(
+    ops: &[&Op],
+    rels: &[&RelativeOp],
+) -> Result<(Vec<Value>, Vec<Facts>), Error> {
+    check(ops, rels)?;
+    let n = rels
+        .iter()
+        .flat_map(|r| r.inputs.iter().chain(r.output.iter()))
+        .map(|&v| v as usize + 1)
+        .max()
+        .unwrap_or(0);
     let mut values = vec![
         Value {
             dtype: DType::F32,
@@ -54,11 +69,21 @@ pub(super) fn describe(ops: &[&Op], rels: &[&RelativeOp], n: usize) -> (Vec<Valu
             }
         }
         if let (Some(desc), Some(v)) = (&op.output, rel.output) {
+            let f = &facts[v as usize];
+            if f.producer.is_some() || !f.consumers.is_empty() || f.dropped {
+                return Err(broken(
+                    "values",
+                    format!("op {i} makes r{v}, which an earlier op made or read"),
+                ));
+            }
             values[v as usize].dtype = desc.dtype;
             values[v as usize].layout = desc.layout;
             facts[v as usize].producer = Some(i);
             if op.kind == OpKind::View {
-                let root = facts[rel.inputs[0] as usize].root;
+                let Some(&input) = rel.inputs.first() else {
+                    return Err(broken("values", format!("view op {i} has no input")));
+                };
+                let root = facts[input as usize].root;
                 facts[v as usize].root = root;
                 values[v as usize].home = Home::View { root };
             } else {
@@ -77,5 +102,33 @@ pub(super) fn describe(ops: &[&Op], rels: &[&RelativeOp], n: usize) -> (Vec<Valu
             values[r].escapes |= facts[r].producer.is_some();
         }
     }
-    (values, facts)
+    Ok((values, facts))
+}
+
+/// Checks that `ops` and `rels` describe one segment: as many ops as relative forms,
+/// and each op with as many inputs as its relative form and an output exactly when
+/// its relative form has one.
+fn check(ops: &[&Op], rels: &[&RelativeOp]) -> Result<(), Error> {
+    if ops.len() != rels.len() {
+        return Err(broken(
+            "values",
+            format!("{} ops but {} relative forms", ops.len(), rels.len()),
+        ));
+    }
+    for (i, (op, rel)) in ops.iter().zip(rels).enumerate() {
+        if op.inputs.len() != rel.inputs.len() || op.output.is_some() != rel.output.is_some() {
+            return Err(broken(
+                "values",
+                format!(
+                    "op {i} ({}) has {} inputs and {} output, its relative form {} and {}",
+                    op.kind.name(),
+                    op.inputs.len(),
+                    usize::from(op.output.is_some()),
+                    rel.inputs.len(),
+                    usize::from(rel.output.is_some()),
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -424,13 +424,13 @@ impl StreamCell {
         } = segment;
         wait_for_inputs(&tasks, &mut scratch.made);
         let plan = if unfused {
-            Ok(None)
+            Ok(Ok(None))
         } else {
             let segment = tasks.make_contiguous();
-            catch_unwind(AssertUnwindSafe(|| Some(self.plan(segment, &mut info))))
+            catch_unwind(AssertUnwindSafe(|| self.plan(segment, &mut info).map(Some)))
         };
         let work = match &plan {
-            Ok(Some(p)) => p.work,
+            Ok(Ok(Some(p))) => p.work,
             _ => tasks
                 .iter()
                 .map(|t| t.op.work())
@@ -470,13 +470,13 @@ impl StreamCell {
     }
 
     /// The run of a segment: computes it (through `plan`, or op by op when there is
-    /// none), fills its escaping slots (a panic, here or while planning, fails the ones
-    /// still pending), and reports the flush. Everything another thread may wait for
-    /// is done when this returns.
+    /// none), fills its escaping slots (a panic, here or while planning, or a plan that
+    /// could not be built, fails the ones still pending), and reports the flush.
+    /// Everything another thread may wait for is done when this returns.
     fn run_and_report(
         &self,
         tasks: &mut VecDeque<Task>,
-        plan: std::thread::Result<Option<Arc<ExecutionPlan>>>,
+        plan: std::thread::Result<Result<Option<Arc<ExecutionPlan>>, Error>>,
         scratch: &mut PlanScratch,
         info: FlushInfo,
         par: Par,
@@ -484,8 +484,13 @@ impl StreamCell {
         let tasks = tasks.make_contiguous();
         let outcome = plan.and_then(|plan| {
             catch_unwind(AssertUnwindSafe(|| match plan {
-                Some(plan) => execute_plan(&plan, tasks, scratch, par),
-                None => execute(tasks.iter_mut(), par),
+                Ok(Some(plan)) => execute_plan(&plan, tasks, scratch, par),
+                Ok(None) => execute(tasks.iter_mut(), par),
+                Err(e) => {
+                    log::error!("{}: no plan for a segment: {e}", self.id);
+                    fail_pending(tasks, &e);
+                    Some(e)
+                }
             }))
         });
         let error = outcome.unwrap_or_else(|panic| {
@@ -514,9 +519,9 @@ impl StreamCell {
     }
 
     /// The segment's plan, from the cache (built on a miss); notes it in `info`.
-    fn plan(&self, segment: &[Task], info: &mut FlushInfo) -> Arc<ExecutionPlan> {
+    fn plan(&self, segment: &[Task], info: &mut FlushInfo) -> Result<Arc<ExecutionPlan>, Error> {
         let key = info.key;
-        let (plan, hit) = cache::get_or_build(key, segment, |t| (&t.op, &t.rel));
+        let (plan, hit) = cache::get_or_build(key, segment, |t| (&t.op, &t.rel))?;
         info.cache_hit = hit;
         info.kernels = plan.kernel_count();
         info.arena_bytes = plan.arena_bytes();
@@ -534,7 +539,7 @@ impl StreamCell {
                 log::trace!("{}: plan cache miss for {key:016x}; built {plan}", self.id);
             }
         }
-        plan
+        Ok(plan)
     }
 
     /// Blocks until no segment of this stream is running anywhere; returns the queue,
