@@ -32,6 +32,13 @@ use crate::ir::{Op, OpKind};
 /// not hold (a segment the stream cannot have made, or a step that broke what the
 /// next one relies on): a bug, reported rather than a panic.
 pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> Result<ExecutionPlan, Error> {
+    #[cfg(test)]
+    if super::testutil::build_broken() {
+        return Err(broken(
+            "test",
+            "failure injected by testutil::break_next_build",
+        ));
+    }
     let (mut values, mut facts) = describe(ops, rels)?;
     let live = prune(rels, &mut facts, &mut values);
     let groups = fuse(ops, rels, &facts, &values, &live);
@@ -62,7 +69,7 @@ pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> Result<ExecutionPlan, Error> 
 
 /// The kernels in queue order: a chain's at its last op, a group's at its last op, and
 /// one per other live op but Views (which read their root) and Drops.
-fn kernels(
+pub(super) fn kernels(
     ops: &[&Op],
     rels: &[&RelativeOp],
     live: &[bool],
@@ -106,5 +113,27 @@ fn kernels(
 pub(super) fn broken(step: &str, what: impl std::fmt::Display) -> Error {
     Error::Internal {
         msg: format!("plan builder, {step} step: {what}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fusion::testutil::{drop_of, exp, relative};
+
+    #[test]
+    fn a_broken_segment_is_an_internal_error_not_a_panic() {
+        let ops = [exp(0, 1), exp(1, 2), drop_of(1)];
+        let rels = relative(&ops);
+        let ops: Vec<&Op> = ops.iter().collect();
+        let mut rels: Vec<&RelativeOp> = rels.iter().collect();
+        assert!(build(&ops, &rels).is_ok());
+        rels.pop();
+        let e = build(&ops, &rels).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "internal error (a bug in streamfuse, please report it): \
+             plan builder, values step: 3 ops but 2 relative forms"
+        );
     }
 }

@@ -345,3 +345,192 @@ pub(super) fn chain_kernel(
         dims,
     })))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fusion::testutil::{drop_of, op_dims, plan, relative, staged};
+    use crate::ir::{BinaryOp, UnaryOp};
+
+    const X: &[usize] = &[4, 8];
+    const W: &[usize] = &[8, 4];
+    const P: &[usize] = &[4, 4];
+    const ROW: &[usize] = &[4];
+
+    fn matmul(x: u64, w: u64, out: u64) -> Op {
+        op_dims(OpKind::MatMul, &[(x, X), (w, W)], (out, P))
+    }
+
+    fn binary(b: BinaryOp, x: (u64, &[usize]), y: (u64, &[usize]), out: u64) -> Op {
+        op_dims(OpKind::Binary(b), &[x, y], (out, P))
+    }
+
+    fn layer_norm(x: u64, gamma: u64, beta: u64, out: u64) -> Op {
+        op_dims(
+            OpKind::LayerNorm {
+                eps: 1e-5f64.to_bits(),
+            },
+            &[(x, P), (gamma, ROW), (beta, ROW)],
+            (out, P),
+        )
+    }
+
+    fn the_chain(p: &crate::fusion::ExecutionPlan) -> &crate::fusion::Chain {
+        match &p.kernels[..] {
+            [Kernel::Chain(c)] => c,
+            _ => panic!("expected one chain: {p}"),
+        }
+    }
+
+    #[test]
+    fn matmul_bias_gelu_is_one_chain() {
+        // p = x·w; q = p + bias; g = gelu(q).
+        let ops = [
+            matmul(0, 1, 2),
+            binary(BinaryOp::Add, (2, P), (3, ROW), 4),
+            op_dims(OpKind::Unary(UnaryOp::Gelu), &[(4, P)], (5, P)),
+            drop_of(2),
+            drop_of(4),
+        ];
+        let p = plan(&ops);
+        let c = the_chain(&p);
+        assert_eq!(c.matmul.as_ref().map(|m| (m.op, m.product)), Some((0, 2)));
+        assert!(c.norm.is_none(), "{p}");
+        assert_eq!(
+            (&c.input_ids[..], &c.outputs[..]),
+            (&[0, 1, 3][..], &[5][..])
+        );
+        assert_eq!(
+            (p.values[2].home, p.values[4].home),
+            (Home::Fused, Home::Fused)
+        );
+        assert_eq!(p.arena_len, 0, "{p}");
+    }
+
+    #[test]
+    fn matmul_residual_layer_norm_is_one_chain() {
+        // p = x·w; s = p + r; y = layer_norm(s, gamma, beta).
+        let ops = [
+            matmul(0, 1, 2),
+            binary(BinaryOp::Add, (2, P), (3, P), 4),
+            layer_norm(4, 5, 6, 7),
+            drop_of(2),
+            drop_of(4),
+        ];
+        let p = plan(&ops);
+        let c = the_chain(&p);
+        assert_eq!(c.matmul.as_ref().map(|m| m.op), Some(0));
+        let norm = c.norm.as_ref().expect("a norm");
+        assert_eq!((norm.op, norm.input, norm.output), (2, 4, 0));
+        assert_eq!(
+            norm.params.iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+            [5, 6]
+        );
+        assert_eq!(
+            (&c.input_ids[..], &c.outputs[..]),
+            (&[0, 1, 3, 5, 6][..], &[7][..])
+        );
+        assert_eq!(
+            (p.values[2].home, p.values[4].home),
+            (Home::Fused, Home::Fused)
+        );
+    }
+
+    #[test]
+    fn matmul_into_softmax_is_a_chain_without_a_group() {
+        let ops = [
+            matmul(0, 1, 2),
+            op_dims(OpKind::Softmax, &[(2, P)], (3, P)),
+            drop_of(2),
+        ];
+        let st = staged(&ops);
+        assert!(st.groups.is_empty());
+        let p = plan(&ops);
+        let c = the_chain(&p);
+        assert_eq!(
+            c.program.instrs.len(),
+            1,
+            "the program copies the product: {p}"
+        );
+        assert_eq!((&c.input_ids[..], &c.outputs[..]), (&[0, 1][..], &[3][..]));
+        assert_eq!(p.values[2].home, Home::Fused);
+    }
+
+    #[test]
+    fn what_does_not_chain() {
+        // The product escapes: a matmul kernel and a fused kernel.
+        let kept = [matmul(0, 1, 2), binary(BinaryOp::Add, (2, P), (3, ROW), 4)];
+        assert!(staged(&kept).specs.is_empty());
+        assert_eq!(plan(&kept).kernels.len(), 2);
+        // The product is read by the group and by a softmax.
+        let shared = [
+            matmul(0, 1, 2),
+            binary(BinaryOp::Add, (2, P), (3, ROW), 4),
+            op_dims(OpKind::Softmax, &[(2, P)], (5, P)),
+            drop_of(2),
+        ];
+        assert!(staged(&shared).specs.is_empty());
+        // The norm's input is read by another op too: the group keeps its epilogue but
+        // takes no norm.
+        let read_twice = [
+            matmul(0, 1, 2),
+            binary(BinaryOp::Add, (2, P), (3, P), 4),
+            layer_norm(4, 5, 6, 7),
+            op_dims(OpKind::Unary(UnaryOp::Exp), &[(4, P)], (8, P)),
+            drop_of(2),
+            drop_of(4),
+        ];
+        let st = staged(&read_twice);
+        assert_eq!(st.specs.len(), 1);
+        assert!(st.specs[0].matmul.is_some() && st.specs[0].norm.is_none());
+        // A matmul of rank 1 does not chain.
+        let mut vector = matmul(0, 1, 2);
+        vector.inputs[0].layout = Layout::contiguous(&[8]);
+        vector.output.as_mut().unwrap().layout = Layout::contiguous(&[4]);
+        assert!(matmul_operands(&vector).is_none());
+        assert!(matmul_operands(&matmul(0, 1, 2)).is_some());
+    }
+
+    #[test]
+    fn broken_chains_are_internal_errors() {
+        // s = exp(x) + y is a group; q = softmax(y) does not read it.
+        let ops = [
+            op_dims(OpKind::Unary(UnaryOp::Exp), &[(0, P)], (1, P)),
+            binary(BinaryOp::Add, (1, P), (2, P), 3),
+            op_dims(OpKind::Softmax, &[(2, P)], (4, P)),
+        ];
+        let st = staged(&ops);
+        assert_eq!(st.groups, [vec![0, 1]]);
+        let rels = relative(&ops);
+        let (ops, rels): (Vec<&Op>, Vec<&RelativeOp>) =
+            (ops.iter().collect(), rels.iter().collect());
+        let kernel = |spec: ChainSpec| {
+            let mut values = st.values.clone();
+            match chain_kernel(&ops, &rels, &spec, &st.groups, &st.facts, &mut values) {
+                Err(Error::Internal { msg }) => msg,
+                other => panic!("expected an internal error, got {other:?}"),
+            }
+        };
+        let spec = |group, matmul, norm| ChainSpec {
+            group,
+            matmul,
+            norm,
+        };
+        let msg = kernel(spec(Some(0), None, Some(2)));
+        assert!(msg.contains("the norm's input r2 is not written"), "{msg}");
+        let msg = kernel(spec(None, None, Some(2)));
+        assert!(msg.contains("neither a group nor a matmul"), "{msg}");
+        let msg = kernel(spec(Some(0), Some(2), None));
+        assert!(msg.contains("op 2 is not an f32 matmul"), "{msg}");
+        let msg = kernel(spec(Some(3), None, None));
+        assert!(msg.contains("no group 3"), "{msg}");
+        match chain_index(
+            3,
+            &[spec(Some(0), None, None), spec(None, Some(1), Some(2))],
+            &st.groups,
+        ) {
+            Err(Error::Internal { msg }) => assert!(msg.contains("op 1 of chain 1"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

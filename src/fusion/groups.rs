@@ -233,3 +233,116 @@ pub(super) fn fused_parts(
         dims,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fusion::testutil::{add, drop_of, exp, op, op_dims, plan, relative, staged, DIMS};
+    use crate::ir::BinaryOp;
+
+    #[test]
+    fn a_run_of_element_wise_ops_is_one_kernel() {
+        // a = exp(x), b = a + x, c = exp(b); a and b dropped, c kept.
+        let ops = [exp(0, 1), add(1, 0, 2), exp(2, 3), drop_of(1), drop_of(2)];
+        assert_eq!(staged(&ops).groups, [vec![0, 1, 2]]);
+        let p = plan(&ops);
+        let [Kernel::Fused {
+            program,
+            input_ids,
+            outputs,
+            ..
+        }] = &p.kernels[..]
+        else {
+            panic!("{p}")
+        };
+        assert_eq!((&input_ids[..], &outputs[..]), (&[0][..], &[3][..]), "{p}");
+        assert_eq!(
+            program.instrs.len(),
+            4,
+            "one input read once, three ops: {p}"
+        );
+        assert_eq!(
+            (p.values[1].home, p.values[2].home),
+            (Home::Fused, Home::Fused)
+        );
+        assert_eq!((p.values[3].home, p.arena_len), (Home::Pooled, 0));
+    }
+
+    #[test]
+    fn a_group_takes_at_most_max_group_ops() {
+        let n = MAX_GROUP_OPS as u64 + 6;
+        let mut ops: Vec<Op> = (0..n).map(|i| exp(i, i + 1)).collect();
+        ops.extend((1..n).map(drop_of));
+        let groups = staged(&ops).groups;
+        let sizes: Vec<usize> = groups.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [MAX_GROUP_OPS, 6]);
+        assert_eq!(
+            groups[1][0], MAX_GROUP_OPS,
+            "the second group starts where the first ends"
+        );
+    }
+
+    #[test]
+    fn a_value_read_by_a_non_fusible_op_closes_its_group() {
+        // a = exp(x); s = softmax(a); b = exp(a); c = b + s.
+        let ops = [
+            exp(0, 1),
+            op(OpKind::Softmax, &[1], Some(2)),
+            exp(1, 3),
+            add(3, 2, 4),
+        ];
+        assert_eq!(staged(&ops).groups, [vec![0], vec![2, 3]]);
+    }
+
+    #[test]
+    fn other_dims_views_and_other_dtypes_start_a_new_group() {
+        let wide: &[usize] = &[2, 4, 4];
+        // b = a + y broadcasts a [4, 4] to [2, 4, 4]: other dims.
+        let broadcast = [
+            exp(0, 1),
+            op_dims(
+                OpKind::Binary(BinaryOp::Add),
+                &[(1, &DIMS), (2, wide)],
+                (3, wide),
+            ),
+        ];
+        assert_eq!(staged(&broadcast).groups, [vec![0], vec![1]]);
+        // b = exp(view(a)): the view is not a root.
+        let view = [exp(0, 1), op(OpKind::View, &[1], Some(2)), exp(2, 3)];
+        assert_eq!(staged(&view).groups, [vec![0], vec![2]]);
+        // A cast is not fusible, nor is an op reading a u32.
+        let mut u32_exp = exp(0, 1);
+        u32_exp.inputs[0].dtype = DType::U32;
+        assert_eq!(fusible(&u32_exp), None);
+        assert_eq!(fusible(&op(OpKind::Cast, &[0], Some(1))), None);
+        assert_eq!(fusible(&exp(0, 1)), Some(Dims::from_slice(&DIMS)));
+    }
+
+    #[test]
+    fn broken_groups_are_internal_errors() {
+        let ops = [exp(0, 1), op(OpKind::Softmax, &[1], Some(2))];
+        let st = staged(&ops);
+        let rels = relative(&ops);
+        let (ops, rels): (Vec<&Op>, Vec<&RelativeOp>) =
+            (ops.iter().collect(), rels.iter().collect());
+        let mut values = st.values.clone();
+        let internal = |r: Result<Kernel, Error>| match r {
+            Err(Error::Internal { msg }) => msg,
+            other => panic!("expected an internal error, got {other:?}"),
+        };
+        let msg = internal(fused_kernel(&ops, &rels, &[], &st.facts, &mut values));
+        assert!(msg.contains("groups step: an empty group"), "{msg}");
+        let msg = internal(fused_kernel(&ops, &rels, &[0, 1], &st.facts, &mut values));
+        assert!(msg.contains("op 1 of group [0, 1] is not fusible"), "{msg}");
+        let msg = internal(fused_kernel(&ops, &rels, &[0, 7], &st.facts, &mut values));
+        assert!(msg.contains("op 7 of group [0, 7] is not fusible"), "{msg}");
+        for groups in [vec![vec![0], vec![0]], vec![vec![5]]] {
+            match group_index(2, &groups) {
+                Err(Error::Internal { msg }) => {
+                    assert!(msg.contains("another group or out of range"), "{msg}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}

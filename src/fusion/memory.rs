@@ -272,3 +272,203 @@ fn record_in_place(kernels: &mut [Kernel], pairs: &[Pair], offsets: &[u64]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fusion::testutil::{add, arena_regions, drop_of, exp, op, plan, staged};
+    use crate::fusion::ExecutionPlan;
+    use crate::ir::{Op, OpKind};
+
+    fn contiguous(input: u64, output: u64) -> Op {
+        op(OpKind::Contiguous, &[input], Some(output))
+    }
+
+    /// The in-place pairs of `p`'s fused kernels: (input root, output).
+    fn in_place(p: &ExecutionPlan) -> Vec<(u32, u32)> {
+        let mut pairs = Vec::new();
+        for k in &p.kernels {
+            if let Kernel::Fused {
+                inputs,
+                outputs,
+                in_place,
+                ..
+            } = k
+            {
+                pairs.extend(in_place.iter().map(|&(i, j)| (inputs[i].0, outputs[j])));
+            }
+        }
+        pairs
+    }
+
+    /// No two arena values that are alive at one level share a byte, but an in-place
+    /// pair; the arena holds every region.
+    fn assert_no_overlap(p: &ExecutionPlan) {
+        let n = p.values.len();
+        let root = |v: u32| match p.values[v as usize].home {
+            Home::View { root } => root as usize,
+            _ => v as usize,
+        };
+        let (mut born, mut last) = (vec![u32::MAX; n], vec![0; n]);
+        for (k, &level) in p.kernels.iter().zip(&p.levels) {
+            let (ins, outs) = k.io();
+            for &o in outs {
+                born[o as usize] = level;
+                last[o as usize] = last[o as usize].max(level);
+            }
+            for &i in ins {
+                last[root(i)] = last[root(i)].max(level);
+            }
+        }
+        let pairs = in_place(p);
+        let regions = arena_regions(p);
+        for (x, &(a, a0, a1)) in regions.iter().enumerate() {
+            assert!(a1 <= p.arena_len, "{p}");
+            for &(b, b0, b1) in &regions[x + 1..] {
+                let (a, b) = (a as usize, b as usize);
+                let together = born[a] <= last[b] && born[b] <= last[a];
+                let shared = a0 < b1 && b0 < a1;
+                let paired = pairs.iter().any(|&(i, o)| {
+                    (i as usize, o as usize) == (a, b) || (i as usize, o as usize) == (b, a)
+                });
+                assert!(
+                    !(together && shared) || paired,
+                    "r{a} and r{b} overlap: {p}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn buffers_are_the_planners_problem_and_the_arena_its_answer() {
+        // a, b, c: a line of copies of x, each 16 elements (64 bytes), d kept.
+        let ops = [
+            contiguous(0, 1),
+            contiguous(1, 2),
+            contiguous(2, 3),
+            contiguous(3, 4),
+            drop_of(1),
+            drop_of(2),
+            drop_of(3),
+        ];
+        let st = staged(&ops);
+        let life = lifetimes(&st.kernels, &st.levels, &st.facts, st.values.len());
+        let arena = arena_buffers(&st.values, &life);
+        let buffer = |id: usize, lower: u64| plan::Buffer {
+            id,
+            lower,
+            upper: lower + 2,
+            size: 64,
+            alignment: 64,
+        };
+        let expected = vec![buffer(1, 1), buffer(2, 2), buffer(3, 3)];
+        assert_eq!(arena.buffers, expected);
+        assert_eq!(arena.owners, [1, 2, 3]);
+        let answer = plan::solve(&plan::Problem::new(expected), &plan::Options::default()).unwrap();
+        let p = plan(&ops);
+        assert_eq!(p.arena_len * 4, answer.arena as usize, "{p}");
+        assert_eq!(
+            (p.arena_len, p.arena_lower_bound),
+            (32, 32),
+            "a and c share: {p}"
+        );
+        assert_eq!(
+            p.values[4].home,
+            Home::Pooled,
+            "an escaping value is pooled"
+        );
+        assert_no_overlap(&p);
+    }
+
+    #[test]
+    fn a_fused_kernel_overwrites_an_input_only_when_it_dies_there() {
+        // a = contiguous(x) (arena); b = exp(a) (fused); c = contiguous(b), kept.
+        let dies = [
+            contiguous(0, 1),
+            exp(1, 2),
+            contiguous(2, 3),
+            drop_of(1),
+            drop_of(2),
+        ];
+        let p = plan(&dies);
+        assert_eq!(in_place(&p), [(1, 2)], "{p}");
+        assert_eq!(p.values[1].home, p.values[2].home, "{p}");
+        assert_no_overlap(&p);
+        // a is read again later (d = a + c): no pair.
+        let read_later = [
+            contiguous(0, 1),
+            exp(1, 2),
+            contiguous(2, 3),
+            add(1, 3, 4),
+            drop_of(1),
+            drop_of(2),
+        ];
+        let p = plan(&read_later);
+        assert!(in_place(&p).is_empty(), "{p}");
+        assert_no_overlap(&p);
+        // a is read by another kernel of the same level (e = contiguous(a)): no pair.
+        let read_beside = [
+            contiguous(0, 1),
+            exp(1, 2),
+            contiguous(1, 3),
+            contiguous(2, 4),
+            drop_of(1),
+            drop_of(2),
+        ];
+        let p = plan(&read_beside);
+        assert!(in_place(&p).is_empty(), "{p}");
+        assert_no_overlap(&p);
+        // a is an input of the segment: not in the arena, no pair.
+        let p = plan(&[exp(0, 1), contiguous(1, 2), drop_of(1)]);
+        assert!(in_place(&p).is_empty(), "{p}");
+    }
+
+    #[test]
+    fn live_values_never_overlap_in_a_larger_segment() {
+        // 40 ops over 4 inputs, from a fixed LCG: copies, exps, adds and views of
+        // earlier values; the last 6 values are kept, the others dropped at the end.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |n: u64| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) % n
+        };
+        let mut ops = Vec::new();
+        let mut made: Vec<u64> = (0..4).collect();
+        for id in 4..44 {
+            let a = made[next(made.len() as u64) as usize];
+            let b = made[next(made.len() as u64) as usize];
+            ops.push(match next(4) {
+                0 => contiguous(a, id),
+                1 => exp(a, id),
+                2 => add(a, b, id),
+                _ => op(OpKind::View, &[a], Some(id)),
+            });
+            made.push(id);
+        }
+        ops.extend((4..38).map(drop_of));
+        let p = plan(&ops);
+        assert!(p.arena_len > 0 && p.arena_len >= p.arena_lower_bound, "{p}");
+        assert_no_overlap(&p);
+    }
+
+    #[test]
+    #[should_panic(expected = "overlap")]
+    fn the_overlap_check_sees_two_live_values_at_one_offset() {
+        // a and b live together (c reads both): put them at one offset.
+        let mut p = plan(&[
+            contiguous(0, 1),
+            contiguous(0, 2),
+            add(1, 2, 3),
+            drop_of(1),
+            drop_of(2),
+        ]);
+        for v in &mut p.values {
+            if let Home::Arena { offset } = &mut v.home {
+                *offset = 0;
+            }
+        }
+        assert_no_overlap(&p);
+    }
+}

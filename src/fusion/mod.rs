@@ -43,7 +43,7 @@ mod levels;
 mod memory;
 mod prune;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 mod values;
 
 pub use build::build;

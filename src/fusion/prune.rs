@@ -43,9 +43,30 @@ pub(super) fn prune(rels: &[&RelativeOp], facts: &mut [Facts], values: &mut [Val
 
 #[cfg(test)]
 mod tests {
-    use crate::fusion::testutil::{drop_of, exp, op, plan};
+    use super::prune;
+    use crate::fusion::testutil::{drop_of, exp, op, plan, relative};
+    use crate::fusion::values::describe;
     use crate::fusion::{Home, Kernel};
-    use crate::ir::OpKind;
+    use crate::ir::{Op, OpKind};
+
+    #[test]
+    fn dead_ops_are_forgotten_as_readers() {
+        // a = exp(x) kept; b = exp(a) and c = exp(b) dropped unread.
+        let ops = [exp(0, 1), exp(1, 2), exp(2, 3), drop_of(3), drop_of(2)];
+        let rels = relative(&ops);
+        let rels: Vec<_> = rels.iter().collect();
+        let (mut values, mut facts) = describe(&ops.iter().collect::<Vec<&Op>>(), &rels).unwrap();
+        assert_eq!(facts[1].consumers, [1], "before: b reads a");
+        let live = prune(&rels, &mut facts, &mut values);
+        assert_eq!(
+            live,
+            [true, false, false, false, false],
+            "Drops are never live"
+        );
+        assert!(facts[1].consumers.is_empty() && facts[2].consumers.is_empty());
+        let homes: Vec<Home> = values.iter().map(|v| v.home).collect();
+        assert_eq!(homes, [Home::Input, Home::Pooled, Home::Dead, Home::Dead]);
+    }
 
     #[test]
     fn work_dropped_unread_gets_no_kernel_and_no_memory() {

@@ -132,3 +132,94 @@ fn check(ops: &[&Op], rels: &[&RelativeOp]) -> Result<(), Error> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fusion::testutil::{add, drop_of, exp, op, relative};
+
+    fn describe_ops(ops: &[Op]) -> Result<(Vec<Value>, Vec<Facts>), Error> {
+        let rels = relative(ops);
+        describe(
+            &ops.iter().collect::<Vec<_>>(),
+            &rels.iter().collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn producers_readers_and_drops() {
+        // x (input 0) -> a = exp(x) -> b = a + x; a dropped, b kept.
+        let (values, facts) = describe_ops(&[exp(0, 1), add(1, 0, 2), drop_of(1)]).unwrap();
+        assert_eq!(values.len(), 3);
+        assert_eq!(
+            (facts[0].producer, &facts[0].consumers[..]),
+            (None, &[0, 1][..])
+        );
+        assert_eq!(
+            (facts[1].producer, &facts[1].consumers[..]),
+            (Some(0), &[1][..])
+        );
+        assert_eq!((facts[2].producer, facts[2].consumers.len()), (Some(1), 0));
+        assert!(facts[1].dropped && !facts[2].dropped);
+        let homes: Vec<Home> = values.iter().map(|v| v.home).collect();
+        assert_eq!(homes, [Home::Input, Home::Pooled, Home::Pooled]);
+        let escapes: Vec<bool> = values.iter().map(|v| v.escapes).collect();
+        assert_eq!(
+            escapes,
+            [false, false, true],
+            "inputs never escape; a is dropped"
+        );
+    }
+
+    #[test]
+    fn views_read_their_root_and_make_it_escape() {
+        // a = exp(x), v = view(a), w = view(v); a dropped, w kept.
+        let ops = [
+            exp(0, 1),
+            op(OpKind::View, &[1], Some(2)),
+            op(OpKind::View, &[2], Some(3)),
+            drop_of(1),
+            drop_of(2),
+        ];
+        let (values, facts) = describe_ops(&ops).unwrap();
+        let roots: Vec<u32> = facts.iter().map(|f| f.root).collect();
+        assert_eq!(roots, [0, 1, 1, 1], "a view of a view reads the first root");
+        assert_eq!(values[3].home, Home::View { root: 1 });
+        assert_eq!(values[3].layout, ops[2].output.as_ref().unwrap().layout);
+        assert!(values[3].escapes && values[1].escapes, "w keeps its root a");
+        assert!(!values[2].escapes);
+    }
+
+    #[test]
+    fn a_view_of_an_input_does_not_make_the_input_escape() {
+        let (values, facts) = describe_ops(&[op(OpKind::View, &[0], Some(1))]).unwrap();
+        assert_eq!(facts[1].root, 0);
+        assert!(values[1].escapes && !values[0].escapes);
+    }
+
+    #[test]
+    fn a_segment_the_stream_cannot_make_is_an_internal_error() {
+        let ops = [exp(0, 1), exp(1, 2)];
+        let rels = relative(&ops);
+        let internal = |r: Result<(Vec<Value>, Vec<Facts>), Error>| match r {
+            Err(Error::Internal { msg }) => msg,
+            other => panic!("expected an internal error, got {other:?}"),
+        };
+        let ops_ref: Vec<&Op> = ops.iter().collect();
+        let msg = internal(describe(&ops_ref, &[&rels[0]]));
+        assert!(msg.contains("2 ops but 1 relative forms"), "{msg}");
+        // An op with an input its relative form does not list.
+        let mut short = rels[0].clone();
+        short.inputs.clear();
+        let msg = internal(describe(&ops_ref[..1], &[&short]));
+        assert!(msg.contains("op 0 (exp) has 1 inputs"), "{msg}");
+        // A value read before it is made, or made twice.
+        let msg = internal(describe_ops(&[exp(0, 1), exp(2, 1)]));
+        assert!(
+            msg.contains("op 1 makes r1, which an earlier op made"),
+            "{msg}"
+        );
+        let msg = internal(describe_ops(&[exp(1, 2), exp(0, 1)]));
+        assert!(msg.contains("op 1 makes r0"), "{msg}"); // tensor 1 is r0: read by op 0
+    }
+}

@@ -703,6 +703,30 @@ mod tests {
     }
 
     #[test]
+    fn a_plan_that_cannot_be_built_fails_the_segment_like_a_kernel_error() {
+        crate::set_fusion(true);
+        crate::set_kernel_threads(1); // the plan is built on this thread
+                                      // Dims no other test uses, so that the segment misses the plan cache.
+        let x = Tensor::from_vec((0..21).map(|i| i as f32).collect(), &[3, 7]).unwrap();
+        let ok = x.affine(2.0, 0.0).unwrap();
+        crate::fusion::testutil::break_next_build();
+        let bad = x.exp().unwrap().affine(1.0, 1.0).unwrap();
+        match bad.to_vec::<f32>() {
+            Err(Error::Internal { msg }) => assert!(msg.contains("injected"), "{msg}"),
+            other => panic!("expected an internal error, got {other:?}"),
+        }
+        assert!(
+            matches!(ok.to_vec::<f32>(), Err(Error::Internal { .. })),
+            "ok was in the same segment"
+        );
+        assert!(crate::sync().is_err(), "sync reports it");
+        // The stream is usable and the next build works.
+        let y = x.affine(1.0, 1.0).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(y[..3], [1.0, 2.0, 3.0]);
+        crate::sync().unwrap();
+    }
+
+    #[test]
     fn a_panicking_fused_kernel_fails_its_outputs_and_nothing_else() {
         panics_become_errors_on_what_the_kernel_made(true);
     }
