@@ -656,8 +656,8 @@ fn wait_for_inputs(tasks: &VecDeque<Task>, made: &mut Vec<bool>) {
     }
 }
 
-/// Fails every output of `tasks` that is still pending with `error` (after a panic,
-/// so that no reader waits forever).
+/// Fails every output of `tasks` that is still pending with `error` (after a panic or
+/// a plan that could not be built, so that no reader waits forever).
 fn fail_pending(tasks: &[Task], error: &Error) {
     for slot in tasks.iter().filter_map(|t| t.output.as_ref()) {
         if slot.is_pending() {
