@@ -1,0 +1,197 @@
+//! The model's hyperparameters: [`BertConfig`], read from a Hugging Face
+//! `config.json` and checked, and the feed-forward activation it names.
+
+use std::path::Path;
+
+use super::super::ModelError;
+use crate::{Result, Tensor};
+
+/// The fields of a Hugging Face BERT `config.json` that the forward pass needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BertConfig {
+    /// Rows of the token embedding table.
+    pub vocab_size: usize,
+    /// Width of every hidden state (384 for MiniLM-L6).
+    pub hidden_size: usize,
+    /// Number of transformer layers.
+    pub num_hidden_layers: usize,
+    /// Attention heads per layer; `hidden_size` must be a multiple of it.
+    pub num_attention_heads: usize,
+    /// Width of the feed-forward layer.
+    pub intermediate_size: usize,
+    /// Longest sequence the position table covers.
+    pub max_position_embeddings: usize,
+    /// Rows of the token type table (at least 1: every token has type 0 here).
+    pub type_vocab_size: usize,
+    /// Epsilon of every layer norm.
+    pub layer_norm_eps: f64,
+    /// Activation of the feed-forward layer: `gelu` (exact), `gelu_new` /
+    /// `gelu_pytorch_tanh` (tanh approximation) or `relu`.
+    pub hidden_act: String,
+    /// Token id used to pad sequences in a batch.
+    pub pad_token_id: u32,
+}
+
+impl BertConfig {
+    /// Parses the text of a `config.json`. Missing or ill-typed fields are named in
+    /// the error.
+    pub fn from_json(text: &str) -> std::result::Result<BertConfig, String> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+        let obj = v
+            .as_object()
+            .ok_or_else(|| "expected a JSON object at the top level".to_string())?;
+        let usize_field = |name: &str| -> std::result::Result<usize, String> {
+            obj.get(name)
+                .ok_or_else(|| format!("missing field `{name}`"))?
+                .as_u64()
+                .map(|n| n as usize)
+                .ok_or_else(|| format!("field `{name}` must be a non-negative integer"))
+        };
+        let cfg = BertConfig {
+            vocab_size: usize_field("vocab_size")?,
+            hidden_size: usize_field("hidden_size")?,
+            num_hidden_layers: usize_field("num_hidden_layers")?,
+            num_attention_heads: usize_field("num_attention_heads")?,
+            intermediate_size: usize_field("intermediate_size")?,
+            max_position_embeddings: usize_field("max_position_embeddings")?,
+            type_vocab_size: obj
+                .get("type_vocab_size")
+                .map(|_| usize_field("type_vocab_size"))
+                .transpose()?
+                .unwrap_or(2),
+            layer_norm_eps: match obj.get("layer_norm_eps") {
+                None => 1e-12,
+                Some(x) => x
+                    .as_f64()
+                    .ok_or_else(|| "field `layer_norm_eps` must be a number".to_string())?,
+            },
+            hidden_act: match obj.get("hidden_act") {
+                None => "gelu".to_string(),
+                Some(x) => x
+                    .as_str()
+                    .ok_or_else(|| "field `hidden_act` must be a string".to_string())?
+                    .to_string(),
+            },
+            pad_token_id: obj
+                .get("pad_token_id")
+                .and_then(|x| x.as_u64())
+                .unwrap_or(0) as u32,
+        };
+        if let Some(kind) = obj.get("position_embedding_type").and_then(|x| x.as_str()) {
+            if kind != "absolute" {
+                return Err(format!(
+                    "position_embedding_type `{kind}` is not supported (only `absolute`)"
+                ));
+            }
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Reads and parses a `config.json` file.
+    pub fn load(path: &Path) -> std::result::Result<BertConfig, ModelError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ModelError::Io {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        BertConfig::from_json(&text).map_err(|msg| ModelError::Format {
+            path: path.to_path_buf(),
+            msg,
+        })
+    }
+
+    /// Width of one attention head.
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_attention_heads.max(1)
+    }
+
+    pub(super) fn validate(&self) -> std::result::Result<(), String> {
+        let positive = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("intermediate_size", self.intermediate_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+            ("type_vocab_size", self.type_vocab_size),
+        ];
+        for (name, n) in positive {
+            if n == 0 {
+                return Err(format!("field `{name}` must be positive"));
+            }
+        }
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+            return Err(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        if self.layer_norm_eps.is_nan() || self.layer_norm_eps < 0.0 {
+            return Err("layer_norm_eps must be a non-negative number".into());
+        }
+        Activation::parse(&self.hidden_act)?;
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Activation {
+    Gelu,
+    GeluTanh,
+    Relu,
+}
+
+impl Activation {
+    pub(super) fn parse(name: &str) -> std::result::Result<Activation, String> {
+        match name {
+            "gelu" => Ok(Activation::Gelu),
+            "gelu_new" | "gelu_pytorch_tanh" => Ok(Activation::GeluTanh),
+            "relu" => Ok(Activation::Relu),
+            other => Err(format!(
+                "hidden_act `{other}` is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu)"
+            )),
+        }
+    }
+
+    pub(super) fn apply(self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Activation::Gelu => x.gelu(),
+            Activation::GeluTanh => x.gelu_tanh(),
+            Activation::Relu => x.relu(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_parses_minilm_fields() {
+        let cfg = BertConfig::from_json(
+            r#"{"vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6,
+                "num_attention_heads": 12, "intermediate_size": 1536,
+                "max_position_embeddings": 512, "type_vocab_size": 2,
+                "layer_norm_eps": 1e-12, "hidden_act": "gelu", "pad_token_id": 0}"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.head_dim(), 32);
+        assert_eq!(cfg.layer_norm_eps, 1e-12);
+    }
+
+    #[test]
+    fn config_errors_name_the_field() {
+        let e = BertConfig::from_json(r#"{"vocab_size": 10}"#).unwrap_err();
+        assert!(e.contains("hidden_size"), "{e}");
+        let e = BertConfig::from_json("not json").unwrap_err();
+        assert!(e.contains("JSON"), "{e}");
+        let e = BertConfig::from_json(
+            r#"{"vocab_size": 1, "hidden_size": 10, "num_hidden_layers": 1,
+                "num_attention_heads": 3, "intermediate_size": 4,
+                "max_position_embeddings": 8}"#,
+        )
+        .unwrap_err();
+        assert!(e.contains("multiple"), "{e}");
+    }
+}

@@ -1,0 +1,106 @@
+//! The forward pass: embeddings, the transformer layers, mean pooling over the real
+//! tokens and L2 normalisation ([`BertModel::forward`]).
+
+use super::BertModel;
+use crate::{DType, Error, Result, Tensor};
+
+impl BertModel {
+    /// Sentence embeddings of a batch: `input_ids` `[batch, len]` (u32 or i64 token
+    /// ids, padded on the right) and `attention_mask` `[batch, len]` (1 for a real
+    /// token, 0 for padding; f32, u32 or i64). Returns `[batch, hidden]`: the mean of
+    /// the last hidden states over the real tokens, L2-normalised. Padding changes
+    /// nothing: padded positions are masked out of attention and pooling.
+    pub fn forward(&self, input_ids: &Tensor, attention_mask: &Tensor) -> Result<Tensor> {
+        let op = "bert_forward";
+        if input_ids.rank() != 2 || attention_mask.dims() != input_ids.dims() {
+            return Err(Error::Shape {
+                op,
+                msg: format!(
+                    "input_ids and attention_mask must both be [batch, len], got {:?} and {:?}",
+                    input_ids.dims(),
+                    attention_mask.dims()
+                ),
+            });
+        }
+        let (b, l) = (input_ids.dims()[0], input_ids.dims()[1]);
+        let cfg = &self.config;
+        if b == 0 || l == 0 {
+            return Err(Error::Shape {
+                op,
+                msg: format!("empty batch {:?}", input_ids.dims()),
+            });
+        }
+        if l > cfg.max_position_embeddings {
+            return Err(Error::Arg {
+                op,
+                msg: format!(
+                    "sequences of {l} tokens are longer than the model's {} positions",
+                    cfg.max_position_embeddings
+                ),
+            });
+        }
+        let (h, heads, dh) = (cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim());
+        let mask = match attention_mask.dtype() {
+            DType::F32 => attention_mask.clone(),
+            _ => attention_mask.to_dtype(DType::F32)?,
+        };
+
+        let ids = input_ids.reshape(&[b * l])?;
+        let x = self
+            .word_emb
+            .index_select(&ids, 0)?
+            .reshape(&[b, l, h])?
+            .add(&self.pos_type_emb.narrow(0, 0, l)?)?
+            .layer_norm(&self.emb_ln_w, &self.emb_ln_b, cfg.layer_norm_eps)?;
+        let mut x = x.reshape(&[b * l, h])?;
+
+        // 0 where a key is a real token, -1e9 where it is padding.
+        let key_bias = mask.affine(1e9, -1e9)?.reshape(&[b, 1, 1, l])?;
+        for layer in &self.layers {
+            // Attention: one matmul for q, k and v, viewed as [3, b, heads, l, dh].
+            let qkv = x
+                .matmul(&layer.qkv_w)?
+                .add(&layer.qkv_b)?
+                .reshape(&[b, l, 3, heads, dh])?
+                .permute(&[2, 0, 3, 1, 4])?;
+            let q = qkv.narrow(0, 0, 1)?.squeeze(0)?;
+            let k = qkv.narrow(0, 1, 1)?.squeeze(0)?;
+            let v = qkv.narrow(0, 2, 1)?.squeeze(0)?;
+            let probs = q
+                .matmul(&k.transpose(-1, -2)?)?
+                .add(&key_bias)?
+                .softmax(-1)?;
+            let ctx = probs
+                .matmul(&v)?
+                .permute(&[0, 2, 1, 3])?
+                .reshape(&[b * l, h])?;
+            let a = ctx
+                .matmul(&layer.out_w)?
+                .add(&layer.out_b)?
+                .add(&x)?
+                .layer_norm(&layer.ln1_w, &layer.ln1_b, cfg.layer_norm_eps)?;
+            // Feed-forward.
+            let f = self
+                .act
+                .apply(&a.matmul(&layer.ff_in_w)?.add(&layer.ff_in_b)?)?
+                .matmul(&layer.ff_out_w)?
+                .add(&layer.ff_out_b)?
+                .add(&a)?;
+            x = f.layer_norm(&layer.ln2_w, &layer.ln2_b, cfg.layer_norm_eps)?;
+        }
+
+        // Mean pooling over real tokens: mask [b, 1, l] x hidden [b, l, h].
+        let summed = mask
+            .reshape(&[b, 1, l])?
+            .matmul(&x.reshape(&[b, l, h])?)?
+            .reshape(&[b, h])?;
+        let count = mask.sum_keepdim(-1)?.maximum(&Tensor::full(1e-9, &[1])?)?;
+        let mean = summed.div(&count)?;
+        let norm = mean
+            .mul(&mean)?
+            .sum_keepdim(-1)?
+            .sqrt()?
+            .maximum(&Tensor::full(1e-12, &[1])?)?;
+        mean.div(&norm)
+    }
+}

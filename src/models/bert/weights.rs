@@ -1,0 +1,235 @@
+//! Loading weights: reads a safetensors file, checks every tensor's name, dtype and
+//! shape, and converts each straight into the layout the forward pass uses
+//! ([`BertModel::load`], [`BertModel::from_safetensors`]).
+
+use std::path::{Path, PathBuf};
+
+use safetensors::{Dtype, SafeTensors};
+
+use super::super::ModelError;
+use super::config::{Activation, BertConfig};
+use super::{BertModel, Layer};
+use crate::Tensor;
+
+/// Reads tensors out of a parsed safetensors file and converts them to f32 vectors.
+struct WeightReader<'a> {
+    st: SafeTensors<'a>,
+    path: &'a Path,
+}
+
+impl<'a> WeightReader<'a> {
+    fn err(&self, msg: String) -> ModelError {
+        ModelError::Format {
+            path: self.path.to_path_buf(),
+            msg,
+        }
+    }
+
+    /// The raw little-endian f32 bytes of `name` (also tried with a `bert.` prefix),
+    /// checked against `shape`.
+    fn bytes(&self, name: &str, shape: &[usize]) -> std::result::Result<&'a [u8], ModelError> {
+        let view = self
+            .st
+            .tensor(name)
+            .or_else(|_| self.st.tensor(&format!("bert.{name}")))
+            .map_err(|_| self.err(format!("weight `{name}` is missing")))?;
+        if view.dtype() != Dtype::F32 {
+            return Err(self.err(format!(
+                "weight `{name}` is {:?}; only F32 weights are supported",
+                view.dtype()
+            )));
+        }
+        if view.shape() != shape {
+            return Err(self.err(format!(
+                "weight `{name}` has shape {:?}, expected {shape:?}",
+                view.shape()
+            )));
+        }
+        Ok(view.data())
+    }
+
+    /// `name` as a tensor of `shape`, converted in one pass.
+    fn tensor(&self, name: &str, shape: &[usize]) -> std::result::Result<Tensor, ModelError> {
+        let bytes = self.bytes(name, shape)?;
+        Ok(Tensor::from_vec(f32s(bytes).collect(), shape)?)
+    }
+
+    /// The linear weight `name` (`[out, in]` in the file) transposed to `[in, out]`,
+    /// times `scale`, written into `dst`'s columns `first..first + out`.
+    fn linear_into(
+        &self,
+        name: &str,
+        [out, inp]: [usize; 2],
+        scale: f32,
+        dst: Columns<'_>,
+    ) -> std::result::Result<(), ModelError> {
+        let bytes = self.bytes(name, &[out, inp])?;
+        for (o, row) in bytes.chunks_exact(inp * 4).enumerate() {
+            for (i, x) in f32s(row).enumerate() {
+                dst.data[i * dst.cols + dst.first + o] = x * scale;
+            }
+        }
+        Ok(())
+    }
+
+    /// The linear weight `name` (`[out, in]` in the file) as an `[in, out]` tensor.
+    fn linear(
+        &self,
+        name: &str,
+        out: usize,
+        inp: usize,
+    ) -> std::result::Result<Tensor, ModelError> {
+        let mut w = vec![0.0f32; out * inp];
+        self.linear_into(
+            name,
+            [out, inp],
+            1.0,
+            Columns {
+                data: &mut w,
+                cols: out,
+                first: 0,
+            },
+        )?;
+        Ok(Tensor::from_vec(w, &[inp, out])?)
+    }
+
+    fn bias_into(
+        &self,
+        name: &str,
+        n: usize,
+        scale: f32,
+        dst: &mut [f32],
+    ) -> std::result::Result<(), ModelError> {
+        let bytes = self.bytes(name, &[n])?;
+        for (d, x) in dst.iter_mut().zip(f32s(bytes)) {
+            *d = x * scale;
+        }
+        Ok(())
+    }
+}
+
+/// A row-major `[rows, cols]` destination matrix and the first column to write.
+struct Columns<'d> {
+    data: &'d mut [f32],
+    cols: usize,
+    first: usize,
+}
+
+/// Little-endian f32 values of `bytes` (whose length is a multiple of 4).
+fn f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+}
+
+impl BertModel {
+    /// Loads `config.json` and `model.safetensors` from the model folder `dir`.
+    ///
+    /// The safetensors file is read into memory once; each weight is converted from
+    /// its bytes straight into the f32 tensor the forward pass uses (one pass, no
+    /// intermediate copy), and the bytes are dropped when loading ends. The pooler
+    /// weights and position ids in the file are not used by sentence embeddings and
+    /// are not loaded.
+    pub fn load(dir: &Path) -> std::result::Result<BertModel, ModelError> {
+        let config = BertConfig::load(&dir.join("config.json"))?;
+        let path = dir.join("model.safetensors");
+        let bytes = std::fs::read(&path).map_err(|error| ModelError::Io {
+            path: path.clone(),
+            error,
+        })?;
+        BertModel::from_safetensors(config, &bytes, &path)
+    }
+
+    /// Builds the model from `config` and the bytes of a safetensors file (`path` is
+    /// only used in error messages).
+    pub fn from_safetensors(
+        config: BertConfig,
+        bytes: &[u8],
+        path: &Path,
+    ) -> std::result::Result<BertModel, ModelError> {
+        config.validate().map_err(|msg| ModelError::Format {
+            path: PathBuf::from("config.json"),
+            msg,
+        })?;
+        let st = SafeTensors::deserialize(bytes).map_err(|e| ModelError::Format {
+            path: path.to_path_buf(),
+            msg: format!("not a valid safetensors file: {e:?}"),
+        })?;
+        let r = WeightReader { st, path };
+        let h = config.hidden_size;
+        let inter = config.intermediate_size;
+        let positions = config.max_position_embeddings;
+
+        let word_emb = r.tensor("embeddings.word_embeddings.weight", &[config.vocab_size, h])?;
+        let pos = r.bytes("embeddings.position_embeddings.weight", &[positions, h])?;
+        let types = r.bytes(
+            "embeddings.token_type_embeddings.weight",
+            &[config.type_vocab_size, h],
+        )?;
+        let type0: Vec<f32> = f32s(&types[..h * 4]).collect();
+        let pos_type: Vec<f32> = f32s(pos)
+            .enumerate()
+            .map(|(i, p)| p + type0[i % h])
+            .collect();
+        let pos_type_emb = Tensor::from_vec(pos_type, &[positions, h])?;
+        let emb_ln_w = r.tensor("embeddings.LayerNorm.weight", &[h])?;
+        let emb_ln_b = r.tensor("embeddings.LayerNorm.bias", &[h])?;
+
+        let scale = 1.0 / (config.head_dim() as f32).sqrt();
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        for l in 0..config.num_hidden_layers {
+            let p = format!("encoder.layer.{l}.");
+            let mut qkv_w = vec![0.0f32; h * 3 * h];
+            let mut qkv_b = vec![0.0f32; 3 * h];
+            for (j, (part, s)) in [("query", scale), ("key", 1.0), ("value", 1.0)]
+                .into_iter()
+                .enumerate()
+            {
+                let name = format!("{p}attention.self.{part}");
+                r.linear_into(
+                    &format!("{name}.weight"),
+                    [h, h],
+                    s,
+                    Columns {
+                        data: &mut qkv_w,
+                        cols: 3 * h,
+                        first: j * h,
+                    },
+                )?;
+                r.bias_into(
+                    &format!("{name}.bias"),
+                    h,
+                    s,
+                    &mut qkv_b[j * h..(j + 1) * h],
+                )?;
+            }
+            layers.push(Layer {
+                qkv_w: Tensor::from_vec(qkv_w, &[h, 3 * h])?,
+                qkv_b: Tensor::from_vec(qkv_b, &[3 * h])?,
+                out_w: r.linear(&format!("{p}attention.output.dense.weight"), h, h)?,
+                out_b: r.tensor(&format!("{p}attention.output.dense.bias"), &[h])?,
+                ln1_w: r.tensor(&format!("{p}attention.output.LayerNorm.weight"), &[h])?,
+                ln1_b: r.tensor(&format!("{p}attention.output.LayerNorm.bias"), &[h])?,
+                ff_in_w: r.linear(&format!("{p}intermediate.dense.weight"), inter, h)?,
+                ff_in_b: r.tensor(&format!("{p}intermediate.dense.bias"), &[inter])?,
+                ff_out_w: r.linear(&format!("{p}output.dense.weight"), h, inter)?,
+                ff_out_b: r.tensor(&format!("{p}output.dense.bias"), &[h])?,
+                ln2_w: r.tensor(&format!("{p}output.LayerNorm.weight"), &[h])?,
+                ln2_b: r.tensor(&format!("{p}output.LayerNorm.bias"), &[h])?,
+            });
+        }
+        let act = Activation::parse(&config.hidden_act).map_err(|msg| ModelError::Format {
+            path: PathBuf::from("config.json"),
+            msg,
+        })?;
+        Ok(BertModel {
+            config,
+            act,
+            word_emb,
+            pos_type_emb,
+            emb_ln_w,
+            emb_ln_b,
+            layers,
+        })
+    }
+}
