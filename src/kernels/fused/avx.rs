@@ -1,4 +1,4 @@
-//! The vector paths of the fused kernel: while a [`Schedule`](super::Schedule) runs
+//! The vector paths of the fused kernel: while a [`Schedule`](super::schedule::Schedule) runs
 //! over one tile, its accumulator is eight SIMD vectors held in registers (256-bit
 //! with AVX2, 512-bit with AVX-512), so each element-wise op of a chain costs one or a
 //! few vector instructions per vector and no memory traffic besides the program's
@@ -19,7 +19,9 @@
 
 use std::arch::x86_64::_mm_sfence;
 
-use super::{affine, unary_acc, Job, Src, Step};
+use super::ops::{affine, unary_acc};
+use super::run::Job;
+use super::schedule::{Src, Step};
 use crate::ir::{BinaryOp, UnaryOp};
 
 /// Elements per tile of the AVX2 path (eight 256-bit vectors).
