@@ -12,7 +12,6 @@ mod execute;
 pub(crate) mod fault;
 pub mod observer;
 mod planned;
-pub(crate) mod recycle;
 mod slot;
 mod storage;
 mod threads;

@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::{recycle, Buffer};
+use super::Buffer;
 use crate::ir::TensorId;
+use crate::reuse::cells;
 use crate::Error;
 
 /// Threads blocked in [`Slot::wait_ready`] (so that `set` signals only when needed).
@@ -58,7 +59,7 @@ pub struct Slot {
 impl Slot {
     /// A slot whose data is still to be computed.
     pub fn pending(id: TensorId) -> Arc<Slot> {
-        if let Some(cell) = recycle::slots::take() {
+        if let Some(cell) = cells::slots::take() {
             // Free slots are unique and were reset to a pending state by `release`.
             cell.id.store(id.0, Ordering::Relaxed);
             return cell;
@@ -144,7 +145,7 @@ impl Slot {
     /// released as by a drop) and keeps it on this thread's free list for the next
     /// [`Slot::pending`], so a repeated pass makes no new slots.
     pub fn release(mut slot: Arc<Slot>) {
-        let Some(s) = recycle::last_ref(&mut slot) else {
+        let Some(s) = cells::last_ref(&mut slot) else {
             return; // other references remain; this one goes
         };
         s.log_free();
@@ -153,7 +154,7 @@ impl Slot {
         }
         *s.pending.get_mut() = true;
         *s.producer.get_mut() = u64::MAX;
-        recycle::slots::give(slot);
+        cells::slots::give(slot);
     }
 
     fn log_free(&mut self) {

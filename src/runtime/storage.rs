@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::recycle;
+use crate::reuse::cells;
 
 use crate::error::Error;
 use crate::ir::{DType, Element};
@@ -293,7 +293,7 @@ impl Buffer {
     /// Fails as [`Buffer::alloc`] does.
     pub fn shared(dtype: DType, len: usize) -> Result<Arc<Buffer>, AllocError> {
         let fresh = Buffer::alloc(dtype, len)?;
-        if let Some(mut cell) = recycle::buffers::take() {
+        if let Some(mut cell) = cells::buffers::take() {
             if let Some(b) = Arc::get_mut(&mut cell) {
                 let old = std::mem::replace(b, fresh);
                 debug_assert!(!old.live, "free shells hold no storage");
@@ -306,11 +306,11 @@ impl Buffer {
     /// Lets go of one reference to a shared buffer. The last one gives the storage back
     /// to the pool (as a drop would) and keeps the emptied shell for [`Buffer::shared`].
     pub fn release(mut buffer: Arc<Buffer>) {
-        let Some(b) = recycle::last_ref(&mut buffer) else {
+        let Some(b) = cells::last_ref(&mut buffer) else {
             return;
         };
         b.give_back();
-        recycle::buffers::give(buffer);
+        cells::buffers::give(buffer);
     }
 
     /// Returns the storage to the pool and updates the counters; leaves an empty shell.

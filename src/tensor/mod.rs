@@ -41,7 +41,7 @@ pub(crate) struct Handle {
     home: Arc<StreamCell>,
 }
 
-crate::runtime::recycle::free_list!(
+crate::reuse::cells::free_list!(
     /// Free tensor handles (no slot).
     handles,
     super::Handle
@@ -72,7 +72,7 @@ impl Drop for Tensor {
         let Some(mut handle) = self.0.take() else {
             return;
         };
-        if let Some(h) = crate::runtime::recycle::last_ref(&mut handle) {
+        if let Some(h) = crate::reuse::cells::last_ref(&mut handle) {
             h.release();
             handles::give(handle);
         }

@@ -52,7 +52,7 @@ macro_rules! free_list {
                 }
                 let _ = FREE.try_with(|f| {
                     if let Ok(mut f) = f.try_borrow_mut() {
-                        if f.len() < $crate::runtime::recycle::MAX_FREE {
+                        if f.len() < $crate::reuse::cells::MAX_FREE {
                             f.push(cell);
                         }
                     }

@@ -1,0 +1,4 @@
+//! Reuse of memory: free lists of cells, spare vectors and scratch, and the pools of
+//! storage, so that a repeated forward pass allocates nothing once it has run once.
+
+pub(crate) mod cells;
