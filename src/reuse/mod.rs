@@ -2,3 +2,4 @@
 //! storage, so that a repeated forward pass allocates nothing once it has run once.
 
 pub(crate) mod cells;
+pub(crate) mod pool;
