@@ -3,3 +3,4 @@
 
 pub(crate) mod cells;
 pub(crate) mod pool;
+pub(crate) mod vecs;

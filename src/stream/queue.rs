@@ -39,6 +39,7 @@ use crate::fusion::{cache, ExecutionPlan};
 use crate::ir::relative::RelativeBuilder;
 use crate::ir::{Op, OpKind, TensorDesc, TensorId};
 use crate::kernels::{teardown, worth_splitting, Par};
+use crate::reuse::vecs::Spares;
 use crate::runtime::{
     execute, execute_plan, kernel_threads, observer, panic_message, run_in_pool, PlanScratch, Slot,
     SlotState, Task,
@@ -95,51 +96,6 @@ pub struct FlushInfo {
     pub arena_bytes: usize,
     /// The memory planner's lower bound for that arena, in bytes.
     pub arena_lower_bound: usize,
-}
-
-/// Emptied vectors of executed tasks, kept so that queuing the next ops allocates
-/// nothing.
-#[derive(Debug, Default)]
-struct Spares {
-    descs: Vec<Vec<TensorDesc>>,
-    slots: Vec<Vec<Arc<Slot>>>,
-    ids: Vec<Vec<u32>>,
-}
-
-impl Spares {
-    /// The most vectors of each kind kept.
-    const MAX: usize = 1 << 14;
-
-    fn descs(&mut self) -> Vec<TensorDesc> {
-        self.descs.pop().unwrap_or_default()
-    }
-
-    fn slots(&mut self) -> Vec<Arc<Slot>> {
-        self.slots.pop().unwrap_or_default()
-    }
-
-    fn ids(&mut self) -> Vec<u32> {
-        self.ids.pop().unwrap_or_default()
-    }
-
-    /// Keeps a finished task's vectors (its slots already released).
-    fn keep(&mut self, task: &mut Task) {
-        debug_assert!(task.inputs.is_empty() && task.output.is_none());
-        let mut descs = std::mem::take(&mut task.op.inputs);
-        let slots = std::mem::take(&mut task.inputs);
-        let mut ids = std::mem::take(&mut task.rel.inputs);
-        if self.descs.len() < Self::MAX && descs.capacity() > 0 {
-            descs.clear();
-            self.descs.push(descs);
-        }
-        if self.slots.len() < Self::MAX && slots.capacity() > 0 {
-            self.slots.push(slots); // emptied by release_slots
-        }
-        if self.ids.len() < Self::MAX && ids.capacity() > 0 {
-            ids.clear();
-            self.ids.push(ids);
-        }
-    }
 }
 
 /// What a flush runs besides the plan: the executor's scratch and the marks of the
