@@ -20,7 +20,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::reuse::cells;
+use crate::reuse::cells::{last_ref, SharedCells};
 pub use crate::reuse::pool::size_class;
 use crate::reuse::pool::Pool;
 
@@ -203,6 +203,11 @@ pub struct Buffer {
     live: bool,
 }
 
+/// Emptied shells of shared buffers (their storage went back to the pool), for
+/// [`Buffer::shared`]: one list for the process, because buffers are made where a
+/// segment runs and let go where their tensors die.
+static FREE_BUFFERS: SharedCells<Buffer> = SharedCells::new();
+
 static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
 static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
 static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
@@ -288,11 +293,11 @@ impl Buffer {
     }
 
     /// A pooled buffer of `len` elements behind an `Arc`, reusing an emptied shell of
-    /// this thread's free list when there is one (so no allocation at all after warm-up).
+    /// the process's free list when there is one (so no allocation at all after warm-up).
     /// Fails as [`Buffer::alloc`] does.
     pub fn shared(dtype: DType, len: usize) -> Result<Arc<Buffer>, AllocError> {
         let fresh = Buffer::alloc(dtype, len)?;
-        if let Some(mut cell) = cells::buffers::take() {
+        if let Some(mut cell) = FREE_BUFFERS.take() {
             if let Some(b) = Arc::get_mut(&mut cell) {
                 let old = std::mem::replace(b, fresh);
                 debug_assert!(!old.live, "free shells hold no storage");
@@ -305,11 +310,11 @@ impl Buffer {
     /// Lets go of one reference to a shared buffer. The last one gives the storage back
     /// to the pool (as a drop would) and keeps the emptied shell for [`Buffer::shared`].
     pub fn release(mut buffer: Arc<Buffer>) {
-        let Some(b) = cells::last_ref(&mut buffer) else {
+        let Some(b) = last_ref(&mut buffer) else {
             return;
         };
         b.give_back();
-        cells::buffers::give(buffer);
+        FREE_BUFFERS.give(buffer);
     }
 
     /// Returns the storage to the pool and updates the counters; leaves an empty shell.
