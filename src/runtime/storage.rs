@@ -1,7 +1,8 @@
 //! Buffers: the typed memory a tensor's elements live in, and the pool they come from.
 //!
 //! A [`Buffer`] owns one `Vec` of a single element type. Buffers are handed out by a
-//! size-class pool: a request for `n` elements is rounded up to the next class (powers
+//! size-class pool (the mechanism is `crate::reuse::pool`; the instance, its limit and
+//! the memory counters are here): a request for `n` elements is rounded up to the next class (powers
 //! of two split in quarters, so at most 25% is wasted), and a dropped buffer goes back
 //! to its class for the next request of that size. After warm-up, a repeated forward
 //! pass therefore finds every buffer it needs in the pool. Buffer contents are not
@@ -22,7 +23,7 @@ use std::sync::Arc;
 
 use crate::reuse::cells::{last_ref, SharedCells};
 pub use crate::reuse::pool::size_class;
-use crate::reuse::pool::Pool;
+use crate::reuse::pool::{Pool, Pooled};
 
 use crate::error::Error;
 use crate::ir::{DType, Element};
@@ -98,7 +99,7 @@ impl Storage {
         }
     }
 
-    pub(crate) fn capacity_len(&self) -> usize {
+    fn capacity_len(&self) -> usize {
         match self {
             Storage::F32(v) => v.len(),
             Storage::U32(v) => v.len(),
@@ -114,8 +115,21 @@ impl Storage {
         })
     }
 
-    pub(crate) fn bytes(&self) -> usize {
+    fn bytes(&self) -> usize {
         self.capacity_len() * self.dtype().size_in_bytes()
+    }
+}
+
+impl Pooled for Storage {
+    type Kind = DType;
+    fn kind(&self) -> DType {
+        self.dtype()
+    }
+    fn elements(&self) -> usize {
+        self.capacity_len()
+    }
+    fn bytes(&self) -> usize {
+        Storage::bytes(self)
     }
 }
 
@@ -326,7 +340,7 @@ impl Buffer {
         let storage = std::mem::replace(&mut self.storage, Storage::F32(Vec::new()));
         LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
         sub_live_bytes(storage.bytes());
-        POOL.give_back(storage);
+        POOL.give_back(storage, pool_limit());
     }
 
     /// The element type.
@@ -397,7 +411,7 @@ pub fn live_bytes() -> usize {
 /// Bytes of free buffer storage the pool keeps for reuse (arenas not included: see
 /// [`pooled_arena_bytes`]).
 pub fn pooled_bytes() -> usize {
-    POOL.buffer_bytes()
+    POOL.class_bytes()
 }
 
 /// Bytes of free arenas the pool keeps for the plan executor.
@@ -448,7 +462,8 @@ pub fn trim_pools() {
     POOL.trim_to(0);
 }
 
-static POOL: Pool = Pool::new();
+/// Free buffer storage and arenas (see [`pool_limit`]).
+static POOL: Pool<Storage, f32> = Pool::new();
 
 /// An arena of at least `len` f32 elements for one segment: the smallest free one that
 /// fits, or a fresh one in place of the largest free one (after freeing what the pool
@@ -477,7 +492,7 @@ pub(crate) fn give_back_arena(arena: Vec<f32>) {
         return;
     }
     sub_live_bytes(arena.len() * 4);
-    POOL.give_back_arena(arena);
+    POOL.give_back_arena(arena, pool_limit());
 }
 
 #[cfg(test)]
