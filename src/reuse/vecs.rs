@@ -1,51 +1,93 @@
 //! Bounded stacks of emptied vectors, kept for their capacity.
+//!
+//! A [`Spares`] keeps vectors (or deques) that their last user is done with: each is
+//! cleared when it is kept, so it holds no value and no borrow of that user, only
+//! room. Taking one gives a kept vector, or a new empty one when none is left. A stream
+//! keeps the vectors of its executed tasks and its segment deques in `Spares`.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
 
-use crate::ir::TensorDesc;
-use crate::runtime::{Slot, Task};
-
-/// Emptied vectors of executed tasks, kept so that queuing the next ops allocates
-/// nothing.
-#[derive(Debug, Default)]
-pub(crate) struct Spares {
-    pub(crate) descs: Vec<Vec<TensorDesc>>,
-    pub(crate) slots: Vec<Vec<Arc<Slot>>>,
-    pub(crate) ids: Vec<Vec<u32>>,
+/// A growable sequence that can be emptied while keeping its room: `Vec`, `VecDeque`.
+pub(crate) trait Emptiable: Default {
+    /// Drops every element, keeping the allocation.
+    fn clear(&mut self);
+    /// The elements it has room for without allocating.
+    fn capacity(&self) -> usize;
 }
 
-impl Spares {
-    /// The most vectors of each kind kept.
-    const MAX: usize = 1 << 14;
+impl<T> Emptiable for Vec<T> {
+    fn clear(&mut self) {
+        Vec::clear(self)
+    }
+    fn capacity(&self) -> usize {
+        Vec::capacity(self)
+    }
+}
 
-    pub(crate) fn descs(&mut self) -> Vec<TensorDesc> {
-        self.descs.pop().unwrap_or_default()
+impl<T> Emptiable for VecDeque<T> {
+    fn clear(&mut self) {
+        VecDeque::clear(self)
+    }
+    fn capacity(&self) -> usize {
+        VecDeque::capacity(self)
+    }
+}
+
+/// At most `max` emptied vectors, last kept first taken.
+#[derive(Debug)]
+pub(crate) struct Spares<V> {
+    list: Vec<V>,
+    max: usize,
+}
+
+impl<V: Emptiable> Spares<V> {
+    /// An empty stack that keeps at most `max` vectors (it allocates on its first
+    /// `keep`).
+    pub(crate) const fn new(max: usize) -> Spares<V> {
+        Spares {
+            list: Vec::new(),
+            max,
+        }
     }
 
-    pub(crate) fn slots(&mut self) -> Vec<Arc<Slot>> {
-        self.slots.pop().unwrap_or_default()
+    /// A kept vector (empty), if there is one.
+    pub(crate) fn pop(&mut self) -> Option<V> {
+        self.list.pop()
     }
 
-    pub(crate) fn ids(&mut self) -> Vec<u32> {
-        self.ids.pop().unwrap_or_default()
+    /// A kept vector (empty), or a new empty one.
+    pub(crate) fn take(&mut self) -> V {
+        self.pop().unwrap_or_default()
     }
 
-    /// Keeps a finished task's vectors (its slots already released).
-    pub(crate) fn keep(&mut self, task: &mut Task) {
-        debug_assert!(task.inputs.is_empty() && task.output.is_none());
-        let mut descs = std::mem::take(&mut task.op.inputs);
-        let slots = std::mem::take(&mut task.inputs);
-        let mut ids = std::mem::take(&mut task.rel.inputs);
-        if self.descs.len() < Self::MAX && descs.capacity() > 0 {
-            descs.clear();
-            self.descs.push(descs);
+    /// Keeps `v`, emptied, if it has room to offer and the stack is not full; drops it
+    /// otherwise.
+    pub(crate) fn keep(&mut self, mut v: V) {
+        if v.capacity() == 0 || self.list.len() >= self.max {
+            return;
         }
-        if self.slots.len() < Self::MAX && slots.capacity() > 0 {
-            self.slots.push(slots); // emptied by release_slots
+        v.clear();
+        self.list.push(v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::rc::Rc;
+
+    #[test]
+    fn kept_vectors_are_emptied_and_bounded() {
+        let mut spares: Spares<Vec<Rc<()>>> = Spares::new(2);
+        let value = Rc::new(());
+        for _ in 0..3 {
+            spares.keep(vec![value.clone(); 4]);
         }
-        if self.ids.len() < Self::MAX && ids.capacity() > 0 {
-            ids.clear();
-            self.ids.push(ids);
-        }
+        assert_eq!(Rc::strong_count(&value), 1, "kept vectors hold no value");
+        spares.keep(Vec::new()); // no room to offer: not kept
+        let (a, b) = (spares.take(), spares.take());
+        assert!(a.is_empty() && a.capacity() >= 4 && b.capacity() >= 4);
+        assert!(spares.pop().is_none(), "two kept at most");
+        assert_eq!(spares.take().capacity(), 0, "a new one when none is left");
     }
 }

@@ -14,7 +14,7 @@
 //! *recycling* then lets go of the tasks' slots and keeps their vectors, on the
 //! flushing thread, whose free lists feed its next ops.
 //!
-//! A stream recycles what its ops need: the vectors of executed tasks go to `Spares`
+//! A stream recycles what its ops need: the vectors of executed tasks go to `TaskSpares`
 //! and back into the next ops, the segment's deque is swapped with the queue's rather
 //! than copied, and the executor's scratch stays with the stream (a second flush that
 //! runs while the first still has it makes its own), so a repeated forward pass
@@ -98,6 +98,40 @@ pub struct FlushInfo {
     pub arena_lower_bound: usize,
 }
 
+/// What a stream keeps of its executed segments so that queuing and taking the next
+/// ones allocates nothing (see `crate::reuse`): the emptied vectors of their tasks,
+/// and their emptied deques.
+#[derive(Debug)]
+struct TaskSpares {
+    descs: Spares<Vec<TensorDesc>>,
+    slots: Spares<Vec<Arc<Slot>>>,
+    ids: Spares<Vec<u32>>,
+    segments: Spares<VecDeque<Task>>,
+}
+
+impl Default for TaskSpares {
+    fn default() -> TaskSpares {
+        /// The most vectors of each kind kept.
+        const VECS: usize = 1 << 14;
+        TaskSpares {
+            descs: Spares::new(VECS),
+            slots: Spares::new(VECS),
+            ids: Spares::new(VECS),
+            segments: Spares::new(2),
+        }
+    }
+}
+
+impl TaskSpares {
+    /// Keeps a finished task's vectors (its slots already released).
+    fn keep(&mut self, task: &mut Task) {
+        debug_assert!(task.inputs.is_empty() && task.output.is_none());
+        self.descs.keep(std::mem::take(&mut task.op.inputs));
+        self.slots.keep(std::mem::take(&mut task.inputs));
+        self.ids.keep(std::mem::take(&mut task.rel.inputs));
+    }
+}
+
 /// What a flush runs besides the plan: the executor's scratch and the marks of the
 /// values a segment makes (to tell its inputs from its own values).
 #[derive(Debug, Default)]
@@ -109,12 +143,10 @@ struct RunScratch {
 #[derive(Debug, Default)]
 struct Queue {
     ops: VecDeque<Task>,
-    /// Emptied segment deques, kept for their capacity.
-    free_segments: Vec<VecDeque<Task>>,
     rel: RelativeBuilder,
     /// Renumbers a prefix of the queue for a partial flush's key.
     prefix: RelativeBuilder,
-    spares: Spares,
+    spares: TaskSpares,
     /// The executor's scratch, lent to one running flush at a time.
     scratch: Option<RunScratch>,
     /// Ops taken out of the queue so far.
@@ -187,8 +219,8 @@ impl StreamCell {
             let n = self.recorded.load(Ordering::Relaxed);
             self.recorded.store(n + 1, Ordering::Relaxed);
         }
-        let mut descs = q.spares.descs();
-        let mut slots = q.spares.slots();
+        let mut descs = q.spares.descs.take();
+        let mut slots = q.spares.slots.take();
         for (d, s) in inputs {
             descs.push(d.clone());
             slots.push(s.clone());
@@ -235,7 +267,7 @@ impl StreamCell {
         if q.closed {
             return;
         }
-        let mut descs = q.spares.descs();
+        let mut descs = q.spares.descs.take();
         descs.push(desc);
         // The Drop holds no slot: the op that makes the tensor is queued here too (the
         // tensor is pending), and its task holds the slot until the segment has run.
@@ -266,7 +298,7 @@ impl StreamCell {
         if log::log_enabled!(log::Level::Trace) {
             log::trace!("{}: register {op}", self.id);
         }
-        let ids = q.spares.ids();
+        let ids = q.spares.ids.take();
         let rel = q.rel.push_into(&op, ids);
         q.ops.push_back(Task {
             op,
@@ -311,7 +343,7 @@ impl StreamCell {
         let n = ((upto - q.cursor).saturating_add(1)).min(q.ops.len() as u64) as usize;
         let partial = n < q.ops.len();
         let (unfused, par) = (q.unfused, par(q.threads));
-        let mut tasks = q.free_segments.pop().unwrap_or_default();
+        let mut tasks = q.spares.segments.take();
         let Queue {
             ops,
             rel,
@@ -322,8 +354,8 @@ impl StreamCell {
         let key = if partial {
             prefix.clear();
             for o in ops.iter().take(n) {
-                let ids = prefix.push_into(&o.op, spares.ids()).inputs;
-                spares.ids.push(ids);
+                let ids = prefix.push_into(&o.op, spares.ids.take()).inputs;
+                spares.ids.keep(ids);
             }
             prefix.hash()
         } else {
@@ -417,8 +449,8 @@ impl StreamCell {
         if q.ops.is_empty() && q.ops.capacity() < tasks.capacity() {
             std::mem::swap(&mut q.ops, &mut tasks);
         }
-        if q.free_segments.len() < 2 && !q.closed {
-            q.free_segments.push(tasks);
+        if !q.closed {
+            q.spares.segments.keep(tasks);
         }
         if q.scratch.is_none() && !q.closed {
             q.scratch = Some(scratch);
@@ -528,10 +560,9 @@ impl StreamCell {
         // Recycled handles on other threads may keep the cell alive for a while: keep
         // nothing large in it.
         let mut q = self.wait_idle();
-        q.spares = Spares::default();
+        q.spares = TaskSpares::default();
         q.scratch = None;
         q.ops = VecDeque::new();
-        q.free_segments = Vec::new();
         q.prefix = RelativeBuilder::default();
         q.rel = RelativeBuilder::default();
         log::trace!("{}: closed", self.id);
