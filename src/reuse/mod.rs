@@ -3,4 +3,5 @@
 
 pub(crate) mod cells;
 pub(crate) mod pool;
+pub(crate) mod retype;
 pub(crate) mod vecs;

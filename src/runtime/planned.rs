@@ -29,16 +29,7 @@ use crate::error::Error;
 use crate::fusion::{ExecutionPlan, Home, Kernel};
 use crate::ir::Layout;
 use crate::kernels::{self, KernelError, Par};
-
-/// Reuses the allocation of an emptied vector for elements of another type with the
-/// same size and alignment (std collects a mapped `IntoIter` in place), so scratch
-/// vectors that hold borrows of one segment's arena can be kept for the next one.
-fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
-    v.clear();
-    v.into_iter()
-        .map(|_| unreachable!("the vector is empty"))
-        .collect()
-}
+use crate::reuse::retype::retype;
 
 /// Scratch vectors of [`execute_plan`], kept by a stream between its segments so that
 /// replaying a cached plan allocates nothing.
@@ -62,9 +53,10 @@ pub struct PlanScratch {
     results: Vec<Result<(), KernelError>>,
     /// Sort order of `writes` while carving.
     order: Vec<usize>,
-    /// Storage for the carved output slices (same size as `Option<&mut [f32]>`).
+    /// The allocation of the carved output slices, kept between levels as plain
+    /// numbers of their size and alignment (`Option<&mut [f32]>`; see `retype`).
     outs: Vec<(usize, usize)>,
-    /// Storage for the carved read-only gaps (same size as `(usize, &[f32])`).
+    /// The same for the carved read-only gaps (`(usize, &[f32])`).
     gaps: Vec<(usize, usize, usize)>,
     /// Zeros read in place of failed inputs by kernels that still make some outputs
     /// which do not depend on them (empty unless something failed).
@@ -394,8 +386,8 @@ fn run_level(
     }
     results.clear();
     results.resize_with(jobs.len(), || Ok(()));
-    let mut carved_outs: Vec<Option<&mut [f32]>> = recycle(std::mem::take(outs));
-    let mut carved_gaps: Vec<(usize, &[f32])> = recycle(std::mem::take(gaps));
+    let mut carved_outs: Vec<Option<&mut [f32]>> = retype(std::mem::take(outs));
+    let mut carved_gaps: Vec<(usize, &[f32])> = retype(std::mem::take(gaps));
     match carve(arena, writes, order, &mut carved_outs, &mut carved_gaps) {
         Err(e) => results.iter_mut().for_each(|r| *r = Err(e.clone())),
         Ok(()) => {
@@ -419,8 +411,8 @@ fn run_level(
             );
         }
     }
-    *outs = recycle(carved_outs);
-    *gaps = recycle(carved_gaps);
+    *outs = retype(carved_outs);
+    *gaps = retype(carved_gaps);
     for (o, b) in pooled.drain(..) {
         bufs[o as usize] = Some(b);
     }
@@ -663,5 +655,22 @@ mod tests {
             carve(&mut arena, &[(8, 4)], &mut order, &mut w, &mut gaps).is_err(),
             "past the end"
         );
+    }
+
+    /// `run_level` keeps the carved vectors' allocations as `PlanScratch::outs` and
+    /// `gaps`: `retype` must reuse them (a mismatch would allocate on every level).
+    #[test]
+    fn kept_carving_vectors_are_reused() {
+        let s = PlanScratch {
+            outs: Vec::with_capacity(4),
+            gaps: Vec::with_capacity(4),
+            ..PlanScratch::default()
+        };
+        let (outs, gaps) = (s.outs.as_ptr() as usize, s.gaps.as_ptr() as usize);
+        let carved_outs: Vec<Option<&mut [f32]>> = retype(s.outs);
+        let carved_gaps: Vec<(usize, &[f32])> = retype(s.gaps);
+        assert_eq!(carved_outs.as_ptr() as usize, outs);
+        assert_eq!(carved_gaps.as_ptr() as usize, gaps);
+        assert_eq!((carved_outs.capacity(), carved_gaps.capacity()), (4, 4));
     }
 }
