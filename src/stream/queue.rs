@@ -483,6 +483,8 @@ impl StreamCell {
             };
             log::error!("{}: a segment panicked: {e}", self.id);
             fail_pending(tasks, &e);
+            // The run may have stopped holding buffers in the scratch: keep none of it.
+            *scratch = PlanScratch::default();
             Some(e)
         });
         self.report(info, error);
