@@ -7,16 +7,16 @@
 
 mod chain;
 mod containment;
-mod execute;
 #[cfg(test)]
 pub(crate) mod fault;
 pub mod observer;
+mod op_by_op;
 mod planned;
 mod slot;
 mod storage;
 mod threads;
 
-pub use execute::{execute, panic_message, run_into, Task};
+pub use op_by_op::{execute, panic_message, run_into, Task};
 pub use planned::{execute_plan, PlanScratch};
 pub use slot::{Slot, SlotState};
 pub use storage::{

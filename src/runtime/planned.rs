@@ -21,8 +21,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use super::containment;
-use super::execute::{caught, run_into};
 use super::observer;
+use super::op_by_op::{caught, run_into};
 use super::storage::{give_back_arena, segment_done, take_arena, AllocError};
 use super::{Buffer, Data, DataMut, Slot, SlotState, Task};
 use crate::error::Error;
