@@ -7,17 +7,17 @@
 
 mod chain;
 mod containment;
+mod execute;
 #[cfg(test)]
 pub(crate) mod fault;
 pub mod observer;
 mod op_by_op;
-mod planned;
 mod slot;
 mod storage;
 mod threads;
 
+pub use execute::{execute_plan, PlanScratch};
 pub use op_by_op::{execute, panic_message, run_into, Task};
-pub use planned::{execute_plan, PlanScratch};
 pub use slot::{Slot, SlotState};
 pub use storage::{
     live_buffers, live_bytes, peak_bytes, pool_limit, pooled_arena_bytes, pooled_bytes,
