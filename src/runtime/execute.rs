@@ -21,14 +21,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use super::containment;
+use super::dispatch::{caught, run_kernel};
 use super::observer;
-use super::op_by_op::{caught, run_into};
 use super::storage::{give_back_arena, segment_done, take_arena, AllocError};
-use super::{Buffer, Data, DataMut, Slot, SlotState, Task};
+use super::{Buffer, Data, Slot, SlotState, Task};
 use crate::error::Error;
 use crate::fusion::{ExecutionPlan, Home, Kernel};
-use crate::ir::Layout;
-use crate::kernels::{self, KernelError, Par};
+use crate::kernels::{KernelError, Par};
 use crate::reuse::retype::retype;
 
 /// Scratch vectors of [`execute_plan`], kept by a stream between its segments so that
@@ -135,9 +134,9 @@ fn read<'a>(
 
 /// What the kernels of one level read: the plan, the segment's ops, the buffers of
 /// inputs and pooled values, and the arena's read-only gaps.
-struct Reads<'a, 'g> {
-    plan: &'a ExecutionPlan,
-    tasks: &'a [Task],
+pub(super) struct Reads<'a, 'g> {
+    pub(super) plan: &'a ExecutionPlan,
+    pub(super) tasks: &'a [Task],
     bufs: &'a [Option<Arc<Buffer>>],
     gaps: &'a [(usize, &'g [f32])],
     /// Read in place of a failed value that has no buffer (see `PlanScratch::zeros`).
@@ -146,7 +145,7 @@ struct Reads<'a, 'g> {
 }
 
 /// The value whose buffer value `v` reads.
-fn root(plan: &ExecutionPlan, v: u32) -> usize {
+pub(super) fn root(plan: &ExecutionPlan, v: u32) -> usize {
     match plan.values[v as usize].home {
         Home::View { root } => root as usize,
         _ => v as usize,
@@ -154,7 +153,7 @@ fn root(plan: &ExecutionPlan, v: u32) -> usize {
 }
 
 /// The arena region `(offset, len)` of root `r`, if it is planned in the arena.
-fn region(plan: &ExecutionPlan, r: usize) -> Option<(usize, usize)> {
+pub(super) fn region(plan: &ExecutionPlan, r: usize) -> Option<(usize, usize)> {
     match plan.values[r].home {
         Home::Arena { offset } => Some((offset, plan.values[r].layout.numel())),
         _ => None,
@@ -163,7 +162,7 @@ fn region(plan: &ExecutionPlan, r: usize) -> Option<(usize, usize)> {
 
 impl<'a> Reads<'a, '_> {
     /// The elements of value `v`'s root, from a buffer or the carved arena.
-    fn data(&self, v: u32) -> Result<Data<'a>, KernelError>
+    pub(super) fn data(&self, v: u32) -> Result<Data<'a>, KernelError>
     where
         Self: 'a,
     {
@@ -479,155 +478,6 @@ fn run_jobs(
         *result = catch_unwind(AssertUnwindSafe(|| run_kernel(reads, kernel, o, p, par)))
             .unwrap_or_else(|panic| Err(caught(&*panic)));
     }
-}
-
-/// Collects up to `N` items into an array on the stack, or into a `Vec` beyond that,
-/// and calls `f` on them: per-kernel argument lists without a heap allocation.
-fn with_list<T: Copy, R, const N: usize>(
-    items: impl ExactSizeIterator<Item = Result<T, KernelError>>,
-    empty: T,
-    f: impl FnOnce(&[T]) -> Result<R, KernelError>,
-) -> Result<R, KernelError> {
-    let n = items.len();
-    if n <= N {
-        let mut buf = [empty; N];
-        for (slot, item) in buf.iter_mut().zip(items) {
-            *slot = item?;
-        }
-        f(&buf[..n])
-    } else {
-        let v = items.collect::<Result<Vec<T>, _>>()?;
-        f(&v)
-    }
-}
-
-/// Calls `f` with the f32 destinations of `outputs` (taken in order from `dst`), kept
-/// on the stack for up to 8 of them.
-fn with_f32_outputs<'d, R>(
-    outputs: &[u32],
-    mut dst: impl FnMut(u32) -> Result<DataMut<'d>, KernelError>,
-    kernel: &str,
-    f: impl FnOnce(&mut [&mut [f32]]) -> Result<R, KernelError>,
-) -> Result<R, KernelError> {
-    const INLINE: usize = 8;
-    let mut inline: [&mut [f32]; INLINE] = Default::default();
-    let mut many = Vec::new();
-    for (i, &o) in outputs.iter().enumerate() {
-        let DataMut::F32(d) = dst(o)? else {
-            return Err(KernelError(format!(
-                "{kernel} output is not f32 (engine bug)"
-            )));
-        };
-        if outputs.len() <= INLINE {
-            inline[i] = d;
-        } else {
-            many.push(d);
-        }
-    }
-    if outputs.len() <= INLINE {
-        f(&mut inline[..outputs.len()])
-    } else {
-        f(&mut many)
-    }
-}
-
-/// Runs one kernel: reads its inputs from buffers or the arena's read-only gaps, writes
-/// its arena outputs into `arena_outs` and the others into `pooled` (both in the
-/// kernel's output order).
-fn run_kernel(
-    reads: &Reads<'_, '_>,
-    kernel: &Kernel,
-    arena_outs: &mut [Option<&mut [f32]>],
-    pooled: &mut [(u32, Arc<Buffer>)],
-    par: Par,
-) -> Result<(), KernelError> {
-    #[cfg(test)]
-    super::fault::check();
-    let plan = reads.plan;
-    let mut arena_outs = arena_outs.iter_mut();
-    let mut pooled = pooled.iter_mut();
-    // Destinations in the kernel's output order.
-    let mut dst = |o: u32| -> Result<DataMut<'_>, KernelError> {
-        let d = if region(plan, o as usize).is_some() {
-            arena_outs.next().and_then(|w| w.take()).map(DataMut::F32)
-        } else {
-            pooled
-                .next()
-                .and_then(|(_, b)| Arc::get_mut(b))
-                .map(|b| b.data_mut())
-        };
-        d.ok_or_else(|| KernelError(format!("no place for r{o} (engine bug)")))
-    };
-    match kernel {
-        Kernel::Op { op, inputs, output } => {
-            let out = dst(output[0])?;
-            with_list::<_, _, 4>(
-                inputs.iter().map(|&v| reads.data(v)),
-                Data::F32(&[]),
-                |data| run_into(&reads.tasks[*op].op, data, out, par),
-            )
-        }
-        Kernel::Fused {
-            program,
-            inputs,
-            outputs,
-            in_place,
-            ..
-        } => {
-            check_in_place(plan, inputs, outputs, in_place)?;
-            let empty = Layout::contiguous(&[]);
-            with_list::<_, _, 8>(
-                inputs.iter().enumerate().map(|(k, (v, l))| {
-                    // Read from its output's region, which the kernel is handed mutably.
-                    if in_place.iter().any(|&(i, _)| i == k) {
-                        return Ok((&[][..], l));
-                    }
-                    match reads.data(*v)? {
-                        Data::F32(s) => Ok((s, l)),
-                        _ => Err(KernelError("fused input is not f32 (engine bug)".into())),
-                    }
-                }),
-                (&[][..], &empty),
-                |data| {
-                    with_f32_outputs(outputs, dst, "fused", |dsts| {
-                        kernels::fused_in_place(program, data, in_place, dsts, par)
-                    })
-                },
-            )
-        }
-        Kernel::Chain(chain) => {
-            let data = |v: u32| match reads.data(v)? {
-                Data::F32(s) => Ok(s),
-                _ => Err(KernelError("chain input is not f32 (engine bug)".into())),
-            };
-            with_f32_outputs(&chain.outputs, dst, "chain", |dsts| {
-                super::chain::run_chain(chain, data, dsts, par)
-            })
-        }
-    }
-}
-
-/// Checks that each in-place input `(k, j)` of a fused kernel lives exactly in the arena
-/// region of output `j` (the plan gave them one offset), so reading it from there reads
-/// its own elements.
-fn check_in_place(
-    plan: &ExecutionPlan,
-    inputs: &[(u32, Layout)],
-    outputs: &[u32],
-    in_place: &[(usize, usize)],
-) -> Result<(), KernelError> {
-    for &(k, j) in in_place {
-        let input = inputs
-            .get(k)
-            .and_then(|(v, _)| region(plan, root(plan, *v)));
-        let output = outputs.get(j).and_then(|&o| region(plan, o as usize));
-        if input.is_none() || input != output {
-            return Err(KernelError(format!(
-                "in-place input {k} is not where output {j} is written (planning bug)"
-            )));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
