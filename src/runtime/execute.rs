@@ -22,8 +22,9 @@ use std::sync::Arc;
 
 use super::containment;
 use super::dispatch::{caught, run_kernel};
+use super::memory::{give_back_arena, segment_done, take_arena};
 use super::observer;
-use super::storage::{give_back_arena, segment_done, take_arena, AllocError};
+use super::storage::AllocError;
 use super::{Buffer, Data, Slot, SlotState, Task};
 use crate::error::Error;
 use crate::fusion::{ExecutionPlan, Home, Kernel};

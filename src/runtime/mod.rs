@@ -11,6 +11,7 @@ mod dispatch;
 mod execute;
 #[cfg(test)]
 pub(crate) mod fault;
+mod memory;
 pub mod observer;
 mod op_by_op;
 mod slot;
@@ -20,12 +21,12 @@ mod threads;
 
 pub use dispatch::{panic_message, run_into};
 pub use execute::{execute_plan, PlanScratch};
+pub use memory::{
+    live_buffers, live_bytes, peak_bytes, pool_limit, pooled_arena_bytes, pooled_bytes,
+    reset_peak_bytes, set_pool_limit, trim_pools, POOL_LIMIT_FLOOR,
+};
 pub use op_by_op::execute;
 pub use slot::{Slot, SlotState};
-pub use storage::{
-    live_buffers, live_bytes, peak_bytes, pool_limit, pooled_arena_bytes, pooled_bytes,
-    reset_peak_bytes, set_pool_limit, size_class, trim_pools, AllocError, Buffer, Data, DataMut,
-    Storage, StorageElement, POOL_LIMIT_FLOOR,
-};
+pub use storage::{size_class, AllocError, Buffer, Data, DataMut, Storage, StorageElement};
 pub use task::Task;
 pub use threads::{kernel_threads, run_in_pool};

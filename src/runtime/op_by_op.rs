@@ -28,7 +28,7 @@ pub fn execute<'a>(tasks: impl IntoIterator<Item = &'a mut Task>, par: Par) -> O
         run_task(task, par, &mut first_error);
         task.release_slots();
     }
-    super::storage::segment_done();
+    super::memory::segment_done();
     first_error
 }
 
