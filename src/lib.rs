@@ -27,6 +27,7 @@ pub mod ir;
 pub mod kernels;
 pub mod models;
 pub mod plan;
+mod reuse;
 pub mod runtime;
 pub mod stream;
 mod tensor;

@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::{recycle, Buffer};
+use super::Buffer;
 use crate::ir::TensorId;
+use crate::reuse::cells::{last_ref, LocalCells};
 use crate::Error;
 
 /// Threads blocked in [`Slot::wait_ready`] (so that `set` signals only when needed).
@@ -28,6 +29,11 @@ static WAITERS: AtomicUsize = AtomicUsize::new(0);
 /// waiter that has checked its slot under the lock cannot miss the wake-up.
 static SIGNAL_LOCK: Mutex<()> = Mutex::new(());
 static SIGNAL: Condvar = Condvar::new();
+
+thread_local! {
+    /// Free slots of this thread (state `Pending`), for [`Slot::pending`].
+    static FREE_SLOTS: LocalCells<Slot> = const { LocalCells::new() };
+}
 
 /// What is known of a tensor's data now.
 #[derive(Clone, Debug)]
@@ -58,7 +64,7 @@ pub struct Slot {
 impl Slot {
     /// A slot whose data is still to be computed.
     pub fn pending(id: TensorId) -> Arc<Slot> {
-        if let Some(cell) = recycle::slots::take() {
+        if let Some(cell) = LocalCells::take(&FREE_SLOTS) {
             // Free slots are unique and were reset to a pending state by `release`.
             cell.id.store(id.0, Ordering::Relaxed);
             return cell;
@@ -144,7 +150,7 @@ impl Slot {
     /// released as by a drop) and keeps it on this thread's free list for the next
     /// [`Slot::pending`], so a repeated pass makes no new slots.
     pub fn release(mut slot: Arc<Slot>) {
-        let Some(s) = recycle::last_ref(&mut slot) else {
+        let Some(s) = last_ref(&mut slot) else {
             return; // other references remain; this one goes
         };
         s.log_free();
@@ -153,7 +159,7 @@ impl Slot {
         }
         *s.pending.get_mut() = true;
         *s.producer.get_mut() = u64::MAX;
-        recycle::slots::give(slot);
+        LocalCells::give(&FREE_SLOTS, slot);
     }
 
     fn log_free(&mut self) {

@@ -5,25 +5,21 @@
 //! of two split in quarters, so at most 25% is wasted), and a dropped buffer goes back
 //! to its class for the next request of that size. After warm-up, a repeated forward
 //! pass therefore finds every buffer it needs in the pool. Buffer contents are not
-//! cleared between uses: every kernel writes all of its output.
-//!
-//! The same pool keeps the free arenas of the plan executor (`take_arena`,
-//! `give_back_arena`), and one limit bounds the bytes of both together
-//! ([`pool_limit`]): past it, the storage given back longest ago is freed first. The
-//! default limit follows what recent segments used; [`set_pool_limit`] fixes it and
-//! [`trim_pools`] frees everything pooled.
+//! cleared between uses: every kernel writes all of its output. The pool's mechanism
+//! is `crate::reuse::pool`; the pool itself, its limit ([`pool_limit`]) and the
+//! counters of memory in use are in `runtime::memory`.
 //!
 //! Every allocation here is fallible: a size the system cannot give comes back as an
 //! [`AllocError`] (the caller turns it into [`Error::OutOfMemory`] naming its op)
 //! instead of aborting the process.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
-use super::recycle;
+use super::memory::{add_live_bytes, pool_limit, sub_live_bytes, trim_pools, LIVE_BUFFERS, POOL};
+use crate::reuse::cells::{last_ref, SharedCells};
+pub use crate::reuse::pool::size_class;
+use crate::reuse::pool::Pooled;
 
 use crate::error::Error;
 use crate::ir::{DType, Element};
@@ -120,6 +116,19 @@ impl Storage {
     }
 }
 
+impl Pooled for Storage {
+    type Kind = DType;
+    fn kind(&self) -> DType {
+        self.dtype()
+    }
+    fn elements(&self) -> usize {
+        self.capacity_len()
+    }
+    fn bytes(&self) -> usize {
+        Storage::bytes(self)
+    }
+}
+
 /// A borrowed, typed slice of tensor elements: what a kernel reads.
 #[derive(Clone, Copy, Debug)]
 pub enum Data<'a> {
@@ -204,56 +213,10 @@ pub struct Buffer {
     live: bool,
 }
 
-static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
-/// The most tensor memory in use at once in the current window of segments.
-static WINDOW_PEAK: AtomicUsize = AtomicUsize::new(0);
-/// The same for the window before it.
-static LAST_WINDOW_PEAK: AtomicUsize = AtomicUsize::new(0);
-/// Segments ended since the process started (they move the windows on).
-static SEGMENTS_ENDED: AtomicUsize = AtomicUsize::new(0);
-
-/// Segments per window of the recent peak that sets the default pool limit.
-const PEAK_WINDOW: usize = 64;
-
-/// Adds `delta` bytes to the tensor memory in use (buffers and arenas) and updates the
-/// peaks.
-pub(crate) fn add_live_bytes(delta: usize) {
-    let now = LIVE_BYTES.fetch_add(delta, Ordering::Relaxed) + delta;
-    PEAK_BYTES.fetch_max(now, Ordering::Relaxed);
-    if now > WINDOW_PEAK.load(Ordering::Relaxed) {
-        WINDOW_PEAK.fetch_max(now, Ordering::Relaxed);
-    }
-}
-
-/// Marks the end of a segment: every [`PEAK_WINDOW`] segments the window of the recent
-/// peak moves on (the older window is forgotten), and a pool above its default limit,
-/// which may have dropped, is trimmed.
-pub(crate) fn segment_done() {
-    if SEGMENTS_ENDED.fetch_add(1, Ordering::Relaxed) % PEAK_WINDOW != PEAK_WINDOW - 1 {
-        return;
-    }
-    let ended = WINDOW_PEAK.swap(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
-    LAST_WINDOW_PEAK.store(ended, Ordering::Relaxed);
-    POOL.trim_to(pool_limit());
-}
-
-/// Removes `delta` bytes from the tensor memory in use.
-pub(crate) fn sub_live_bytes(delta: usize) {
-    LIVE_BYTES.fetch_sub(delta, Ordering::Relaxed);
-}
-
-/// The most tensor memory (buffers and arenas, in bytes) in use at once since the
-/// last [`reset_peak_bytes`].
-pub fn peak_bytes() -> usize {
-    PEAK_BYTES.load(Ordering::Relaxed)
-}
-
-/// Starts a new peak measurement from the memory in use now.
-pub fn reset_peak_bytes() {
-    PEAK_BYTES.store(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
-}
+/// Emptied shells of shared buffers (their storage went back to the pool), for
+/// [`Buffer::shared`]: one list for the process, because buffers are made where a
+/// segment runs and let go where their tensors die.
+static FREE_BUFFERS: SharedCells<Buffer> = SharedCells::new();
 
 impl Buffer {
     /// A buffer of `len` elements of `dtype`, from the pool when one of its class is free.
@@ -289,11 +252,11 @@ impl Buffer {
     }
 
     /// A pooled buffer of `len` elements behind an `Arc`, reusing an emptied shell of
-    /// this thread's free list when there is one (so no allocation at all after warm-up).
+    /// the process's free list when there is one (so no allocation at all after warm-up).
     /// Fails as [`Buffer::alloc`] does.
     pub fn shared(dtype: DType, len: usize) -> Result<Arc<Buffer>, AllocError> {
         let fresh = Buffer::alloc(dtype, len)?;
-        if let Some(mut cell) = recycle::buffers::take() {
+        if let Some(mut cell) = FREE_BUFFERS.take() {
             if let Some(b) = Arc::get_mut(&mut cell) {
                 let old = std::mem::replace(b, fresh);
                 debug_assert!(!old.live, "free shells hold no storage");
@@ -306,11 +269,11 @@ impl Buffer {
     /// Lets go of one reference to a shared buffer. The last one gives the storage back
     /// to the pool (as a drop would) and keeps the emptied shell for [`Buffer::shared`].
     pub fn release(mut buffer: Arc<Buffer>) {
-        let Some(b) = recycle::last_ref(&mut buffer) else {
+        let Some(b) = last_ref(&mut buffer) else {
             return;
         };
         b.give_back();
-        recycle::buffers::give(buffer);
+        FREE_BUFFERS.give(buffer);
     }
 
     /// Returns the storage to the pool and updates the counters; leaves an empty shell.
@@ -322,7 +285,7 @@ impl Buffer {
         let storage = std::mem::replace(&mut self.storage, Storage::F32(Vec::new()));
         LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
         sub_live_bytes(storage.bytes());
-        POOL.give_back(storage);
+        POOL.give_back(storage, pool_limit());
     }
 
     /// The element type.
@@ -378,299 +341,9 @@ impl Drop for Buffer {
     }
 }
 
-/// Number of buffers alive now (held by tensors, queued ops or running kernels; pooled
-/// free storage is not counted).
-pub fn live_buffers() -> usize {
-    LIVE_BUFFERS.load(Ordering::Relaxed)
-}
-
-/// Bytes of tensor memory in use: live buffers (with their size-class slack) and
-/// arenas of running segments.
-pub fn live_bytes() -> usize {
-    LIVE_BYTES.load(Ordering::Relaxed)
-}
-
-/// Bytes of free buffer storage the pool keeps for reuse (arenas not included: see
-/// [`pooled_arena_bytes`]).
-pub fn pooled_bytes() -> usize {
-    POOL.inner.lock().buffer_bytes
-}
-
-/// Bytes of free arenas the pool keeps for the plan executor.
-pub fn pooled_arena_bytes() -> usize {
-    POOL.inner.lock().arena_bytes
-}
-
-/// The size class of a request for `len` elements: `len` rounded up to a power of two
-/// or to one of the three quarter steps below the next one.
-pub fn size_class(len: usize) -> usize {
-    if len <= 16 {
-        return len.max(1);
-    }
-    let high = usize::BITS - 1 - (len - 1).leading_zeros(); // floor(log2(len - 1))
-    let base = 1usize << high;
-    let step = base / 4;
-    len.div_ceil(step) * step
-}
-
-/// The least the default pool limit allows: below this, small programs would free and
-/// allocate again for nothing.
-pub const POOL_LIMIT_FLOOR: usize = 64 << 20;
-
-/// The limit set by [`set_pool_limit`]; `usize::MAX` for the default.
-static FIXED_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
-
-/// The most bytes of free storage the pool keeps, buffers and arenas together.
-///
-/// By default it is the larger of [`POOL_LIMIT_FLOOR`] (64 MiB) and twice the most
-/// tensor memory (live buffers and running arenas) in use at once during the last 64
-/// to 128 segments. A program that repeats the same passes thus keeps everything its
-/// next pass will ask for (a pass never needs more free storage than it had in use),
-/// with room for the size classes' slack and for arenas of other sizes; a program whose
-/// segments get smaller gives the difference back within 128 segments; and no
-/// program keeps more than twice what it recently used. [`set_pool_limit`] replaces
-/// the default with a fixed limit.
-pub fn pool_limit() -> usize {
-    match FIXED_LIMIT.load(Ordering::Relaxed) {
-        usize::MAX => {
-            let recent = WINDOW_PEAK
-                .load(Ordering::Relaxed)
-                .max(LAST_WINDOW_PEAK.load(Ordering::Relaxed));
-            POOL_LIMIT_FLOOR.max(recent.saturating_mul(2))
-        }
-        fixed => fixed,
-    }
-}
-
-/// Fixes the most bytes of free storage the buffer and arena pools keep together
-/// (`usize::MAX` goes back to the default of [`pool_limit`]); what the pool keeps
-/// beyond it now is freed at once, the storage given back longest ago first. A limit
-/// of 0 pools nothing: every buffer and arena is allocated afresh.
-pub fn set_pool_limit(bytes: usize) {
-    FIXED_LIMIT.store(bytes, Ordering::Relaxed);
-    POOL.trim_to(pool_limit());
-}
-
-/// Frees every buffer and arena the pool keeps now (tensors in use are not touched).
-pub fn trim_pools() {
-    POOL.trim_to(0);
-}
-
-/// Free storage of both kinds, each with the stamp of its give-back.
-struct Pool {
-    inner: Mutex<PoolInner>,
-}
-
-/// Free buffer storage by dtype and size class, oldest first, each with its stamp.
-type FreeLists = HashMap<(DType, usize), VecDeque<(u64, Storage)>>;
-
-#[derive(Default)]
-struct PoolInner {
-    /// Free buffer storage.
-    free: Option<FreeLists>,
-    /// Free arenas (any order).
-    arenas: Vec<(u64, Vec<f32>)>,
-    /// Bytes in `free`.
-    buffer_bytes: usize,
-    /// Bytes in `arenas`.
-    arena_bytes: usize,
-    /// Give-backs so far: the stamp of the next one.
-    clock: u64,
-}
-
-static POOL: Pool = Pool {
-    inner: Mutex::new(PoolInner {
-        free: None,
-        arenas: Vec::new(),
-        buffer_bytes: 0,
-        arena_bytes: 0,
-        clock: 0,
-    }),
-};
-
-impl PoolInner {
-    fn bytes(&self) -> usize {
-        self.buffer_bytes + self.arena_bytes
-    }
-
-    fn stamp(&mut self) -> u64 {
-        self.clock += 1;
-        self.clock
-    }
-
-    /// Takes out the storage given back longest ago (an arena as f32 storage).
-    fn pop_oldest(&mut self) -> Option<Storage> {
-        let oldest_buffer = self.free.as_ref().and_then(|free| {
-            free.iter()
-                .filter_map(|(&class, q)| q.front().map(|(stamp, _)| (*stamp, class)))
-                .min_by_key(|(stamp, _)| *stamp)
-        });
-        let oldest_arena = self
-            .arenas
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, (stamp, _))| *stamp)
-            .map(|(i, (stamp, _))| (*stamp, i));
-        match (oldest_buffer, oldest_arena) {
-            (Some((b, class)), arena) if arena.is_none_or(|(a, _)| b < a) => {
-                let free = self.free.as_mut()?;
-                let queue = free.get_mut(&class)?;
-                let (_, storage) = queue.pop_front()?;
-                if queue.is_empty() {
-                    free.remove(&class);
-                }
-                self.buffer_bytes -= storage.bytes();
-                Some(storage)
-            }
-            (_, Some((_, i))) => {
-                let (_, arena) = self.arenas.swap_remove(i);
-                self.arena_bytes -= arena.len() * 4;
-                Some(Storage::F32(arena))
-            }
-            _ => None,
-        }
-    }
-}
-
-impl Pool {
-    fn take(&self, dtype: DType, class: usize) -> Option<Storage> {
-        let mut inner = self.inner.lock();
-        let (_, storage) = inner.free.as_mut()?.get_mut(&(dtype, class))?.pop_back()?;
-        inner.buffer_bytes -= storage.bytes();
-        Some(storage)
-    }
-
-    fn give_back(&self, storage: Storage) {
-        let len = storage.capacity_len();
-        if len == 0 || size_class(len) != len {
-            return;
-        }
-        let bytes = storage.bytes();
-        let limit = pool_limit();
-        if bytes > limit {
-            return;
-        }
-        let mut inner = self.inner.lock();
-        let stamp = inner.stamp();
-        inner.buffer_bytes += bytes;
-        inner
-            .free
-            .get_or_insert_with(HashMap::new)
-            .entry((storage.dtype(), len))
-            .or_default()
-            .push_back((stamp, storage));
-        if inner.bytes() > limit {
-            drop(inner);
-            self.trim_to(limit);
-        }
-    }
-
-    /// The smallest free arena of at least `len` elements.
-    /// The smallest free arena of at least `len` elements (`Ok`), or else the largest
-    /// smaller one, to be freed (`Err`): the arena it is about to be replaced by is
-    /// larger and serves every segment it served, so shapes that keep growing keep one
-    /// arena in the pool, not one per size.
-    fn take_arena(&self, len: usize) -> Result<Vec<f32>, Option<Vec<f32>>> {
-        let mut inner = self.inner.lock();
-        let by_len = |(_, (_, a)): &(usize, &(u64, Vec<f32>))| a.len();
-        let arenas = inner.arenas.iter().enumerate();
-        let (best, fits) = match arenas
-            .clone()
-            .filter(|p| by_len(p) >= len)
-            .min_by_key(by_len)
-        {
-            Some((i, _)) => (i, true),
-            None => match arenas.max_by_key(by_len) {
-                Some((i, _)) => (i, false),
-                None => return Err(None),
-            },
-        };
-        let (_, arena) = inner.arenas.swap_remove(best);
-        inner.arena_bytes -= arena.len() * 4;
-        if fits {
-            Ok(arena)
-        } else {
-            Err(Some(arena))
-        }
-    }
-
-    fn give_back_arena(&self, arena: Vec<f32>) {
-        let bytes = arena.len() * 4;
-        let limit = pool_limit();
-        if bytes == 0 || bytes > limit {
-            return;
-        }
-        let mut inner = self.inner.lock();
-        let stamp = inner.stamp();
-        inner.arena_bytes += bytes;
-        inner.arenas.push((stamp, arena));
-        if inner.bytes() > limit {
-            drop(inner);
-            self.trim_to(limit);
-        }
-    }
-
-    /// Frees the oldest storage until the pool keeps at most `limit` bytes; each piece
-    /// is freed outside the lock.
-    fn trim_to(&self, limit: usize) {
-        loop {
-            let victim = {
-                let mut inner = self.inner.lock();
-                if inner.bytes() <= limit {
-                    return;
-                }
-                inner.pop_oldest()
-            };
-            if victim.is_none() {
-                return;
-            }
-        }
-    }
-}
-
-/// An arena of at least `len` f32 elements for one segment: the smallest free one that
-/// fits, or a fresh one in place of the largest free one (after freeing what the pool
-/// keeps and trying once more, if the system refuses). Counted as memory in use until [`give_back_arena`].
-pub(crate) fn take_arena(len: usize) -> Result<Vec<f32>, AllocError> {
-    if len == 0 {
-        return Ok(Vec::new());
-    }
-    let arena = match POOL.take_arena(len) {
-        Ok(a) => a,
-        Err(smaller) => {
-            drop(smaller);
-            try_zeroed(len).or_else(|_| {
-                trim_pools();
-                try_zeroed(len)
-            })?
-        }
-    };
-    add_live_bytes(arena.len() * 4);
-    Ok(arena)
-}
-
-/// Gives a segment's arena back to the pool (within the pool limit).
-pub(crate) fn give_back_arena(arena: Vec<f32>) {
-    if arena.is_empty() {
-        return;
-    }
-    sub_live_bytes(arena.len() * 4);
-    POOL.give_back_arena(arena);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn size_classes_waste_at_most_a_quarter() {
-        for len in 1..5000 {
-            let c = size_class(len);
-            assert!(c >= len, "{len} -> {c}");
-            assert!(len <= 16 || (c - len) * 4 <= len, "{len} -> {c}");
-            assert_eq!(size_class(c), c, "classes are fixed points");
-        }
-    }
 
     /// The `unsafe` in `try_zeroed`: the vector owns exactly `len` initialised zeros
     /// with a layout the global allocator accepts back (growing reallocates it, dropping

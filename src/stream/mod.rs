@@ -13,10 +13,12 @@
 //! buffer that a pending op still reads: the buffer goes when its last reader has run.
 
 mod closer;
+mod flush;
 mod queue;
 mod read;
 
-pub use queue::{FlushInfo, FlushReason, StreamCell};
+pub use flush::{FlushInfo, FlushReason};
+pub use queue::StreamCell;
 pub(crate) use read::{copy_out, materialize};
 
 use std::collections::HashMap;

@@ -1,20 +1,13 @@
-//! One stream: its lazy queue of ops, its cursor, and how it flushes.
+//! One stream: its lazy queue of ops, its cursor, and the recording side.
 //!
 //! A [`StreamCell`] is a queue behind its own lock. Ops are pushed at the back by the
-//! stream's thread; a flush takes a prefix out (all of it, or up to the op that makes
-//! a tensor somebody needs) under the lock, lets go of the lock, and runs it. The
-//! cursor counts ops taken out so far: an op's absolute position is `cursor + index in
-//! the queue`, and a reader whose tensor's op is behind the cursor waits on the
-//! tensor's slot ([`Slot::wait_ready`]), not on the stream.
+//! stream's thread; a flush (`flush.rs`) takes a prefix out (all of it, or up to the op
+//! that makes a tensor somebody needs) under the lock, lets go of the lock, and runs
+//! it. The cursor counts ops taken out so far: an op's absolute position is `cursor +
+//! index in the queue`, and a reader whose tensor's op is behind the cursor waits on
+//! the tensor's slot ([`Slot::wait_ready`]), not on the stream.
 //!
-//! Running a segment has two phases. The *run* computes the values, fills the slots of
-//! the escaping ones (errors included, a panic included) and reports the flush to the
-//! stream (its error, `in_flight` down by one): everything any other thread may wait
-//! for. It runs on the kernel pool when the stream may use several threads. The
-//! *recycling* then lets go of the tasks' slots and keeps their vectors, on the
-//! flushing thread, whose free lists feed its next ops.
-//!
-//! A stream recycles what its ops need: the vectors of executed tasks go to `Spares`
+//! A stream recycles what its ops need: the vectors of executed tasks go to `TaskSpares`
 //! and back into the next ops, the segment's deque is swapped with the queue's rather
 //! than copied, and the executor's scratch stays with the stream (a second flush that
 //! runs while the first still has it makes its own), so a repeated forward pass
@@ -26,173 +19,87 @@
 //! "Concurrency model").
 
 use std::collections::VecDeque;
-use std::fmt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::{closer, config, StreamId};
+use super::flush::{par, RunScratch};
+use super::{config, FlushInfo, FlushReason, StreamId};
 use crate::error::Error;
-use crate::fusion::{cache, ExecutionPlan};
 use crate::ir::relative::RelativeBuilder;
-use crate::ir::{Op, OpKind, TensorDesc, TensorId};
-use crate::kernels::{teardown, worth_splitting, Par};
-use crate::runtime::{
-    execute, execute_plan, kernel_threads, observer, panic_message, run_in_pool, PlanScratch, Slot,
-    SlotState, Task,
-};
+use crate::ir::{Op, OpKind, TensorDesc};
+use crate::kernels::Par;
+use crate::reuse::vecs::Spares;
+use crate::runtime::{Slot, Task};
 
-/// Why a stream's queue was flushed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FlushReason {
-    /// A tensor of this stream was read (`to_vec`).
-    Read(TensorId),
-    /// `streamfuse::sync()` was called.
-    Sync,
-    /// The queue reached its length limit.
-    QueueLimit,
-    /// Another stream needed a tensor this stream had not made yet.
-    Drain {
-        /// The stream that needed it.
-        by: StreamId,
-        /// The tensor it needed.
-        tensor: TensorId,
-    },
-    /// The stream's thread ended.
-    Close,
+/// What a stream keeps of its executed segments so that queuing and taking the next
+/// ones allocates nothing (see `crate::reuse`): the emptied vectors of their tasks,
+/// and their emptied deques.
+#[derive(Debug)]
+pub(super) struct TaskSpares {
+    descs: Spares<Vec<TensorDesc>>,
+    slots: Spares<Vec<Arc<Slot>>>,
+    pub(super) ids: Spares<Vec<u32>>,
+    pub(super) segments: Spares<VecDeque<Task>>,
 }
 
-impl fmt::Display for FlushReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FlushReason::Read(t) => write!(f, "read of {t}"),
-            FlushReason::Sync => f.write_str("sync"),
-            FlushReason::QueueLimit => f.write_str("queue limit"),
-            FlushReason::Drain { by, tensor } => write!(f, "drained by {by} for {tensor}"),
-            FlushReason::Close => f.write_str("stream closed"),
+impl Default for TaskSpares {
+    fn default() -> TaskSpares {
+        /// The most vectors of each kind kept.
+        const VECS: usize = 1 << 14;
+        TaskSpares {
+            descs: Spares::new(VECS),
+            slots: Spares::new(VECS),
+            ids: Spares::new(VECS),
+            segments: Spares::new(2),
         }
     }
 }
 
-/// What the last flush of a stream ran: for logs, tests and the plan cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FlushInfo {
-    /// Ops in the segment (Drop ops included).
-    pub ops: usize,
-    /// Stable hash of the segment's relative form.
-    pub key: u64,
-    /// Why it was flushed.
-    pub reason: FlushReason,
-    /// Whether the segment ran through a plan (fusion on).
-    pub planned: bool,
-    /// Whether that plan came from the cache.
-    pub cache_hit: bool,
-    /// Kernels launched.
-    pub kernels: usize,
-    /// Bytes of the planned arena.
-    pub arena_bytes: usize,
-    /// The memory planner's lower bound for that arena, in bytes.
-    pub arena_lower_bound: usize,
-}
-
-/// Emptied vectors of executed tasks, kept so that queuing the next ops allocates
-/// nothing.
-#[derive(Debug, Default)]
-struct Spares {
-    descs: Vec<Vec<TensorDesc>>,
-    slots: Vec<Vec<Arc<Slot>>>,
-    ids: Vec<Vec<u32>>,
-}
-
-impl Spares {
-    /// The most vectors of each kind kept.
-    const MAX: usize = 1 << 14;
-
-    fn descs(&mut self) -> Vec<TensorDesc> {
-        self.descs.pop().unwrap_or_default()
-    }
-
-    fn slots(&mut self) -> Vec<Arc<Slot>> {
-        self.slots.pop().unwrap_or_default()
-    }
-
-    fn ids(&mut self) -> Vec<u32> {
-        self.ids.pop().unwrap_or_default()
-    }
-
+impl TaskSpares {
     /// Keeps a finished task's vectors (its slots already released).
-    fn keep(&mut self, task: &mut Task) {
+    pub(super) fn keep(&mut self, task: &mut Task) {
         debug_assert!(task.inputs.is_empty() && task.output.is_none());
-        let mut descs = std::mem::take(&mut task.op.inputs);
-        let slots = std::mem::take(&mut task.inputs);
-        let mut ids = std::mem::take(&mut task.rel.inputs);
-        if self.descs.len() < Self::MAX && descs.capacity() > 0 {
-            descs.clear();
-            self.descs.push(descs);
-        }
-        if self.slots.len() < Self::MAX && slots.capacity() > 0 {
-            self.slots.push(slots); // emptied by release_slots
-        }
-        if self.ids.len() < Self::MAX && ids.capacity() > 0 {
-            ids.clear();
-            self.ids.push(ids);
-        }
+        self.descs.keep(std::mem::take(&mut task.op.inputs));
+        self.slots.keep(std::mem::take(&mut task.inputs));
+        self.ids.keep(std::mem::take(&mut task.rel.inputs));
     }
 }
 
-/// What a flush runs besides the plan: the executor's scratch and the marks of the
-/// values a segment makes (to tell its inputs from its own values).
+/// A stream's queue and everything its lock guards.
 #[derive(Debug, Default)]
-struct RunScratch {
-    plan: PlanScratch,
-    made: Vec<bool>,
-}
-
-#[derive(Debug, Default)]
-struct Queue {
-    ops: VecDeque<Task>,
-    /// Emptied segment deques, kept for their capacity.
-    free_segments: Vec<VecDeque<Task>>,
-    rel: RelativeBuilder,
+pub(super) struct Queue {
+    pub(super) ops: VecDeque<Task>,
+    pub(super) rel: RelativeBuilder,
     /// Renumbers a prefix of the queue for a partial flush's key.
-    prefix: RelativeBuilder,
-    spares: Spares,
+    pub(super) prefix: RelativeBuilder,
+    pub(super) spares: TaskSpares,
     /// The executor's scratch, lent to one running flush at a time.
-    scratch: Option<RunScratch>,
+    pub(super) scratch: Option<RunScratch>,
     /// Ops taken out of the queue so far.
-    cursor: u64,
+    pub(super) cursor: u64,
     /// Segments taken out whose run has not finished.
-    in_flight: usize,
+    pub(super) in_flight: usize,
     /// First kernel error since the last sync.
-    error: Option<Error>,
+    pub(super) error: Option<Error>,
     /// Kernel threads (0: all of the kernel pool's).
-    threads: usize,
+    pub(super) threads: usize,
     /// Whether segments run through fused, cached plans.
-    unfused: bool,
+    pub(super) unfused: bool,
     /// Ops queued before the stream flushes by itself (0: the default).
     limit: usize,
-    last_flush: Option<FlushInfo>,
-    closed: bool,
-}
-
-/// A segment taken out of its queue, with what running it needs.
-struct Segment {
-    tasks: VecDeque<Task>,
-    scratch: RunScratch,
-    info: FlushInfo,
-    unfused: bool,
-    par: Par,
+    pub(super) last_flush: Option<FlushInfo>,
+    pub(super) closed: bool,
 }
 
 /// One stream: a lazy queue of ops behind its own lock.
 #[derive(Debug)]
 pub struct StreamCell {
-    id: StreamId,
-    queue: Mutex<Queue>,
+    pub(super) id: StreamId,
+    pub(super) queue: Mutex<Queue>,
     /// Signalled when the last segment in flight has finished its run.
-    idle: Condvar,
+    pub(super) idle: Condvar,
     /// Ops recorded on this stream while open (Drops not counted), readable without
     /// the queue's lock.
     recorded: AtomicUsize,
@@ -231,8 +138,8 @@ impl StreamCell {
             let n = self.recorded.load(Ordering::Relaxed);
             self.recorded.store(n + 1, Ordering::Relaxed);
         }
-        let mut descs = q.spares.descs();
-        let mut slots = q.spares.slots();
+        let mut descs = q.spares.descs.take();
+        let mut slots = q.spares.slots.take();
         for (d, s) in inputs {
             descs.push(d.clone());
             slots.push(s.clone());
@@ -279,7 +186,7 @@ impl StreamCell {
         if q.closed {
             return;
         }
-        let mut descs = q.spares.descs();
+        let mut descs = q.spares.descs.take();
         descs.push(desc);
         // The Drop holds no slot: the op that makes the tensor is queued here too (the
         // tensor is pending), and its task holds the slot until the segment has run.
@@ -310,7 +217,7 @@ impl StreamCell {
         if log::log_enabled!(log::Level::Trace) {
             log::trace!("{}: register {op}", self.id);
         }
-        let ids = q.spares.ids();
+        let ids = q.spares.ids.take();
         let rel = q.rel.push_into(&op, ids);
         q.ops.push_back(Task {
             op,
@@ -324,222 +231,6 @@ impl StreamCell {
             q.limit
         };
         q.ops.len() >= limit
-    }
-
-    /// Runs every queued op up to and including absolute position `upto` (all of them
-    /// for `u64::MAX`). Ops already taken out by another flush are not waited for:
-    /// a reader waits on the slot it needs. During the calling thread's teardown the
-    /// segment runs on the closer thread (kernels must not run there).
-    pub(crate) fn flush(self: &Arc<Self>, upto: u64, reason: FlushReason) {
-        if teardown::in_teardown() {
-            let cell = self.clone();
-            closer::run_and_wait(move || cell.flush_here(upto, reason));
-            return;
-        }
-        self.flush_here(upto, reason);
-    }
-
-    fn flush_here(&self, upto: u64, reason: FlushReason) {
-        let segment = self.take(&mut self.queue.lock(), upto, reason);
-        if let Some(segment) = segment {
-            self.run(segment);
-        }
-    }
-
-    /// Takes the ops up to `upto` out of the queue (none if that op has been taken
-    /// already): the segment to run, counted in flight.
-    fn take(&self, q: &mut Queue, upto: u64, reason: FlushReason) -> Option<Segment> {
-        if upto < q.cursor || q.ops.is_empty() {
-            return None;
-        }
-        let n = ((upto - q.cursor).saturating_add(1)).min(q.ops.len() as u64) as usize;
-        let partial = n < q.ops.len();
-        let (unfused, par) = (q.unfused, par(q.threads));
-        let mut tasks = q.free_segments.pop().unwrap_or_default();
-        let Queue {
-            ops,
-            rel,
-            prefix,
-            spares,
-            ..
-        } = &mut *q;
-        let key = if partial {
-            prefix.clear();
-            for o in ops.iter().take(n) {
-                let ids = prefix.push_into(&o.op, spares.ids()).inputs;
-                spares.ids.push(ids);
-            }
-            prefix.hash()
-        } else {
-            rel.hash()
-        };
-        log::trace!(
-            "{}: flush {n} of {} ops ({reason}), segment {key:016x}",
-            self.id,
-            ops.len()
-        );
-        rel.clear();
-        if partial {
-            tasks.extend(ops.drain(..n));
-            for o in ops.iter_mut() {
-                let ids = std::mem::take(&mut o.rel.inputs);
-                o.rel = rel.push_into(&o.op, ids);
-            }
-        } else {
-            // Keep queuing into a deque that has room; run the one that holds the ops.
-            std::mem::swap(ops, &mut tasks);
-        }
-        q.cursor += n as u64;
-        q.in_flight += 1;
-        super::count_segment();
-        Some(Segment {
-            tasks,
-            scratch: q.scratch.take().unwrap_or_default(),
-            info: FlushInfo {
-                ops: n,
-                key,
-                reason,
-                planned: !unfused,
-                cache_hit: false,
-                kernels: n,
-                arena_bytes: 0,
-                arena_lower_bound: 0,
-            },
-            unfused,
-            par,
-        })
-    }
-
-    /// Runs a segment taken out of the queue: waits for the inputs that other flushes
-    /// are still making, finds its plan, runs it (on the kernel pool when the stream
-    /// may use several threads and the segment has the work for them), then recycles
-    /// its tasks.
-    fn run(&self, segment: Segment) {
-        let Segment {
-            mut tasks,
-            mut scratch,
-            mut info,
-            unfused,
-            par,
-        } = segment;
-        wait_for_inputs(&tasks, &mut scratch.made);
-        let plan = if unfused {
-            Ok(Ok(None))
-        } else {
-            let segment = tasks.make_contiguous();
-            catch_unwind(AssertUnwindSafe(|| self.plan(segment, &mut info).map(Some)))
-        };
-        let work = match &plan {
-            Ok(Ok(Some(p))) => p.work,
-            _ => tasks
-                .iter()
-                .map(|t| t.op.work())
-                .fold(0, usize::saturating_add),
-        };
-        if par.threads > 1 && worth_splitting(work) {
-            // The kernel observer follows the segment to the kernel thread.
-            let observe = observer::enabled();
-            let records = run_in_pool(|| {
-                observer::follow(observe, || {
-                    self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par)
-                })
-                .1
-            });
-            observer::keep(records);
-        } else {
-            let par = Par::serial();
-            self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par);
-        }
-        for task in tasks.iter_mut() {
-            task.release_slots();
-        }
-        let mut q = self.queue.lock();
-        for task in tasks.iter_mut() {
-            q.spares.keep(task);
-        }
-        tasks.clear();
-        if q.ops.is_empty() && q.ops.capacity() < tasks.capacity() {
-            std::mem::swap(&mut q.ops, &mut tasks);
-        }
-        if q.free_segments.len() < 2 && !q.closed {
-            q.free_segments.push(tasks);
-        }
-        if q.scratch.is_none() && !q.closed {
-            q.scratch = Some(scratch);
-        }
-    }
-
-    /// The run of a segment: computes it (through `plan`, or op by op when there is
-    /// none), fills its escaping slots (a panic, here or while planning, or a plan that
-    /// could not be built, fails the ones still pending), and reports the flush.
-    /// Everything another thread may wait for is done when this returns.
-    fn run_and_report(
-        &self,
-        tasks: &mut VecDeque<Task>,
-        plan: std::thread::Result<Result<Option<Arc<ExecutionPlan>>, Error>>,
-        scratch: &mut PlanScratch,
-        info: FlushInfo,
-        par: Par,
-    ) {
-        let tasks = tasks.make_contiguous();
-        let outcome = plan.and_then(|plan| {
-            catch_unwind(AssertUnwindSafe(|| match plan {
-                Ok(Some(plan)) => execute_plan(&plan, tasks, scratch, par),
-                Ok(None) => execute(tasks.iter_mut(), par),
-                Err(e) => {
-                    log::error!("{}: no plan for a segment: {e}", self.id);
-                    fail_pending(tasks, &e);
-                    Some(e)
-                }
-            }))
-        });
-        let error = outcome.unwrap_or_else(|panic| {
-            let e = Error::Kernel {
-                op: "segment",
-                msg: format!("panicked: {}", panic_message(&*panic)),
-            };
-            log::error!("{}: a segment panicked: {e}", self.id);
-            fail_pending(tasks, &e);
-            Some(e)
-        });
-        self.report(info, error);
-    }
-
-    /// Records a finished run: its description and error, one less in flight.
-    fn report(&self, info: FlushInfo, error: Option<Error>) {
-        let mut q = self.queue.lock();
-        q.last_flush = Some(info);
-        if let Some(e) = error {
-            q.error.get_or_insert(e);
-        }
-        q.in_flight -= 1;
-        if q.in_flight == 0 {
-            self.idle.notify_all();
-        }
-    }
-
-    /// The segment's plan, from the cache (built on a miss); notes it in `info`.
-    fn plan(&self, segment: &[Task], info: &mut FlushInfo) -> Result<Arc<ExecutionPlan>, Error> {
-        let key = info.key;
-        let (plan, hit) = cache::get_or_build(key, segment, |t| (&t.op, &t.rel))?;
-        info.cache_hit = hit;
-        info.kernels = plan.kernel_count();
-        info.arena_bytes = plan.arena_bytes();
-        info.arena_lower_bound = plan.arena_lower_bound * 4;
-        if log::log_enabled!(log::Level::Trace) {
-            if hit {
-                log::trace!(
-                    "{}: plan cache hit for {key:016x}: {} ops -> {} kernels, arena {} B",
-                    self.id,
-                    plan.ops,
-                    plan.kernel_count(),
-                    plan.arena_bytes()
-                );
-            } else {
-                log::trace!("{}: plan cache miss for {key:016x}; built {plan}", self.id);
-            }
-        }
-        Ok(plan)
     }
 
     /// Blocks until no segment of this stream is running anywhere; returns the queue,
@@ -577,10 +268,9 @@ impl StreamCell {
         // Recycled handles on other threads may keep the cell alive for a while: keep
         // nothing large in it.
         let mut q = self.wait_idle();
-        q.spares = Spares::default();
+        q.spares = TaskSpares::default();
         q.scratch = None;
         q.ops = VecDeque::new();
-        q.free_segments = Vec::new();
         q.prefix = RelativeBuilder::default();
         q.rel = RelativeBuilder::default();
         log::trace!("{}: closed", self.id);
@@ -629,110 +319,5 @@ impl StreamCell {
     /// Sets the number of threads this stream's kernels may use (0: all).
     pub(crate) fn set_threads(&self, threads: usize) {
         self.queue.lock().threads = threads;
-    }
-}
-
-/// Waits for every input of `tasks` that is still pending and not made by the
-/// segment itself: such an input is being made by another flush that has taken its
-/// op out of a queue already (a drain always takes the producer before its reader is
-/// queued), so the wait ends. `made` marks the segment's own values by relative id.
-/// Waiting here, before the segment enters the kernel pool, keeps the pool's workers
-/// from ever blocking.
-fn wait_for_inputs(tasks: &VecDeque<Task>, made: &mut Vec<bool>) {
-    made.clear();
-    for task in tasks {
-        for (slot, &v) in task.inputs.iter().zip(&task.rel.inputs) {
-            if slot.is_pending() && !made.get(v as usize).copied().unwrap_or(false) {
-                slot.wait_ready();
-            }
-        }
-        if let Some(v) = task.rel.output {
-            let v = v as usize;
-            if made.len() <= v {
-                made.resize(v + 1, false);
-            }
-            made[v] = true;
-        }
-    }
-}
-
-/// Fails every output of `tasks` that is still pending with `error` (after a panic or
-/// a plan that could not be built, so that no reader waits forever).
-fn fail_pending(tasks: &[Task], error: &Error) {
-    for slot in tasks.iter().filter_map(|t| t.output.as_ref()) {
-        if slot.is_pending() {
-            slot.set(SlotState::Failed(error.clone()));
-        }
-    }
-}
-
-/// The thread budget of a flush: 0 means every kernel thread.
-fn par(threads: usize) -> Par {
-    if threads == 0 {
-        Par {
-            threads: kernel_threads(),
-        }
-    } else {
-        Par { threads }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::runtime::fault::panic_next_kernel;
-    use crate::{Error, Tensor};
-
-    fn panics_become_errors_on_what_the_kernel_made(fusion: bool) {
-        crate::set_fusion(fusion);
-        crate::set_kernel_threads(1); // the kernel runs on this thread
-        let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4]).unwrap();
-        let ok = x.affine(2.0, 0.0).unwrap();
-        ok.to_vec::<f32>().unwrap();
-        panic_next_kernel();
-        let bad = x.exp().unwrap().affine(1.0, 1.0).unwrap();
-        match bad.to_vec::<f32>() {
-            Err(Error::Kernel { msg, .. }) => assert!(msg.contains("injected kernel panic")),
-            other => panic!("expected the panic as an error, got {other:?}"),
-        }
-        assert!(crate::sync().is_err(), "sync reports it");
-        // The stream is usable and earlier results are intact.
-        assert_eq!(ok.to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0, 8.0]);
-        let y = x.affine(1.0, 1.0).unwrap().to_vec::<f32>().unwrap();
-        assert_eq!(y, vec![2.0, 3.0, 4.0, 5.0]);
-        crate::sync().unwrap();
-    }
-
-    #[test]
-    fn a_plan_that_cannot_be_built_fails_the_segment_like_a_kernel_error() {
-        crate::set_fusion(true);
-        crate::set_kernel_threads(1); // the plan is built on this thread
-                                      // Dims no other test uses, so that the segment misses the plan cache.
-        let x = Tensor::from_vec((0..21).map(|i| i as f32).collect(), &[3, 7]).unwrap();
-        let ok = x.affine(2.0, 0.0).unwrap();
-        crate::fusion::testutil::break_next_build();
-        let bad = x.exp().unwrap().affine(1.0, 1.0).unwrap();
-        match bad.to_vec::<f32>() {
-            Err(Error::Internal { msg }) => assert!(msg.contains("injected"), "{msg}"),
-            other => panic!("expected an internal error, got {other:?}"),
-        }
-        assert!(
-            matches!(ok.to_vec::<f32>(), Err(Error::Internal { .. })),
-            "ok was in the same segment"
-        );
-        assert!(crate::sync().is_err(), "sync reports it");
-        // The stream is usable and the next build works.
-        let y = x.affine(1.0, 1.0).unwrap().to_vec::<f32>().unwrap();
-        assert_eq!(y[..3], [1.0, 2.0, 3.0]);
-        crate::sync().unwrap();
-    }
-
-    #[test]
-    fn a_panicking_fused_kernel_fails_its_outputs_and_nothing_else() {
-        panics_become_errors_on_what_the_kernel_made(true);
-    }
-
-    #[test]
-    fn a_panicking_kernel_of_the_unfused_path_fails_its_output_and_nothing_else() {
-        panics_become_errors_on_what_the_kernel_made(false);
     }
 }

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::ir::{DType, Layout, OpKind, TensorDesc, TensorId, MAX_RANK};
+use crate::reuse::cells::{last_ref, LocalCells};
 use crate::runtime::{Buffer, Slot, StorageElement};
 use crate::stream::{self, StreamCell};
 
@@ -41,11 +42,10 @@ pub(crate) struct Handle {
     home: Arc<StreamCell>,
 }
 
-crate::runtime::recycle::free_list!(
-    /// Free tensor handles (no slot).
-    handles,
-    super::Handle
-);
+thread_local! {
+    /// Free tensor handles of this thread (no slot), for [`Tensor::from_parts`].
+    static FREE_HANDLES: LocalCells<Handle> = const { LocalCells::new() };
+}
 
 impl Handle {
     /// The last handle of a tensor went away: queue its Drop (when still pending) and
@@ -72,9 +72,9 @@ impl Drop for Tensor {
         let Some(mut handle) = self.0.take() else {
             return;
         };
-        if let Some(h) = crate::runtime::recycle::last_ref(&mut handle) {
+        if let Some(h) = last_ref(&mut handle) {
             h.release();
-            handles::give(handle);
+            LocalCells::give(&FREE_HANDLES, handle);
         }
     }
 }
@@ -83,7 +83,7 @@ impl Tensor {
     /// A handle for a tensor described by `desc` whose data is (or will be) in `slot`,
     /// made by stream `home`; reuses a free handle of this thread when there is one.
     fn from_parts(desc: TensorDesc, slot: Arc<Slot>, home: &Arc<StreamCell>) -> Tensor {
-        if let Some(mut cell) = handles::take() {
+        if let Some(mut cell) = LocalCells::take(&FREE_HANDLES) {
             if let Some(h) = Arc::get_mut(&mut cell) {
                 h.desc = desc;
                 h.slot = Some(slot);

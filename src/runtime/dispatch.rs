@@ -1,0 +1,435 @@
+//! Running one kernel, the last step of both executors: a kernel of a plan (one op, a
+//! fused program or a chain) on what the plan executor hands it, and one op's kernel on
+//! typed slices (`run_into`). Argument lists are built on the stack. A panic caught at
+//! a kernel's boundary becomes that kernel's error (`caught`).
+
+use std::any::Any;
+use std::sync::Arc;
+
+use super::execute::{region, root, Reads};
+use super::{Buffer, Data, DataMut, StorageElement};
+use crate::fusion::{Chain, ExecutionPlan, Kernel};
+use crate::ir::{DType, Dims, Element, Layout, Op, OpKind, ReduceOp};
+use crate::kernels::{self, ChainMatMul, ChainNorm, KernelError, Par};
+
+/// Collects up to `N` items into an array on the stack, or into a `Vec` beyond that,
+/// and calls `f` on them: per-kernel argument lists without a heap allocation.
+fn with_list<T: Copy, R, const N: usize>(
+    items: impl ExactSizeIterator<Item = Result<T, KernelError>>,
+    empty: T,
+    f: impl FnOnce(&[T]) -> Result<R, KernelError>,
+) -> Result<R, KernelError> {
+    let n = items.len();
+    if n <= N {
+        let mut buf = [empty; N];
+        for (slot, item) in buf.iter_mut().zip(items) {
+            *slot = item?;
+        }
+        f(&buf[..n])
+    } else {
+        let v = items.collect::<Result<Vec<T>, _>>()?;
+        f(&v)
+    }
+}
+
+/// Calls `f` with the f32 destinations of `outputs` (taken in order from `dst`), kept
+/// on the stack for up to 8 of them.
+fn with_f32_outputs<'d, R>(
+    outputs: &[u32],
+    mut dst: impl FnMut(u32) -> Result<DataMut<'d>, KernelError>,
+    kernel: &str,
+    f: impl FnOnce(&mut [&mut [f32]]) -> Result<R, KernelError>,
+) -> Result<R, KernelError> {
+    const INLINE: usize = 8;
+    let mut inline: [&mut [f32]; INLINE] = Default::default();
+    let mut many = Vec::new();
+    for (i, &o) in outputs.iter().enumerate() {
+        let DataMut::F32(d) = dst(o)? else {
+            return Err(KernelError(format!(
+                "{kernel} output is not f32 (engine bug)"
+            )));
+        };
+        if outputs.len() <= INLINE {
+            inline[i] = d;
+        } else {
+            many.push(d);
+        }
+    }
+    if outputs.len() <= INLINE {
+        f(&mut inline[..outputs.len()])
+    } else {
+        f(&mut many)
+    }
+}
+
+/// Runs one kernel: reads its inputs from buffers or the arena's read-only gaps, writes
+/// its arena outputs into `arena_outs` and the others into `pooled` (both in the
+/// kernel's output order).
+pub(super) fn run_kernel(
+    reads: &Reads<'_, '_>,
+    kernel: &Kernel,
+    arena_outs: &mut [Option<&mut [f32]>],
+    pooled: &mut [(u32, Arc<Buffer>)],
+    par: Par,
+) -> Result<(), KernelError> {
+    #[cfg(test)]
+    super::fault::check();
+    let plan = reads.plan;
+    let mut arena_outs = arena_outs.iter_mut();
+    let mut pooled = pooled.iter_mut();
+    // Destinations in the kernel's output order.
+    let mut dst = |o: u32| -> Result<DataMut<'_>, KernelError> {
+        let d = if region(plan, o as usize).is_some() {
+            arena_outs.next().and_then(|w| w.take()).map(DataMut::F32)
+        } else {
+            pooled
+                .next()
+                .and_then(|(_, b)| Arc::get_mut(b))
+                .map(|b| b.data_mut())
+        };
+        d.ok_or_else(|| KernelError(format!("no place for r{o} (engine bug)")))
+    };
+    match kernel {
+        Kernel::Op { op, inputs, output } => {
+            let out = dst(output[0])?;
+            with_list::<_, _, 4>(
+                inputs.iter().map(|&v| reads.data(v)),
+                Data::F32(&[]),
+                |data| run_into(&reads.tasks[*op].op, data, out, par),
+            )
+        }
+        Kernel::Fused {
+            program,
+            inputs,
+            outputs,
+            in_place,
+            ..
+        } => {
+            check_in_place(plan, inputs, outputs, in_place)?;
+            let empty = Layout::contiguous(&[]);
+            with_list::<_, _, 8>(
+                inputs.iter().enumerate().map(|(k, (v, l))| {
+                    // Read from its output's region, which the kernel is handed mutably.
+                    if in_place.iter().any(|&(i, _)| i == k) {
+                        return Ok((&[][..], l));
+                    }
+                    match reads.data(*v)? {
+                        Data::F32(s) => Ok((s, l)),
+                        _ => Err(KernelError("fused input is not f32 (engine bug)".into())),
+                    }
+                }),
+                (&[][..], &empty),
+                |data| {
+                    with_f32_outputs(outputs, dst, "fused", |dsts| {
+                        kernels::fused_in_place(program, data, in_place, dsts, par)
+                    })
+                },
+            )
+        }
+        Kernel::Chain(chain) => {
+            let data = |v: u32| match reads.data(v)? {
+                Data::F32(s) => Ok(s),
+                _ => Err(KernelError("chain input is not f32 (engine bug)".into())),
+            };
+            with_f32_outputs(&chain.outputs, dst, "chain", |dsts| {
+                run_chain(chain, data, dsts, par)
+            })
+        }
+    }
+}
+
+/// Checks that each in-place input `(k, j)` of a fused kernel lives exactly in the arena
+/// region of output `j` (the plan gave them one offset), so reading it from there reads
+/// its own elements.
+fn check_in_place(
+    plan: &ExecutionPlan,
+    inputs: &[(u32, Layout)],
+    outputs: &[u32],
+    in_place: &[(usize, usize)],
+) -> Result<(), KernelError> {
+    for &(k, j) in in_place {
+        let input = inputs
+            .get(k)
+            .and_then(|(v, _)| region(plan, root(plan, *v)));
+        let output = outputs.get(j).and_then(|&o| region(plan, o as usize));
+        if input.is_none() || input != output {
+            return Err(KernelError(format!(
+                "in-place input {k} is not where output {j} is written (planning bug)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `chain`, reading each value through `data` (its root's f32 elements) and
+/// writing `outputs` (in the chain's output order).
+fn run_chain<'a>(
+    chain: &'a Chain,
+    data: impl Fn(u32) -> Result<&'a [f32], KernelError>,
+    outputs: &mut [&mut [f32]],
+    par: Par,
+) -> Result<(), KernelError> {
+    let product = chain.matmul.as_ref().map(|m| m.product);
+    // The program's inputs, on the stack for up to `INLINE` of them.
+    const INLINE: usize = 16;
+    let empty = Layout::contiguous(&[]);
+    let mut inline: [(&[f32], &Layout); INLINE] = [(&[], &empty); INLINE];
+    let heap: Vec<(&[f32], &Layout)>;
+    let input = |(v, l): &'a (u32, Layout)| -> Result<(&'a [f32], &'a Layout), KernelError> {
+        match product {
+            Some(p) if p == *v => Ok((&[][..], l)),
+            _ => Ok((data(*v)?, l)),
+        }
+    };
+    let inputs: &[(&[f32], &Layout)] = if chain.inputs.len() <= INLINE {
+        for (slot, i) in inline.iter_mut().zip(&chain.inputs) {
+            *slot = input(i)?;
+        }
+        &inline[..chain.inputs.len()]
+    } else {
+        heap = chain.inputs.iter().map(input).collect::<Result<_, _>>()?;
+        &heap
+    };
+    let matmul = match &chain.matmul {
+        Some(m) => Some(ChainMatMul {
+            lhs: (data(m.lhs.0)?, &m.lhs.1),
+            rhs: (data(m.rhs.0)?, &m.rhs.1),
+            input: m.input,
+        }),
+        None => None,
+    };
+    let norm = match &chain.norm {
+        None => None,
+        Some(n) => {
+            let param = |i: usize| -> Result<(&'a [f32], &Layout), KernelError> {
+                let (v, l) = n.params.get(i).ok_or_else(|| {
+                    KernelError(format!(
+                        "{} lacks parameter {i} (engine bug)",
+                        n.kind.name()
+                    ))
+                })?;
+                Ok((data(*v)?, l))
+            };
+            let norm = match n.kind {
+                OpKind::Softmax => ChainNorm::Softmax,
+                OpKind::LayerNorm { eps } => ChainNorm::LayerNorm {
+                    weight: param(0)?,
+                    bias: param(1)?,
+                    eps: f64::from_bits(eps),
+                },
+                OpKind::RmsNorm { eps } => ChainNorm::RmsNorm {
+                    weight: param(0)?,
+                    eps: f64::from_bits(eps),
+                },
+                ref k => {
+                    return Err(KernelError(format!(
+                        "{} cannot end a chain (engine bug)",
+                        k.name()
+                    )))
+                }
+            };
+            Some((norm, n.output))
+        }
+    };
+    kernels::chain(
+        &chain.dims,
+        matmul,
+        &chain.program,
+        inputs,
+        norm,
+        outputs,
+        par,
+    )
+}
+
+fn typed<'a, T: StorageElement>(d: Data<'a>) -> Result<&'a [T], KernelError> {
+    T::from_data(d).ok_or_else(|| {
+        KernelError(format!(
+            "an input holds other elements than the {} expected (engine bug)",
+            T::DTYPE
+        ))
+    })
+}
+
+/// The output's elements as `T`; an engine bug if they are of another type.
+fn dst<T: StorageElement>(d: DataMut<'_>) -> Result<&mut [T], KernelError> {
+    T::from_data_mut(d).ok_or_else(|| {
+        KernelError(format!(
+            "the output holds other elements than the {} written (engine bug)",
+            T::DTYPE
+        ))
+    })
+}
+
+/// Calls `$body` with `$T` bound to the Rust type of `$dtype`.
+macro_rules! with_dtype {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            DType::I64 => {
+                type $T = i64;
+                $body
+            }
+        }
+    };
+}
+
+/// Runs one op's kernel: reads `inputs` (in the op's input order, through the layouts
+/// of `op.inputs`) and writes the output contiguously into `out`.
+pub fn run_into(
+    op: &Op,
+    inputs: &[Data<'_>],
+    out: DataMut<'_>,
+    par: Par,
+) -> Result<(), KernelError> {
+    let desc = op
+        .output
+        .as_ref()
+        .ok_or_else(|| KernelError("op without output".into()))?;
+    if inputs.len() != op.inputs.len() {
+        return Err(KernelError(format!(
+            "{} inputs given for {} (engine bug)",
+            inputs.len(),
+            op
+        )));
+    }
+    let lay = |i: usize| &op.inputs[i].layout;
+    let input = |i: usize| inputs[i];
+    let b = out;
+    match &op.kind {
+        OpKind::Fill { value } => with_dtype!(desc.dtype, T => {
+            kernels::fill(dst::<T>(b)?, T::from_f64(f64::from_bits(*value)))
+        }),
+        OpKind::Unary(u) => kernels::unary(*u, typed(input(0))?, lay(0), dst(b)?, par)?,
+        OpKind::Binary(bin) => {
+            let l = broadcast(lay(0), &desc.layout.dims)?;
+            let r = broadcast(lay(1), &desc.layout.dims)?;
+            with_dtype!(desc.dtype, T => kernels::binary::<T>(
+                *bin,
+                typed(input(0))?,
+                &l,
+                typed(input(1))?,
+                &r,
+                dst(b)?,
+                par,
+            )?)
+        }
+        OpKind::Cast => with_dtype!(op.inputs[0].dtype, S => {
+            with_dtype!(desc.dtype, T => {
+                kernels::cast::<S, T>(typed(input(0))?, lay(0), dst(b)?, par)?
+            })
+        }),
+        OpKind::Contiguous => with_dtype!(desc.dtype, T => {
+            kernels::copy::<T>(typed(input(0))?, lay(0), dst(b)?, par)?
+        }),
+        OpKind::View => {
+            return Err(KernelError("a view has no kernel (engine bug)".into()));
+        }
+        OpKind::MatMul => {
+            let (l, r) = matmul_layouts(lay(0), lay(1), &desc.layout.dims)?;
+            kernels::matmul(typed(input(0))?, &l, typed(input(1))?, &r, dst(b)?, par)?
+        }
+        OpKind::Reduce {
+            op: ReduceOp::ArgMax,
+            dim,
+            ..
+        } => with_dtype!(op.inputs[0].dtype, S => {
+            kernels::argmax::<S>(typed(input(0))?, lay(0), *dim, dst(b)?, par)?
+        }),
+        OpKind::Reduce { op: r, dim, .. } => with_dtype!(desc.dtype, T => {
+            kernels::reduce::<T>(*r, typed(input(0))?, lay(0), *dim, dst(b)?, par)?
+        }),
+        OpKind::Softmax => kernels::softmax(typed(input(0))?, lay(0), dst(b)?, par)?,
+        OpKind::LayerNorm { eps } => kernels::layer_norm(
+            typed(input(0))?,
+            lay(0),
+            typed(input(1))?,
+            lay(1),
+            typed(input(2))?,
+            lay(2),
+            f64::from_bits(*eps),
+            dst(b)?,
+            par,
+        )?,
+        OpKind::RmsNorm { eps } => kernels::rms_norm(
+            typed(input(0))?,
+            lay(0),
+            typed(input(1))?,
+            lay(1),
+            f64::from_bits(*eps),
+            dst(b)?,
+            par,
+        )?,
+        OpKind::IndexSelect { dim } => with_dtype!(desc.dtype, T => {
+            with_dtype!(op.inputs[1].dtype, I => kernels::index_select::<T, I>(
+                typed(input(0))?,
+                lay(0),
+                typed(input(1))?,
+                lay(1),
+                *dim,
+                dst(b)?,
+                par,
+            )?)
+        }),
+        OpKind::Cat { dim } => with_dtype!(desc.dtype, T => {
+            let srcs = inputs
+                .iter()
+                .zip(&op.inputs)
+                .map(|(x, d)| Ok((typed::<T>(*x)?, &d.layout)))
+                .collect::<Result<Vec<_>, KernelError>>()?;
+            kernels::cat::<T>(&srcs, *dim, dst(b)?, par)?
+        }),
+        OpKind::Drop => {}
+    }
+    Ok(())
+}
+
+fn broadcast(layout: &Layout, dims: &[usize]) -> Result<Layout, KernelError> {
+    layout.broadcast_as(dims).ok_or_else(|| {
+        KernelError(format!(
+            "cannot broadcast {:?} to {dims:?} (engine bug)",
+            layout.dims
+        ))
+    })
+}
+
+/// The operand layouts of a batched matmul with their batch dims broadcast to the
+/// output's.
+fn matmul_layouts(
+    l: &Layout,
+    r: &Layout,
+    out_dims: &[usize],
+) -> Result<(Layout, Layout), KernelError> {
+    let batch = &out_dims[..out_dims.len() - 2];
+    let with_batch = |x: &Layout| {
+        let mut dims = Dims::from_slice(batch);
+        for &d in &x.dims[x.rank() - 2..] {
+            dims.push(d);
+        }
+        broadcast(x, &dims)
+    };
+    Ok((with_batch(l)?, with_batch(r)?))
+}
+
+/// The message of a caught panic.
+pub fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+/// A panic caught at a kernel's boundary, as the kernel's error.
+pub(crate) fn caught(panic: &(dyn Any + Send)) -> KernelError {
+    KernelError(format!("panicked: {}", panic_message(panic)))
+}

@@ -1,0 +1,162 @@
+//! How much tensor memory is in use, and how much free storage the pool may keep.
+//!
+//! Live buffers and the arenas of running segments count as memory in use; its peak
+//! since [`reset_peak_bytes`] is reported, and its peak over the last windows of
+//! segments sets the default limit of the pool ([`pool_limit`]), which keeps free
+//! buffer storage and arenas together (the pool itself is `crate::reuse::pool`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::storage::{try_zeroed, AllocError, Storage};
+use crate::reuse::pool::Pool;
+
+/// Buffers alive now.
+pub(super) static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// The most tensor memory in use at once in the current window of segments.
+static WINDOW_PEAK: AtomicUsize = AtomicUsize::new(0);
+/// The same for the window before it.
+static LAST_WINDOW_PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Segments ended since the process started (they move the windows on).
+static SEGMENTS_ENDED: AtomicUsize = AtomicUsize::new(0);
+
+/// Segments per window of the recent peak that sets the default pool limit.
+const PEAK_WINDOW: usize = 64;
+
+/// Adds `delta` bytes to the tensor memory in use (buffers and arenas) and updates the
+/// peaks.
+pub(crate) fn add_live_bytes(delta: usize) {
+    let now = LIVE_BYTES.fetch_add(delta, Ordering::Relaxed) + delta;
+    PEAK_BYTES.fetch_max(now, Ordering::Relaxed);
+    if now > WINDOW_PEAK.load(Ordering::Relaxed) {
+        WINDOW_PEAK.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
+/// Marks the end of a segment: every [`PEAK_WINDOW`] segments the window of the recent
+/// peak moves on (the older window is forgotten), and a pool above its default limit,
+/// which may have dropped, is trimmed.
+pub(crate) fn segment_done() {
+    if SEGMENTS_ENDED.fetch_add(1, Ordering::Relaxed) % PEAK_WINDOW != PEAK_WINDOW - 1 {
+        return;
+    }
+    let ended = WINDOW_PEAK.swap(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
+    LAST_WINDOW_PEAK.store(ended, Ordering::Relaxed);
+    POOL.trim_to(pool_limit());
+}
+
+/// Removes `delta` bytes from the tensor memory in use.
+pub(crate) fn sub_live_bytes(delta: usize) {
+    LIVE_BYTES.fetch_sub(delta, Ordering::Relaxed);
+}
+
+/// The most tensor memory (buffers and arenas, in bytes) in use at once since the
+/// last [`reset_peak_bytes`].
+pub fn peak_bytes() -> usize {
+    PEAK_BYTES.load(Ordering::Relaxed)
+}
+
+/// Starts a new peak measurement from the memory in use now.
+pub fn reset_peak_bytes() {
+    PEAK_BYTES.store(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+/// Number of buffers alive now (held by tensors, queued ops or running kernels; pooled
+/// free storage is not counted).
+pub fn live_buffers() -> usize {
+    LIVE_BUFFERS.load(Ordering::Relaxed)
+}
+
+/// Bytes of tensor memory in use: live buffers (with their size-class slack) and
+/// arenas of running segments.
+pub fn live_bytes() -> usize {
+    LIVE_BYTES.load(Ordering::Relaxed)
+}
+
+/// Bytes of free buffer storage the pool keeps for reuse (arenas not included: see
+/// [`pooled_arena_bytes`]).
+pub fn pooled_bytes() -> usize {
+    POOL.class_bytes()
+}
+
+/// Bytes of free arenas the pool keeps for the plan executor.
+pub fn pooled_arena_bytes() -> usize {
+    POOL.arena_bytes()
+}
+
+/// The least the default pool limit allows: below this, small programs would free and
+/// allocate again for nothing.
+pub const POOL_LIMIT_FLOOR: usize = 64 << 20;
+
+/// The limit set by [`set_pool_limit`]; `usize::MAX` for the default.
+static FIXED_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// The most bytes of free storage the pool keeps, buffers and arenas together.
+///
+/// By default it is the larger of [`POOL_LIMIT_FLOOR`] (64 MiB) and twice the most
+/// tensor memory (live buffers and running arenas) in use at once during the last 64
+/// to 128 segments. A program that repeats the same passes thus keeps everything its
+/// next pass will ask for (a pass never needs more free storage than it had in use),
+/// with room for the size classes' slack and for arenas of other sizes; a program whose
+/// segments get smaller gives the difference back within 128 segments; and no
+/// program keeps more than twice what it recently used. [`set_pool_limit`] replaces
+/// the default with a fixed limit.
+pub fn pool_limit() -> usize {
+    match FIXED_LIMIT.load(Ordering::Relaxed) {
+        usize::MAX => {
+            let recent = WINDOW_PEAK
+                .load(Ordering::Relaxed)
+                .max(LAST_WINDOW_PEAK.load(Ordering::Relaxed));
+            POOL_LIMIT_FLOOR.max(recent.saturating_mul(2))
+        }
+        fixed => fixed,
+    }
+}
+
+/// Fixes the most bytes of free storage the buffer and arena pools keep together
+/// (`usize::MAX` goes back to the default of [`pool_limit`]); what the pool keeps
+/// beyond it now is freed at once, the storage given back longest ago first. A limit
+/// of 0 pools nothing: every buffer and arena is allocated afresh.
+pub fn set_pool_limit(bytes: usize) {
+    FIXED_LIMIT.store(bytes, Ordering::Relaxed);
+    POOL.trim_to(pool_limit());
+}
+
+/// Frees every buffer and arena the pool keeps now (tensors in use are not touched).
+pub fn trim_pools() {
+    POOL.trim_to(0);
+}
+
+/// Free buffer storage and arenas (see [`pool_limit`]).
+pub(super) static POOL: Pool<Storage, f32> = Pool::new();
+
+/// An arena of at least `len` f32 elements for one segment: the smallest free one that
+/// fits, or a fresh one in place of the largest free one (after freeing what the pool
+/// keeps and trying once more, if the system refuses). Counted as memory in use until [`give_back_arena`].
+pub(crate) fn take_arena(len: usize) -> Result<Vec<f32>, AllocError> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let arena = match POOL.take_arena(len) {
+        Ok(a) => a,
+        Err(smaller) => {
+            drop(smaller);
+            try_zeroed(len).or_else(|_| {
+                trim_pools();
+                try_zeroed(len)
+            })?
+        }
+    };
+    add_live_bytes(arena.len() * 4);
+    Ok(arena)
+}
+
+/// Gives a segment's arena back to the pool (within the pool limit).
+pub(crate) fn give_back_arena(arena: Vec<f32>) {
+    if arena.is_empty() {
+        return;
+    }
+    sub_live_bytes(arena.len() * 4);
+    POOL.give_back_arena(arena, pool_limit());
+}
