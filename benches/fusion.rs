@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use streamfuse::kernels::{self, Par};
+use streamfuse::inspect::kernels::{self, Par};
 use streamfuse::Tensor;
 
 #[path = "../tests/support/mod.rs"]
@@ -54,7 +54,7 @@ fn chain(c: &mut Criterion) {
         b.iter(|| {
             kernels::copy(
                 &src,
-                &streamfuse::ir::Layout::contiguous(&[N]),
+                &streamfuse::Layout::contiguous(&[N]),
                 &mut dst,
                 Par::all(),
             )

@@ -6,8 +6,9 @@
 //! For matmul, criterion's "thrpt" in elements/s is FLOP/s (`2 n³` per product).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use streamfuse::ir::{BinaryOp, Layout};
-use streamfuse::kernels::{self, Par};
+use streamfuse::inspect::kernels::{self, Par};
+use streamfuse::inspect::BinaryOp;
+use streamfuse::Layout;
 
 fn data(n: usize) -> Vec<f32> {
     (0..n)

@@ -22,19 +22,22 @@
 #![warn(missing_docs)]
 
 mod error;
-pub mod fusion;
-pub mod ir;
-pub mod kernels;
+mod fusion;
+pub mod inspect;
+mod ir;
+mod kernels;
 pub mod models;
 pub mod plan;
 mod reuse;
-pub mod runtime;
-pub mod stream;
+mod runtime;
+mod stream;
 mod tensor;
 
 pub use error::{Error, Result};
-pub use fusion::cache::{plan_cache_limit, set_plan_cache_limit};
-pub use ir::DType;
+pub use fusion::cache::{
+    plan_cache_limit, set_plan_cache_limit, CacheStats, DEFAULT_PLAN_CACHE_LIMIT,
+};
+pub use ir::{DType, Layout, TensorId, MAX_RANK};
 pub use runtime::{pool_limit, set_pool_limit, trim_pools};
 pub use stream::{
     last_flush, pending_key, reset_peak_bytes, set_fusion, set_kernel_threads, set_queue_limit,

@@ -129,9 +129,9 @@ fn known_indices_are_checked_when_recorded() {
 
 #[test]
 fn ranks_above_the_maximum_are_errors() {
-    let dims = [1usize; streamfuse::ir::MAX_RANK + 1];
+    let dims = [1usize; streamfuse::MAX_RANK + 1];
     assert!(Tensor::zeros(&dims, DType::F32).is_err());
-    let x = Tensor::from_vec(vec![1.0f32], &dims[..streamfuse::ir::MAX_RANK]).unwrap();
+    let x = Tensor::from_vec(vec![1.0f32], &dims[..streamfuse::MAX_RANK]).unwrap();
     let e = x.unsqueeze(0).unwrap_err().to_string();
     assert!(e.contains("unsqueeze") && e.contains("maximum"), "{e}");
     assert!(x.reshape(&dims).is_err());

@@ -3,7 +3,7 @@
 //! value before its last read.
 
 use proptest::prelude::*;
-use streamfuse::runtime::observer;
+use streamfuse::inspect::observer;
 use streamfuse::{FlushInfo, Tensor};
 
 mod support;

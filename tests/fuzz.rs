@@ -50,7 +50,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::{unbounded, Receiver, RecvTimeoutError, Sender};
-use streamfuse::ir::Layout;
+use streamfuse::Layout;
 use streamfuse::{DType, Error, Tensor};
 
 /// Threads per program.
@@ -3386,7 +3386,7 @@ fn random_programs_on_eight_threads_match_one_unfused_thread() {
         if ran.is_multiple_of(1000) {
             // Every distinct segment leaves a plan in the cache (up to its limit), and
             // `stats()` walks them all: this keeps long runs from slowing down.
-            streamfuse::fusion::cache::clear();
+            streamfuse::inspect::clear_plan_cache();
         }
         let p = Arc::new(generate(seed, cfg.skip));
         let replay = replay_line(seed, &skip_names);
@@ -3399,7 +3399,7 @@ fn random_programs_on_eight_threads_match_one_unfused_thread() {
         }
         let reference = run_reference(&p);
         let threads = run_threads(&p);
-        streamfuse::set_plan_cache_limit(streamfuse::fusion::cache::DEFAULT_PLAN_CACHE_LIMIT);
+        streamfuse::set_plan_cache_limit(streamfuse::DEFAULT_PLAN_CACHE_LIMIT);
         streamfuse::set_pool_limit(usize::MAX);
         let mut problems = compare(&p, &reference, &threads, &mut drift);
         drop((reference, threads));

@@ -80,7 +80,7 @@ fn plan_cache_stays_under_its_limit_and_rebuilds_evicted_plans() {
     assert_eq!(streamfuse::stats().plan_cache.bytes, 0);
     check_program(5, program(5));
     assert_eq!(streamfuse::stats().plan_cache.plans, 0);
-    streamfuse::set_plan_cache_limit(streamfuse::fusion::cache::DEFAULT_PLAN_CACHE_LIMIT);
+    streamfuse::set_plan_cache_limit(streamfuse::DEFAULT_PLAN_CACHE_LIMIT);
 }
 
 /// Runs twelve segments whose arenas take 8, 16, ..., 96 MiB, and keeps nothing.

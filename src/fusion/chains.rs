@@ -318,7 +318,6 @@ pub(super) fn chain_kernel(
                     .map(|(&v, d)| (v, d.layout))
                     .collect(),
                 output,
-                input,
             })
         }
     };
@@ -421,7 +420,7 @@ mod tests {
         let c = the_chain(&p);
         assert_eq!(c.matmul.as_ref().map(|m| m.op), Some(0));
         let norm = c.norm.as_ref().expect("a norm");
-        assert_eq!((norm.op, norm.input, norm.output), (2, 4, 0));
+        assert_eq!((norm.op, norm.output), (2, 0));
         assert_eq!(
             norm.params.iter().map(|(v, _)| *v).collect::<Vec<_>>(),
             [5, 6]

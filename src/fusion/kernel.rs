@@ -89,8 +89,6 @@ pub struct ChainNorm {
     pub params: Vec<(u32, Layout)>,
     /// Which program output it normalises (in place; that output is the norm's value).
     pub output: usize,
-    /// The norm's input (relative id), never stored.
-    pub input: u32,
 }
 
 impl Kernel {

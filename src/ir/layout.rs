@@ -13,15 +13,15 @@ use super::{Dims, MAX_RANK};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
     /// Size of each dimension, outermost first.
-    pub dims: Dims,
+    pub(crate) dims: Dims,
     /// Distance in elements between neighbours along each dimension.
-    pub strides: Dims,
+    pub(crate) strides: Dims,
     /// Index of element `[0, 0, ...]` in the buffer.
-    pub offset: usize,
+    pub(crate) offset: usize,
 }
 
 /// Row-major strides of a contiguous tensor with these dims.
-pub fn contiguous_strides(dims: &[usize]) -> Dims {
+pub(crate) fn contiguous_strides(dims: &[usize]) -> Dims {
     let mut strides = Dims::zeros(dims.len());
     let mut acc = 1usize;
     for (s, &d) in strides.iter_mut().zip(dims).rev() {
@@ -39,6 +39,22 @@ impl Layout {
             strides: contiguous_strides(dims),
             offset: 0,
         }
+    }
+
+    /// Size of each dimension, outermost first.
+    pub fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+
+    /// Distance in elements between neighbours along each dimension (0 repeats an
+    /// element: a broadcast dimension).
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+
+    /// Index of element `[0, 0, ...]` in the tensor's buffer.
+    pub fn offset(&self) -> usize {
+        self.offset
     }
 
     /// Number of dimensions.
@@ -64,7 +80,7 @@ impl Layout {
     }
 
     /// The largest buffer index this layout touches, or `None` for an empty tensor.
-    pub fn max_index(&self) -> Option<usize> {
+    pub(crate) fn max_index(&self) -> Option<usize> {
         if self.dims.contains(&0) {
             return None;
         }
@@ -80,7 +96,8 @@ impl Layout {
     }
 
     /// Whether a buffer of `len` elements holds every element of this layout.
-    pub fn fits_in(&self, len: usize) -> bool {
+    #[cfg(test)]
+    pub(crate) fn fits_in(&self, len: usize) -> bool {
         match self.max_index() {
             None => true,
             Some(m) => m < len,
@@ -90,7 +107,7 @@ impl Layout {
     /// The layout that reads this tensor as if it had `dims` (numpy broadcasting: dims are
     /// matched from the right; a dim of 1 may grow, new leading dims are added). `None`
     /// when the dims are not compatible.
-    pub fn broadcast_as(&self, dims: &[usize]) -> Option<Layout> {
+    pub(crate) fn broadcast_as(&self, dims: &[usize]) -> Option<Layout> {
         if dims.len() < self.rank() {
             return None;
         }
@@ -115,7 +132,7 @@ impl Layout {
 
     /// The layout with dims (and strides) reordered: new dim `i` is old dim `perm[i]`.
     /// The caller has checked that `perm` is a permutation of `0..rank`.
-    pub fn permute(&self, perm: &[usize]) -> Layout {
+    pub(crate) fn permute(&self, perm: &[usize]) -> Layout {
         Layout {
             dims: perm.iter().map(|&p| self.dims[p]).collect(),
             strides: perm.iter().map(|&p| self.strides[p]).collect(),
@@ -125,7 +142,7 @@ impl Layout {
 
     /// The layout of `len` elements of dim `dim` starting at `start`. The caller has
     /// checked `start + len <= dims[dim]`.
-    pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Layout {
+    pub(crate) fn narrow(&self, dim: usize, start: usize, len: usize) -> Layout {
         let mut out = *self;
         out.dims[dim] = len;
         if len > 0 {
@@ -135,7 +152,7 @@ impl Layout {
     }
 
     /// The layout with a dim of size 1 inserted at `dim` (`dim <= rank`).
-    pub fn unsqueeze(&self, dim: usize) -> Layout {
+    pub(crate) fn unsqueeze(&self, dim: usize) -> Layout {
         let mut out = *self;
         let stride = if dim < self.rank() {
             self.strides[dim] * self.dims[dim]
@@ -148,7 +165,7 @@ impl Layout {
     }
 
     /// The layout with dim `dim` (of size 1) removed.
-    pub fn squeeze(&self, dim: usize) -> Layout {
+    pub(crate) fn squeeze(&self, dim: usize) -> Layout {
         let mut out = *self;
         out.dims.remove(dim);
         out.strides.remove(dim);
@@ -159,7 +176,7 @@ impl Layout {
     /// copy, when the strides allow it (each new dim must fall inside a run of old dims
     /// that are contiguous with each other). `None` when a copy is needed. The caller has
     /// checked that the element counts agree.
-    pub fn reshape(&self, dims: &[usize]) -> Option<Layout> {
+    pub(crate) fn reshape(&self, dims: &[usize]) -> Option<Layout> {
         if self.is_contiguous() {
             return Some(Layout {
                 dims: Dims::from_slice(dims),

@@ -14,7 +14,7 @@ pub mod relative;
 
 pub use dims::{Dims, MAX_RANK};
 pub use dtype::{DType, Element};
-pub use layout::{contiguous_strides, Layout};
+pub use layout::Layout;
 pub use op::{BinaryOp, Op, OpKind, ReduceOp, TensorDesc, UnaryOp};
 
 use std::cell::Cell;

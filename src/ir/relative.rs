@@ -113,6 +113,7 @@ pub struct RelativeBuilder {
 
 impl RelativeBuilder {
     /// An empty segment.
+    #[cfg(test)]
     pub fn new() -> RelativeBuilder {
         RelativeBuilder::default()
     }
@@ -123,6 +124,7 @@ impl RelativeBuilder {
     }
 
     /// Renumbers `op` and folds it into the segment hash.
+    #[cfg(test)]
     pub fn push(&mut self, op: &Op) -> RelativeOp {
         self.push_into(op, Vec::with_capacity(op.inputs.len()))
     }
@@ -155,16 +157,6 @@ impl RelativeBuilder {
     /// The stable hash of every op pushed so far, in order.
     pub fn hash(&self) -> u64 {
         self.hasher.finish() ^ self.len as u64
-    }
-
-    /// Number of ops pushed.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether no op was pushed.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// Forgets every op: the start of a new segment.

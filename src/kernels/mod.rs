@@ -48,10 +48,10 @@ pub(crate) mod teardown;
 #[cfg(test)]
 mod testutil;
 
-pub use chain::{chain, ChainMatMul, ChainNorm, PANEL_BYTES};
+pub use chain::{chain, ChainMatMul, ChainNorm};
 pub use copy::{cast, cat, copy, fill};
 pub use elementwise::{binary, unary};
-pub use fused::{fused, fused_in_place, FusedProgram, Instr, BLOCK};
+pub use fused::{fused_in_place, FusedProgram, Instr};
 pub use index::index_select;
 pub use matmul::matmul;
 pub use norm::{layer_norm, rms_norm, softmax};

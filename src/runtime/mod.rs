@@ -19,14 +19,14 @@ mod storage;
 mod task;
 mod threads;
 
-pub use dispatch::{panic_message, run_into};
+pub use dispatch::panic_message;
 pub use execute::{execute_plan, PlanScratch};
 pub use memory::{
     live_buffers, live_bytes, peak_bytes, pool_limit, pooled_arena_bytes, pooled_bytes,
-    reset_peak_bytes, set_pool_limit, trim_pools, POOL_LIMIT_FLOOR,
+    reset_peak_bytes, set_pool_limit, trim_pools,
 };
 pub use op_by_op::execute;
 pub use slot::{Slot, SlotState};
-pub use storage::{size_class, AllocError, Buffer, Data, DataMut, Storage, StorageElement};
+pub use storage::{Buffer, Data, DataMut, StorageElement};
 pub use task::Task;
 pub use threads::{kernel_threads, run_in_pool};

@@ -288,19 +288,9 @@ impl Buffer {
         POOL.give_back(storage, pool_limit());
     }
 
-    /// The element type.
-    pub fn dtype(&self) -> DType {
-        self.storage.dtype()
-    }
-
     /// Number of elements.
     pub fn len(&self) -> usize {
         self.len
-    }
-
-    /// Whether the buffer has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// The elements, typed by the buffer's dtype.
@@ -326,12 +316,6 @@ impl Buffer {
     /// The elements as `T`, or `None` if the buffer holds another type.
     pub fn as_slice<T: StorageElement>(&self) -> Option<&[T]> {
         T::slice(&self.storage).map(|s| &s[..self.len])
-    }
-
-    /// The elements as `T`, mutably, or `None` if the buffer holds another type.
-    pub fn as_mut_slice<T: StorageElement>(&mut self) -> Option<&mut [T]> {
-        let len = self.len;
-        T::slice_mut(&mut self.storage).map(|s| &mut s[..len])
     }
 }
 

@@ -281,16 +281,6 @@ impl StreamCell {
         self.recorded.load(Ordering::Relaxed)
     }
 
-    /// Number of ops waiting in the queue.
-    pub fn pending(&self) -> usize {
-        self.queue.lock().ops.len()
-    }
-
-    /// Ops taken out of the queue to run so far.
-    pub fn cursor(&self) -> u64 {
-        self.queue.lock().cursor
-    }
-
     /// What the last flush ran.
     pub fn last_flush(&self) -> Option<FlushInfo> {
         self.queue.lock().last_flush

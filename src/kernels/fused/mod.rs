@@ -46,7 +46,9 @@ pub const BLOCK: usize = 512;
 ///
 /// `inputs[k]` is input `k` with a layout already broadcast to the output's dims;
 /// `outputs[j]` receives register `program.outputs[j]`, contiguously, and must hold
-/// exactly `numel` elements.
+/// exactly `numel` elements. The engine runs [`fused_in_place`]; this form, with no
+/// input read from an output, is for tests.
+#[cfg(test)]
 pub fn fused(
     program: &FusedProgram,
     inputs: &[(&[f32], &Layout)],

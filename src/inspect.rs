@@ -1,0 +1,19 @@
+//! Windows into the engine for tests, benchmarks and debugging: not part of the stable
+//! API, and not needed to use streamfuse.
+//!
+//! Everything a user needs is at the crate root ([`Tensor`](crate::Tensor), the engine
+//! controls and statistics) or in [`plan`](crate::plan) and [`models`](crate::models).
+//! This module gathers, in one documented place, the few internals that tests and
+//! benchmarks look at: the memory observer that records what each planned kernel
+//! touched, a way to empty the plan cache, and the raw CPU kernels with the types
+//! their signatures use, so a benchmark can time one kernel without the engine around
+//! it. Items here may change between releases without notice.
+
+pub use crate::fusion::cache::clear as clear_plan_cache;
+pub use crate::ir::BinaryOp;
+pub use crate::runtime::observer;
+
+/// The CPU kernels the engine runs, callable directly on slices (for benchmarks).
+pub mod kernels {
+    pub use crate::kernels::{binary, copy, layer_norm, matmul, softmax, KernelError, Par};
+}
