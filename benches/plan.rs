@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use streamfuse::plan::{self, Buffer, Options, Problem, Strategy};
+use streamfuse::memory_planner::{self as plan, Buffer, Options, Problem, Strategy};
 
 fn trace(n: usize, seed: u64) -> Problem {
     let mut s = seed;

@@ -2,7 +2,7 @@
 //! API, and not needed to use streamfuse.
 //!
 //! Everything a user needs is at the crate root ([`Tensor`](crate::Tensor), the engine
-//! controls and statistics) or in [`plan`](crate::plan) and [`models`](crate::models).
+//! controls and statistics) or in [`memory_planner`](crate::memory_planner) and [`models`](crate::models).
 //! This module gathers, in one documented place, the few internals that tests and
 //! benchmarks look at: the memory observer that records what each planned kernel
 //! touched, a way to empty the plan cache, and the raw CPU kernels with the types

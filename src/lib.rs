@@ -26,8 +26,8 @@ mod fusion;
 pub mod inspect;
 mod ir;
 mod kernels;
+pub mod memory_planner;
 pub mod models;
-pub mod plan;
 mod reuse;
 mod runtime;
 mod stream;
@@ -44,3 +44,8 @@ pub use stream::{
     stats, sync, EngineStats, FlushInfo, FlushReason,
 };
 pub use tensor::{Dim, Tensor, TensorElement};
+
+/// The memory planner under the name it had before it was called what it is; kept so
+/// that code written against `streamfuse::plan` still builds.
+#[doc(hidden)]
+pub use memory_planner as plan;

@@ -72,15 +72,15 @@ fn plans_writes_offsets_and_summarises() {
         .collect();
     assert_eq!(ids, ["b1", "b2", "b3", "b4", "b5"]);
     // The written plan reads back and validates.
-    let t = streamfuse::plan::csv::read(&written).unwrap();
+    let t = streamfuse::memory_planner::csv::read(&written).unwrap();
     let offsets = t.offsets.clone().unwrap();
-    let plan = streamfuse::plan::Plan {
+    let plan = streamfuse::memory_planner::Plan {
         offsets,
         arena: 12,
         lower_bound: 12,
-        strategy: streamfuse::plan::Strategy::Best,
+        strategy: streamfuse::memory_planner::Strategy::Best,
     };
-    streamfuse::plan::validate(&t.problem, &plan).unwrap();
+    streamfuse::memory_planner::validate(&t.problem, &plan).unwrap();
 }
 
 #[test]

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
-use streamfuse::plan::{
-    self, lower_bound, profile, Alias, Buffer, InPlace, Options, PlanError, Problem, Strategy,
+use streamfuse::memory_planner::{
+    self as plan, lower_bound, profile, Alias, Buffer, InPlace, Options, PlanError, Problem,
+    Strategy,
 };
 
 /// An O(n²) validator that knows nothing of the planner: roots of views, their

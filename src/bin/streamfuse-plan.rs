@@ -20,7 +20,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use streamfuse::plan::{self, csv, Options, PlanError, Strategy};
+use streamfuse::memory_planner::{self as plan, csv, Options, PlanError, Strategy};
 
 const USAGE: &str = "usage: streamfuse-plan INPUT.csv [--out OUT.csv] [--capacity BYTES] [--strategy NAME] [--time-limit SECONDS]
   --strategy     naive | linear-scan | greedy-size | greedy-breadth | best (default)

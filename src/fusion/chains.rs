@@ -283,7 +283,7 @@ pub(super) fn chain_kernel(
                 .iter()
                 .position(|(v, _)| *v == product)
                 .ok_or_else(|| fail(format!("the product r{product} is not a program input")))?;
-            Some(super::ChainMatMul {
+            Some(super::MatMulHead {
                 op: p,
                 lhs: (a, lhs),
                 rhs: (b, rhs),
@@ -309,7 +309,7 @@ pub(super) fn chain_kernel(
                 .ok_or_else(|| fail(format!("the norm's input r{input} is not written")))?;
             outputs[output] = out;
             values[input as usize].home = Home::Fused;
-            Some(super::ChainNorm {
+            Some(super::NormTail {
                 op: c,
                 kind: op.kind.clone(),
                 params: params

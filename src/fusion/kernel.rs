@@ -44,7 +44,7 @@ pub enum Kernel {
 #[derive(Clone, Debug)]
 pub struct Chain {
     /// The matmul whose product is one of the program's inputs.
-    pub matmul: Option<ChainMatMul>,
+    pub matmul: Option<MatMulHead>,
     /// The register program (a copy of one input when the chain has no element-wise
     /// op: a matmul straight into a norm).
     pub program: FusedProgram,
@@ -52,7 +52,7 @@ pub struct Chain {
     /// matmul's product among them.
     pub inputs: Vec<(u32, Layout)>,
     /// The norm that normalises one of the program's outputs in place.
-    pub norm: Option<ChainNorm>,
+    pub norm: Option<NormTail>,
     /// Every value read from memory: the matmul's operands, the program's inputs but
     /// the product, the norm's parameters.
     pub input_ids: Vec<u32>,
@@ -65,7 +65,7 @@ pub struct Chain {
 
 /// The matmul at the head of a [`Chain`].
 #[derive(Clone, Debug)]
-pub struct ChainMatMul {
+pub struct MatMulHead {
     /// Index of the matmul op in the segment.
     pub op: usize,
     /// Left operand (relative id) with its layout, batch dims broadcast to the output's.
@@ -80,7 +80,7 @@ pub struct ChainMatMul {
 
 /// The row normalisation at the tail of a [`Chain`].
 #[derive(Clone, Debug)]
-pub struct ChainNorm {
+pub struct NormTail {
     /// Index of the norm op in the segment.
     pub op: usize,
     /// `Softmax`, `LayerNorm` or `RmsNorm`, with its epsilon.

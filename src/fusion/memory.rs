@@ -2,7 +2,7 @@
 //!
 //! Takes the kernels sorted by level and gives every f32 root that is made and dies in
 //! the segment an offset in one arena, from the static memory planner
-//! ([`crate::plan`]); escaping roots and other dtypes stay [`Home::Pooled`]. A buffer
+//! ([`crate::memory_planner`]); escaping roots and other dtypes stay [`Home::Pooled`]. A buffer
 //! lives from its producer's level to one past its last reader's. Invariants: two
 //! buffers whose lifetimes overlap never overlap in the arena, unless they are an
 //! in-place pair that the planner merged; an in-place pair is offered only for a fused
@@ -16,7 +16,7 @@ use super::values::Facts;
 use super::{Home, Kernel, Value};
 use crate::error::Error;
 use crate::ir::{DType, Layout};
-use crate::plan;
+use crate::memory_planner;
 
 /// Arena buffers are padded and aligned to this many f32 elements (64 bytes).
 const ALIGN: usize = 16;
@@ -43,10 +43,10 @@ pub(super) fn place(
         return Ok((0, 0));
     }
     let pairs = in_place_pairs(kernels, levels, facts, values, &life, &arena);
-    let mut problem = plan::Problem::new(arena.buffers);
+    let mut problem = memory_planner::Problem::new(arena.buffers);
     problem.in_place = pairs
         .iter()
-        .map(|p| plan::InPlace {
+        .map(|p| memory_planner::InPlace {
             input: p.input_buffer,
             output: p.output_buffer,
         })
@@ -104,7 +104,7 @@ fn lifetimes(kernels: &[Kernel], levels: &[u32], facts: &[Facts], n: usize) -> L
 /// The planner's buffers: one per value that lives in the arena.
 struct ArenaBuffers {
     /// In value order.
-    buffers: Vec<plan::Buffer>,
+    buffers: Vec<memory_planner::Buffer>,
     /// `owners[b]`: the value of `buffers[b]`.
     owners: Vec<usize>,
     /// `buffer_of[v]`: the buffer of value `v`, if it has one.
@@ -128,7 +128,7 @@ fn arena_buffers(values: &[Value], life: &Lifetimes) -> ArenaBuffers {
         {
             let len = val.layout.numel().div_ceil(ALIGN) * ALIGN;
             arena.buffer_of[v] = Some(arena.buffers.len());
-            arena.buffers.push(plan::Buffer {
+            arena.buffers.push(memory_planner::Buffer {
                 id: v,
                 lower: life.born[v] as u64,
                 upper: life.last[v] as u64 + 1,
@@ -228,13 +228,13 @@ struct Solution {
 
 /// Runs the memory planner (50 ms, one thread). If it fails (never expected), the
 /// buffers go one after the other, with no reuse, rather than fail the segment.
-fn solve(problem: &plan::Problem) -> Solution {
-    let options = plan::Options {
+fn solve(problem: &memory_planner::Problem) -> Solution {
+    let options = memory_planner::Options {
         time_limit: Duration::from_millis(50),
         threads: 1,
-        ..plan::Options::default()
+        ..memory_planner::Options::default()
     };
-    match plan::solve(problem, &options) {
+    match memory_planner::solve(problem, &options) {
         Ok(p) => Solution {
             offsets: p.offsets,
             arena: p.arena,
@@ -255,7 +255,7 @@ fn solve(problem: &plan::Problem) -> Solution {
             Solution {
                 offsets,
                 arena: at,
-                lower_bound: plan::lower_bound(problem),
+                lower_bound: memory_planner::lower_bound(problem),
             }
         }
     }
@@ -354,7 +354,7 @@ mod tests {
         let st = staged(&ops);
         let life = lifetimes(&st.kernels, &st.levels, &st.facts, st.values.len());
         let arena = arena_buffers(&st.values, &life);
-        let buffer = |id: usize, lower: u64| plan::Buffer {
+        let buffer = |id: usize, lower: u64| memory_planner::Buffer {
             id,
             lower,
             upper: lower + 2,
@@ -364,7 +364,11 @@ mod tests {
         let expected = vec![buffer(1, 1), buffer(2, 2), buffer(3, 3)];
         assert_eq!(arena.buffers, expected);
         assert_eq!(arena.owners, [1, 2, 3]);
-        let answer = plan::solve(&plan::Problem::new(expected), &plan::Options::default()).unwrap();
+        let answer = memory_planner::solve(
+            &memory_planner::Problem::new(expected),
+            &memory_planner::Options::default(),
+        )
+        .unwrap();
         let p = plan(&ops);
         assert_eq!(p.arena_len * 4, answer.arena as usize, "{p}");
         assert_eq!(

@@ -22,7 +22,7 @@
 //!    the highest level of the kernels it reads from); kernels of one level could run at
 //!    once, so lifetimes are measured in levels.
 //! 4. **Memory.** Every f32 root that is made and dies inside the segment is a buffer of
-//!    the static memory planner ([`crate::plan`]) with lifetime `[producer level, last
+//!    the static memory planner ([`crate::memory_planner`]) with lifetime `[producer level, last
 //!    reader level + 1)`; the plan gives it an offset in one arena. Escaping roots and
 //!    other dtypes get pooled buffers of their own. A fused kernel may overwrite an
 //!    input that dies at its level (same length, read at the same index it writes, no
@@ -47,7 +47,7 @@ pub(crate) mod testutil;
 mod values;
 
 pub use build::build;
-pub use kernel::{Chain, ChainMatMul, ChainNorm, Kernel};
+pub use kernel::{Chain, Kernel, MatMulHead, NormTail};
 
 use std::fmt;
 

@@ -7,7 +7,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use super::execute::{region, root, Reads};
-use super::{Buffer, Data, DataMut, StorageElement};
+use super::{Data, DataMut, StorageElement, TensorBuffer};
 use crate::fusion::{Chain, ExecutionPlan, Kernel};
 use crate::ir::{DType, Dims, Element, Layout, Op, OpKind, ReduceOp};
 use crate::kernels::{self, ChainMatMul, ChainNorm, KernelError, Par};
@@ -69,7 +69,7 @@ pub(super) fn run_kernel(
     reads: &Reads<'_, '_>,
     kernel: &Kernel,
     arena_outs: &mut [Option<&mut [f32]>],
-    pooled: &mut [(u32, Arc<Buffer>)],
+    pooled: &mut [(u32, Arc<TensorBuffer>)],
     par: Par,
 ) -> Result<(), KernelError> {
     #[cfg(test)]

@@ -25,7 +25,7 @@ use super::dispatch::{caught, run_kernel};
 use super::memory::{give_back_arena, segment_done, take_arena};
 use super::observer;
 use super::storage::AllocError;
-use super::{Buffer, Data, Slot, SlotState, Task};
+use super::{Data, Slot, SlotState, Task, TensorBuffer};
 use crate::error::Error;
 use crate::fusion::{ExecutionPlan, Home, Kernel};
 use crate::kernels::{KernelError, Par};
@@ -38,7 +38,7 @@ pub struct PlanScratch {
     /// Per value: the task and input position (`u32::MAX`: the output) of its slot.
     slot_at: Vec<Option<(u32, u32)>>,
     /// Buffers of inputs and pooled values, by relative id.
-    bufs: Vec<Option<Arc<Buffer>>>,
+    bufs: Vec<Option<Arc<TensorBuffer>>>,
     /// The error of each failed value.
     failed: Vec<Option<Error>>,
     /// Kernels of the current level that run.
@@ -48,7 +48,7 @@ pub struct PlanScratch {
     /// Per runnable kernel: its index, arena outputs and pooled outputs.
     jobs: Vec<Job>,
     /// Pooled outputs of the current level, kernel by kernel.
-    pooled: Vec<(u32, Arc<Buffer>)>,
+    pooled: Vec<(u32, Arc<TensorBuffer>)>,
     /// One result per runnable kernel.
     results: Vec<Result<(), KernelError>>,
     /// Sort order of `writes` while carving.
@@ -138,7 +138,7 @@ fn read<'a>(
 pub(super) struct Reads<'a, 'g> {
     pub(super) plan: &'a ExecutionPlan,
     pub(super) tasks: &'a [Task],
-    bufs: &'a [Option<Arc<Buffer>>],
+    bufs: &'a [Option<Arc<TensorBuffer>>],
     gaps: &'a [(usize, &'g [f32])],
     /// Read in place of a failed value that has no buffer (see `PlanScratch::zeros`).
     zeros: &'a [f32],
@@ -309,7 +309,7 @@ pub fn execute_plan(
     // Let go of the segment's buffers now (the slots hold what escapes).
     for b in s.bufs.iter_mut() {
         if let Some(b) = b.take() {
-            Buffer::release(b);
+            TensorBuffer::release(b);
         }
     }
     s.failed.iter_mut().for_each(|e| *e = None);
@@ -373,7 +373,9 @@ fn run_level(
             }
             Err(e) => {
                 writes.truncate(w);
-                pooled.drain(p..).for_each(|(_, b)| Buffer::release(b));
+                pooled
+                    .drain(p..)
+                    .for_each(|(_, b)| TensorBuffer::release(b));
                 let e = e.error(kernel_name(plan, tasks, k));
                 log::debug!("kernel not run: {e}");
                 for &o in plan.kernels[k].io().1 {
@@ -427,7 +429,7 @@ fn place_outputs(
     k: usize,
     no_arena: Option<AllocError>,
     writes: &mut Vec<(usize, usize)>,
-    pooled: &mut Vec<(u32, Arc<Buffer>)>,
+    pooled: &mut Vec<(u32, Arc<TensorBuffer>)>,
 ) -> Result<(), AllocError> {
     for &o in plan.kernels[k].io().1 {
         match region(plan, o as usize) {
@@ -437,7 +439,7 @@ fn place_outputs(
             },
             None => {
                 let val = &plan.values[o as usize];
-                pooled.push((o, Buffer::shared(val.dtype, val.layout.numel())?));
+                pooled.push((o, TensorBuffer::shared(val.dtype, val.layout.numel())?));
             }
         }
     }
@@ -451,7 +453,7 @@ fn run_jobs(
     reads: &Reads<'_, '_>,
     jobs: &[Job],
     outs: &mut [Option<&mut [f32]>],
-    pooled: &mut [(u32, Arc<Buffer>)],
+    pooled: &mut [(u32, Arc<TensorBuffer>)],
     results: &mut [Result<(), KernelError>],
     parallel: bool,
     par: Par,

@@ -27,6 +27,6 @@ pub use memory::{
 };
 pub use op_by_op::execute;
 pub use slot::{Slot, SlotState};
-pub use storage::{Buffer, Data, DataMut, StorageElement};
+pub use storage::{Data, DataMut, StorageElement, TensorBuffer};
 pub use task::Task;
 pub use threads::{kernel_threads, run_in_pool};

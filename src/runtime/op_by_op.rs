@@ -14,7 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use super::dispatch::{caught, run_into};
-use super::{Buffer, Data, SlotState, Task};
+use super::{Data, SlotState, Task, TensorBuffer};
 use crate::error::Error;
 use crate::ir::{Op, OpKind};
 use crate::kernels::{KernelError, Par};
@@ -59,7 +59,7 @@ fn run_task(task: &Task, par: Par, first_error: &mut Option<Error>) {
 }
 
 /// The input buffers of a task, or the error of a failed input.
-fn gather(task: &Task) -> Result<Vec<Arc<Buffer>>, Error> {
+fn gather(task: &Task) -> Result<Vec<Arc<TensorBuffer>>, Error> {
     task.inputs
         .iter()
         .zip(&task.op.inputs)
@@ -76,7 +76,7 @@ fn gather(task: &Task) -> Result<Vec<Arc<Buffer>>, Error> {
 
 /// Runs one op's kernel on its input buffers and returns a fresh output buffer (or,
 /// for a view, the input's buffer). Errors name the op.
-fn run(op: &Op, inputs: &[Arc<Buffer>], par: Par) -> Result<Arc<Buffer>, Error> {
+fn run(op: &Op, inputs: &[Arc<TensorBuffer>], par: Par) -> Result<Arc<TensorBuffer>, Error> {
     #[cfg(test)]
     super::fault::check();
     let name = op.kind.name();
@@ -88,7 +88,8 @@ fn run(op: &Op, inputs: &[Arc<Buffer>], par: Par) -> Result<Arc<Buffer>, Error> 
     if let OpKind::View = op.kind {
         return Ok(inputs[0].clone());
     }
-    let mut buffer = Buffer::shared(out.dtype, out.layout.numel()).map_err(|e| e.error(name))?;
+    let mut buffer =
+        TensorBuffer::shared(out.dtype, out.layout.numel()).map_err(|e| e.error(name))?;
     let data: Vec<Data<'_>> = inputs.iter().map(|b| b.data()).collect();
     let out = Arc::get_mut(&mut buffer)
         .ok_or_else(|| kernel(KernelError("a fresh buffer is shared (engine bug)".into())))?;

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::Buffer;
+use super::TensorBuffer;
 use crate::ir::TensorId;
 use crate::reuse::cells::{last_ref, LocalCells};
 use crate::Error;
@@ -41,7 +41,7 @@ pub enum SlotState {
     /// The op that makes it has not run yet.
     Pending,
     /// The data, in a buffer possibly shared with views.
-    Ready(Arc<Buffer>),
+    Ready(Arc<TensorBuffer>),
     /// The op that makes it (or one it depends on) failed with this error.
     Failed(Error),
 }
@@ -78,7 +78,7 @@ impl Slot {
     }
 
     /// A slot that already holds data.
-    pub fn ready(id: TensorId, buffer: Buffer) -> Arc<Slot> {
+    pub fn ready(id: TensorId, buffer: TensorBuffer) -> Arc<Slot> {
         Arc::new(Slot {
             id: AtomicU64::new(id.0),
             state: Mutex::new(SlotState::Ready(Arc::new(buffer))),
@@ -155,7 +155,7 @@ impl Slot {
         };
         s.log_free();
         if let SlotState::Ready(b) = std::mem::replace(s.state.get_mut(), SlotState::Pending) {
-            Buffer::release(b);
+            TensorBuffer::release(b);
         }
         *s.pending.get_mut() = true;
         *s.producer.get_mut() = u64::MAX;

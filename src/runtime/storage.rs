@@ -1,10 +1,10 @@
 //! Buffers: the typed memory a tensor's elements live in, and the pool they come from.
 //!
-//! A [`Buffer`] owns one `Vec` of a single element type. Buffers are handed out by a
+//! A [`TensorBuffer`] owns one `Vec` of a single element type. Buffers are handed out by a
 //! size-class pool: a request for `n` elements is rounded up to the next class (powers
 //! of two split in quarters, so at most 25% is wasted), and a dropped buffer goes back
 //! to its class for the next request of that size. After warm-up, a repeated forward
-//! pass therefore finds every buffer it needs in the pool. Buffer contents are not
+//! pass therefore finds every buffer it needs in the pool. TensorBuffer contents are not
 //! cleared between uses: every kernel writes all of its output. The pool's mechanism
 //! is `crate::reuse::pool`; the pool itself, its limit ([`pool_limit`]) and the
 //! counters of memory in use are in `runtime::memory`.
@@ -206,7 +206,7 @@ storage_element!(i64, I64);
 /// A pooled buffer of `len` elements (its storage may be a little longer: the size
 /// class). Dropping it returns the storage to the pool.
 #[derive(Debug)]
-pub struct Buffer {
+pub struct TensorBuffer {
     storage: Storage,
     len: usize,
     /// False for an emptied shell on a free list (its storage went back to the pool).
@@ -214,16 +214,16 @@ pub struct Buffer {
 }
 
 /// Emptied shells of shared buffers (their storage went back to the pool), for
-/// [`Buffer::shared`]: one list for the process, because buffers are made where a
+/// [`TensorBuffer::shared`]: one list for the process, because buffers are made where a
 /// segment runs and let go where their tensors die.
-static FREE_BUFFERS: SharedCells<Buffer> = SharedCells::new();
+static FREE_BUFFERS: SharedCells<TensorBuffer> = SharedCells::new();
 
-impl Buffer {
+impl TensorBuffer {
     /// A buffer of `len` elements of `dtype`, from the pool when one of its class is free.
     /// Its contents are unspecified: the caller writes every element. Fails when the
     /// system cannot give the memory (after freeing what the pool keeps and trying once
     /// more).
-    pub fn alloc(dtype: DType, len: usize) -> Result<Buffer, AllocError> {
+    pub fn alloc(dtype: DType, len: usize) -> Result<TensorBuffer, AllocError> {
         let class = size_class(len);
         let storage = match POOL.take(dtype, class) {
             Some(s) => s,
@@ -232,19 +232,19 @@ impl Buffer {
                 Storage::try_zeroed(dtype, class)
             })?,
         };
-        Ok(Buffer::track(storage, len))
+        Ok(TensorBuffer::track(storage, len))
     }
 
     /// A buffer that takes ownership of `data` (no copy).
-    pub fn from_vec<T: StorageElement>(data: Vec<T>) -> Buffer {
+    pub fn from_vec<T: StorageElement>(data: Vec<T>) -> TensorBuffer {
         let len = data.len();
-        Buffer::track(T::into_storage(data), len)
+        TensorBuffer::track(T::into_storage(data), len)
     }
 
-    fn track(storage: Storage, len: usize) -> Buffer {
+    fn track(storage: Storage, len: usize) -> TensorBuffer {
         LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
         add_live_bytes(storage.bytes());
-        Buffer {
+        TensorBuffer {
             storage,
             len,
             live: true,
@@ -253,9 +253,9 @@ impl Buffer {
 
     /// A pooled buffer of `len` elements behind an `Arc`, reusing an emptied shell of
     /// the process's free list when there is one (so no allocation at all after warm-up).
-    /// Fails as [`Buffer::alloc`] does.
-    pub fn shared(dtype: DType, len: usize) -> Result<Arc<Buffer>, AllocError> {
-        let fresh = Buffer::alloc(dtype, len)?;
+    /// Fails as [`TensorBuffer::alloc`] does.
+    pub fn shared(dtype: DType, len: usize) -> Result<Arc<TensorBuffer>, AllocError> {
+        let fresh = TensorBuffer::alloc(dtype, len)?;
         if let Some(mut cell) = FREE_BUFFERS.take() {
             if let Some(b) = Arc::get_mut(&mut cell) {
                 let old = std::mem::replace(b, fresh);
@@ -267,8 +267,8 @@ impl Buffer {
     }
 
     /// Lets go of one reference to a shared buffer. The last one gives the storage back
-    /// to the pool (as a drop would) and keeps the emptied shell for [`Buffer::shared`].
-    pub fn release(mut buffer: Arc<Buffer>) {
+    /// to the pool (as a drop would) and keeps the emptied shell for [`TensorBuffer::shared`].
+    pub fn release(mut buffer: Arc<TensorBuffer>) {
         let Some(b) = last_ref(&mut buffer) else {
             return;
         };
@@ -319,7 +319,7 @@ impl Buffer {
     }
 }
 
-impl Drop for Buffer {
+impl Drop for TensorBuffer {
     fn drop(&mut self) {
         self.give_back();
     }
@@ -353,12 +353,12 @@ mod tests {
 
     #[test]
     fn buffers_are_reused() {
-        let b = Buffer::alloc(DType::F32, 1000).unwrap();
+        let b = TensorBuffer::alloc(DType::F32, 1000).unwrap();
         assert_eq!(b.len(), 1000);
         assert_eq!(b.as_slice::<f32>().unwrap().len(), 1000);
         assert!(b.as_slice::<u32>().is_none());
         drop(b);
-        let c = Buffer::alloc(DType::F32, 1001).unwrap();
+        let c = TensorBuffer::alloc(DType::F32, 1001).unwrap();
         assert_eq!(c.len(), 1001);
     }
 }

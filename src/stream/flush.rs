@@ -13,7 +13,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use super::queue::Queue;
-use super::{closer, StreamCell, StreamId};
+use super::{closer, Stream, StreamId};
 use crate::error::Error;
 use crate::fusion::{cache, ExecutionPlan};
 use crate::ir::TensorId;
@@ -93,7 +93,7 @@ struct Segment {
     par: Par,
 }
 
-impl StreamCell {
+impl Stream {
     /// Runs every queued op up to and including absolute position `upto` (all of them
     /// for `u64::MAX`). Ops already taken out by another flush are not waited for:
     /// a reader waits on the slot it needs. During the calling thread's teardown the

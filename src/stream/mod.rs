@@ -1,6 +1,6 @@
 //! Streams: one lazy queue of ops per thread, and how ops reach it.
 //!
-//! Every thread that records an op gets its own stream ([`StreamCell`]), found through
+//! Every thread that records an op gets its own stream ([`Stream`]), found through
 //! a thread-local. Recording touches only that stream, unless an input is still
 //! pending in another stream: then that stream is first drained up to the op that
 //! makes the input, on the recording thread (`record`). When the thread ends, its
@@ -18,7 +18,7 @@ mod queue;
 mod read;
 
 pub use flush::{FlushInfo, FlushReason};
-pub use queue::StreamCell;
+pub use queue::Stream;
 pub(crate) use read::{copy_out, materialize};
 
 use std::collections::HashMap;
@@ -48,7 +48,7 @@ pub(crate) mod config {
     pub const DEFAULT_QUEUE_LIMIT: usize = 4096;
 }
 
-static REGISTRY: Mutex<Option<HashMap<StreamId, Weak<StreamCell>>>> = Mutex::new(None);
+static REGISTRY: Mutex<Option<HashMap<StreamId, Weak<Stream>>>> = Mutex::new(None);
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 static SEGMENTS: AtomicUsize = AtomicUsize::new(0);
 /// Ops recorded by streams that have closed (open streams count their own).
@@ -62,10 +62,10 @@ pub(crate) fn count_segment() {
     SEGMENTS.fetch_add(1, Ordering::Relaxed);
 }
 
-fn new_stream() -> Arc<StreamCell> {
+fn new_stream() -> Arc<Stream> {
     closer::start();
     let id = StreamId(NEXT_STREAM.fetch_add(1, Ordering::Relaxed));
-    let cell = Arc::new(StreamCell::new(id));
+    let cell = Arc::new(Stream::new(id));
     REGISTRY
         .lock()
         .get_or_insert_with(HashMap::new)
@@ -75,7 +75,7 @@ fn new_stream() -> Arc<StreamCell> {
 }
 
 /// The calling thread's stream; closes it when the thread ends.
-struct LocalStream(Arc<StreamCell>);
+struct LocalStream(Arc<Stream>);
 
 impl Drop for LocalStream {
     fn drop(&mut self) {
@@ -95,7 +95,7 @@ thread_local! {
 /// Calls `f` with the calling thread's stream. During thread teardown, when the
 /// thread-local is gone, `f` gets a fresh stream that is closed right after (what it
 /// queued runs on the closer thread).
-pub(crate) fn with_current<R>(f: impl FnOnce(&Arc<StreamCell>) -> R) -> R {
+pub(crate) fn with_current<R>(f: impl FnOnce(&Arc<Stream>) -> R) -> R {
     // Asking first costs a second thread-local lookup, and keeps `f` for the fallback.
     if LOCAL.try_with(|_| ()).is_ok() {
         return LOCAL.with(|s| f(&s.0));
@@ -124,10 +124,10 @@ pub(crate) fn record<'a, I, R>(
     kind: OpKind,
     inputs: I,
     output: TensorDesc,
-    made: impl FnOnce(Arc<Slot>, &Arc<StreamCell>) -> R,
+    made: impl FnOnce(Arc<Slot>, &Arc<Stream>) -> R,
 ) -> R
 where
-    I: Iterator<Item = (&'a TensorDesc, &'a Arc<Slot>, &'a Arc<StreamCell>)> + Clone,
+    I: Iterator<Item = (&'a TensorDesc, &'a Arc<Slot>, &'a Arc<Stream>)> + Clone,
 {
     with_current(|cell| {
         for (desc, slot, home) in inputs.clone() {
@@ -148,7 +148,7 @@ where
     })
 }
 
-pub(crate) fn current() -> Arc<StreamCell> {
+pub(crate) fn current() -> Arc<Stream> {
     with_current(|c| c.clone())
 }
 
@@ -220,7 +220,7 @@ pub fn reset_peak_bytes() {
 
 /// A snapshot of the engine's counters.
 pub fn stats() -> EngineStats {
-    let streams: Vec<Arc<StreamCell>> = REGISTRY
+    let streams: Vec<Arc<Stream>> = REGISTRY
         .lock()
         .as_ref()
         .map_or_else(Vec::new, |m| m.values().filter_map(Weak::upgrade).collect());

@@ -1,6 +1,6 @@
 //! One stream: its lazy queue of ops, its cursor, and the recording side.
 //!
-//! A [`StreamCell`] is a queue behind its own lock. Ops are pushed at the back by the
+//! A [`Stream`] is a queue behind its own lock. Ops are pushed at the back by the
 //! stream's thread; a flush (`flush.rs`) takes a prefix out (all of it, or up to the op
 //! that makes a tensor somebody needs) under the lock, lets go of the lock, and runs
 //! it. The cursor counts ops taken out so far: an op's absolute position is `cursor +
@@ -95,7 +95,7 @@ pub(super) struct Queue {
 
 /// One stream: a lazy queue of ops behind its own lock.
 #[derive(Debug)]
-pub struct StreamCell {
+pub struct Stream {
     pub(super) id: StreamId,
     pub(super) queue: Mutex<Queue>,
     /// Signalled when the last segment in flight has finished its run.
@@ -105,10 +105,10 @@ pub struct StreamCell {
     recorded: AtomicUsize,
 }
 
-impl StreamCell {
+impl Stream {
     /// A new, empty stream.
-    pub(crate) fn new(id: StreamId) -> StreamCell {
-        StreamCell {
+    pub(crate) fn new(id: StreamId) -> Stream {
+        Stream {
             id,
             queue: Mutex::new(Queue::default()),
             idle: Condvar::new(),

@@ -11,17 +11,17 @@
 
 use std::sync::Arc;
 
-use super::{FlushReason, StreamCell, LOCAL};
+use super::{FlushReason, Stream, LOCAL};
 use crate::error::{Error, Result};
 use crate::ir::{Layout, TensorId};
 use crate::kernels::{self, worth_splitting, KernelError, Par};
-use crate::runtime::{run_in_pool, Buffer, Slot, SlotState, StorageElement};
+use crate::runtime::{run_in_pool, Slot, SlotState, StorageElement, TensorBuffer};
 
 /// Runs what the pending tensor in `slot` (made by stream `home`) waits for, as far as
 /// the calling thread needs: all of `home`'s queue when `home` is the calling thread's
 /// own stream, up to the tensor's producer otherwise. Returns at once for a tensor that
 /// is not pending. A producer already taken out by another flush is not waited for.
-pub(crate) fn drain(home: &Arc<StreamCell>, slot: &Slot, reason: FlushReason) {
+pub(crate) fn drain(home: &Arc<Stream>, slot: &Slot, reason: FlushReason) {
     if !slot.is_pending() {
         return;
     }
@@ -38,8 +38,8 @@ pub(crate) fn drain(home: &Arc<StreamCell>, slot: &Slot, reason: FlushReason) {
 pub(crate) fn materialize(
     id: TensorId,
     slot: &Slot,
-    home: &Arc<StreamCell>,
-) -> Result<Arc<Buffer>> {
+    home: &Arc<Stream>,
+) -> Result<Arc<TensorBuffer>> {
     drain(home, slot, FlushReason::Read(id));
     slot.wait_ready();
     match slot.state() {

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::ir::{DType, Layout, OpKind, TensorDesc, TensorId, MAX_RANK};
 use crate::reuse::cells::{last_ref, LocalCells};
-use crate::runtime::{Buffer, Slot, StorageElement};
-use crate::stream::{self, StreamCell};
+use crate::runtime::{Slot, StorageElement, TensorBuffer};
+use crate::stream::{self, Stream};
 
 /// A handle to a tensor: an n-dimensional array of one [`DType`], computed lazily.
 ///
@@ -39,7 +39,7 @@ pub(crate) struct Handle {
     desc: TensorDesc,
     /// `None` once released (the handle waits on a free list for reuse).
     slot: Option<Arc<Slot>>,
-    home: Arc<StreamCell>,
+    home: Arc<Stream>,
 }
 
 thread_local! {
@@ -82,7 +82,7 @@ impl Drop for Tensor {
 impl Tensor {
     /// A handle for a tensor described by `desc` whose data is (or will be) in `slot`,
     /// made by stream `home`; reuses a free handle of this thread when there is one.
-    fn from_parts(desc: TensorDesc, slot: Arc<Slot>, home: &Arc<StreamCell>) -> Tensor {
+    fn from_parts(desc: TensorDesc, slot: Arc<Slot>, home: &Arc<Stream>) -> Tensor {
         if let Some(mut cell) = LocalCells::take(&FREE_HANDLES) {
             if let Some(h) = Arc::get_mut(&mut cell) {
                 h.desc = desc;
@@ -178,7 +178,7 @@ impl Tensor {
             });
         }
         Ok(Tensor::ready(
-            Buffer::from_vec(data),
+            TensorBuffer::from_vec(data),
             T::DTYPE,
             Layout::contiguous(dims),
         ))
@@ -211,7 +211,7 @@ impl Tensor {
         ))
     }
 
-    fn ready(buffer: Buffer, dtype: DType, layout: Layout) -> Tensor {
+    fn ready(buffer: TensorBuffer, dtype: DType, layout: Layout) -> Tensor {
         let home = stream::current();
         let id = TensorId::fresh();
         Tensor::from_parts(
@@ -315,7 +315,7 @@ impl Tensor {
     }
 
     /// Runs whatever the tensor still waits for and returns its buffer.
-    fn materialize(&self) -> Result<Arc<Buffer>> {
+    fn materialize(&self) -> Result<Arc<TensorBuffer>> {
         stream::materialize(self.id(), self.slot(), &self.h().home)
     }
 

@@ -11,7 +11,7 @@
 //! (the rule of AITemplate's multi-stream memory planner).
 //!
 //! ```
-//! use streamfuse::plan::{groups, Buffer};
+//! use streamfuse::memory_planner::{groups, Buffer};
 //! // Kernels 0 and 1 run at once (group 0), kernel 2 after them (group 1).
 //! let group_of = [0, 0, 1];
 //! let a = Buffer::new(0, 0, 1, 64); // used only by kernel 0

@@ -52,7 +52,7 @@
 //! # Example
 //!
 //! ```
-//! use streamfuse::plan::{self, Buffer, Options, Problem};
+//! use streamfuse::memory_planner::{self as plan, Buffer, Options, Problem};
 //! // x and z never live together, y meets both.
 //! let p = Problem::new(vec![
 //!     Buffer::new(0, 0, 2, 64), // x
