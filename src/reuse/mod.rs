@@ -30,6 +30,9 @@
 //! - [`vecs`]: [`vecs::Spares`], one bounded stack of emptied vectors or deques.
 //! - [`retype`]: reuses an emptied vector's allocation for another element type of the
 //!   same size and alignment (how the plan executor keeps vectors of borrows).
+//! - [`ahead`]: vectors made ahead for every thread that may run kernels
+//!   ([`ahead::MadeAhead`]) and each thread's own kept pair; the fused kernel's
+//!   scratch is made of them.
 //! - [`pool`]: size classes, and a pool of free storage by kind and class plus free
 //!   arenas, under one byte limit, the oldest freed first.
 //!
@@ -47,9 +50,9 @@
 //! | `runtime::memory::POOL` ([`pool::Pool`]) | free buffer storage by dtype and size class, free arenas | `pool_limit()` bytes | past the limit, oldest first; `trim_pools` |
 //! | `stream::queue::TaskSpares`, one per stream ([`vecs::Spares`]) | emptied input, slot and relative-id vectors of executed tasks; emptied segment deques | 16384 vectors of each kind; 2 deques | when the stream closes |
 //! | `Queue::scratch`, one per stream | the plan executor's `PlanScratch` (index tables; its vectors of borrows kept through [`retype::retype`]) | one, lent to one running flush (a concurrent flush makes its own) | when the stream closes, or after a run that panicked |
-//! | `kernels::fused`: per-thread step lists and register tables | emptied vectors | 2 of each per thread (fixed arrays: keeping never allocates) | at thread exit |
+//! | `kernels::fused`: per-thread step lists and register tables ([`ahead::ThreadKept`]) | emptied vectors | 2 of each per thread (fixed arrays: keeping never allocates) | at thread exit |
 //! | `kernels::fused`: per-thread spill tiles | one vector of plain floats, grown, never shrunk | one per thread | at thread exit |
-//! | `kernels::fused`: spares made ahead of steps, registers and tiles | emptied vectors, made for the cores + 4 threads | twice that many of each | never (bounded) |
+//! | `kernels::fused`: spares made ahead of steps, registers and tiles ([`ahead::MadeAhead`]) | emptied vectors, made for the cores + 4 threads | twice that many of each | never (bounded) |
 //!
 //! Not keepers: the plan cache (`fusion::cache`) keeps results, not memory to reuse,
 //! under its own byte limit; a live stream's queue deque and relative-form builders
@@ -57,6 +60,7 @@
 //!
 //! [`Arc::get_mut`]: std::sync::Arc::get_mut
 
+pub(crate) mod ahead;
 pub(crate) mod cells;
 pub(crate) mod pool;
 pub(crate) mod retype;

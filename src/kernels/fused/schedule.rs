@@ -4,10 +4,9 @@
 //! gathered, or read from the output that overwrites them.
 
 use super::program::{FusedProgram, Instr};
-use super::scratch::{
-    give_scratch, take_scratch, REG_SCRATCH, REG_SPARES, STEP_SCRATCH, STEP_SPARES,
-};
+use super::scratch::{REG_SCRATCH, REG_SPARES, STEP_SCRATCH, STEP_SPARES};
 use crate::ir::{BinaryOp, UnaryOp};
+use crate::reuse::ahead::{give_scratch, take_scratch};
 
 /// What the schedule knows of one register.
 #[derive(Clone, Copy)]
