@@ -122,9 +122,9 @@ pub fn unary(
 /// Applies an element-wise function of two inputs of the same element type.
 ///
 /// Both layouts must already have the output's dims (the caller broadcast them with
-/// [`Layout::broadcast_as`], so broadcast dims have stride 0). `dst` receives the result
+/// `Layout::broadcast_as`, so broadcast dims have stride 0). `dst` receives the result
 /// contiguously and must have exactly the output's element count. Integer arithmetic wraps
-/// and integer division by zero gives zero (see [`Element`]).
+/// and integer division by zero gives zero (see `Element`).
 pub fn binary<T: Element>(
     op: BinaryOp,
     lhs: &[T],

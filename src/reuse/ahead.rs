@@ -112,7 +112,10 @@ mod tests {
         assert!(a.is_empty() && a.capacity() >= 16);
         let made = threads_ahead();
         let mut taken: Vec<Vec<u64>> = (0..made + 3).map(|_| ahead.take()).collect();
-        assert!(taken.iter().all(|v| v.capacity() >= 16), "past the list: fresh ones");
+        assert!(
+            taken.iter().all(|v| v.capacity() >= 16),
+            "past the list: fresh ones"
+        );
         // Given back with values: kept cleared by this thread (two), the rest listed.
         let mut v = a;
         v.extend([1, 2, 3]);

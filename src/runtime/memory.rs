@@ -94,7 +94,7 @@ static FIXED_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// The most bytes of free storage the pool keeps, buffers and arenas together.
 ///
-/// By default it is the larger of [`POOL_LIMIT_FLOOR`] (64 MiB) and twice the most
+/// By default it is the larger of 64 MiB and twice the most
 /// tensor memory (live buffers and running arenas) in use at once during the last 64
 /// to 128 segments. A program that repeats the same passes thus keeps everything its
 /// next pass will ask for (a pass never needs more free storage than it had in use),
