@@ -178,4 +178,23 @@ mod tests {
         let b = length_sorted_batches(&seqs, 2);
         assert_eq!(b, vec![vec![1, 5], vec![3, 0], vec![4, 2]]);
     }
+
+    #[test]
+    fn batches_keep_every_sentence_once_longest_first() {
+        let lens = [5usize, 0, 17, 3, 3, 12, 1, 9, 9, 2, 30];
+        let seqs: Vec<Vec<u32>> = lens.iter().map(|&n| vec![7; n]).collect();
+        for batch in [0, 1, 3, 4, 11, 50] {
+            let b = length_sorted_batches(&seqs, batch);
+            assert!(b.iter().all(|c| !c.is_empty() && c.len() <= batch.max(1)));
+            let flat: Vec<usize> = b.concat();
+            let mut seen = flat.clone();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..lens.len()).collect::<Vec<_>>(), "batch {batch}");
+            assert!(
+                flat.windows(2).all(|w| lens[w[0]] >= lens[w[1]]),
+                "batch {batch}: {flat:?} not longest first"
+            );
+        }
+        assert!(length_sorted_batches(&[], 4).is_empty());
+    }
 }

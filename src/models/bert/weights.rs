@@ -233,3 +233,71 @@ impl BertModel {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use safetensors::tensor::TensorView;
+
+    use super::*;
+
+    fn tiny() -> BertConfig {
+        BertConfig::from_json(
+            r#"{"vocab_size": 5, "hidden_size": 4, "num_hidden_layers": 1,
+                "num_attention_heads": 2, "intermediate_size": 8,
+                "max_position_embeddings": 6, "type_vocab_size": 2,
+                "layer_norm_eps": 1e-12, "hidden_act": "gelu", "pad_token_id": 0}"#,
+        )
+        .unwrap()
+    }
+
+    /// A safetensors file holding `tensors` (name, shape), every element 0.5.
+    fn file(tensors: &[(&str, &[usize])]) -> Vec<u8> {
+        let data: Vec<Vec<u8>> = tensors
+            .iter()
+            .map(|(_, shape)| 0.5f32.to_le_bytes().repeat(shape.iter().product()))
+            .collect();
+        let views = tensors.iter().zip(&data).map(|((name, shape), bytes)| {
+            (
+                name.to_string(),
+                TensorView::new(Dtype::F32, shape.to_vec(), bytes).unwrap(),
+            )
+        });
+        safetensors::serialize(views, None).unwrap()
+    }
+
+    fn load_error(bytes: &[u8]) -> String {
+        match BertModel::from_safetensors(tiny(), bytes, Path::new("m.safetensors")) {
+            Ok(_) => panic!("a broken file loaded"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_missing_weight_is_named() {
+        let e = load_error(&file(&[("unrelated", &[2])]));
+        assert!(e.contains("embeddings.word_embeddings.weight"), "{e}");
+        assert!(e.contains("missing") && e.contains("m.safetensors"), "{e}");
+    }
+
+    #[test]
+    fn a_mis_shaped_weight_is_named_with_both_shapes() {
+        let e = load_error(&file(&[("embeddings.word_embeddings.weight", &[4, 5])]));
+        assert!(e.contains("embeddings.word_embeddings.weight"), "{e}");
+        assert!(e.contains("[4, 5]") && e.contains("[5, 4]"), "{e}");
+    }
+
+    #[test]
+    fn weights_under_a_bert_prefix_are_found_and_the_next_missing_one_is_named() {
+        let e = load_error(&file(&[(
+            "bert.embeddings.word_embeddings.weight",
+            &[5, 4],
+        )]));
+        assert!(e.contains("embeddings.position_embeddings.weight"), "{e}");
+    }
+
+    #[test]
+    fn bytes_that_are_not_safetensors_are_an_error() {
+        let e = load_error(b"not a safetensors file");
+        assert!(e.contains("not a valid safetensors file"), "{e}");
+    }
+}
