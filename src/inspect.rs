@@ -10,10 +10,10 @@
 //! it. Items here may change between releases without notice.
 
 pub use crate::fusion::cache::clear as clear_plan_cache;
-pub use crate::ir::BinaryOp;
+pub use crate::ir::{BinaryOp, UnaryOp};
 pub use crate::runtime::observer;
 
 /// The CPU kernels the engine runs, callable directly on slices (for benchmarks).
 pub mod kernels {
-    pub use crate::kernels::{binary, copy, layer_norm, matmul, softmax, KernelError, Par};
+    pub use crate::kernels::{binary, copy, layer_norm, matmul, softmax, unary, KernelError, Par};
 }

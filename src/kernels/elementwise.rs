@@ -74,11 +74,31 @@ where
     });
 }
 
+/// [`map`] for the branch-free functions of `math` (`exp`, `gelu`, ...): their loop is
+/// compiled for the CPU's SIMD level by runtime dispatch (`math::map_into`), which
+/// `map`'s generic loop is not. A contiguous source is read straight; any other is
+/// gathered into `dst` first and transformed there.
+fn map_simd<A>(src: &[f32], layout: &Layout, dst: &mut [f32], par: Par, f: A)
+where
+    A: math::Activation + Sync + Send,
+{
+    if layout.is_contiguous() {
+        let src = &src[layout.offset..layout.offset + dst.len()];
+        for_each_chunk(dst, 1, 8, par, |start, out| {
+            math::map_into(&src[start..start + out.len()], out, f)
+        });
+    } else {
+        map(src, layout, dst, par, 1, |x| x);
+        for_each_chunk(dst, 1, 8, par, |_, out| math::in_place(out, f));
+    }
+}
+
 /// Applies an element-wise function of one f32 input.
 ///
 /// `src` is read through `layout`; `dst` receives the result contiguously and must have
-/// exactly `layout.numel()` elements. The functions are those of [`UnaryOp`]; `Gelu` uses
-/// an erf accurate to about 1e-10 (Chebyshev fits, module `math`), `Affine` computes `x * mul + add`
+/// exactly `layout.numel()` elements. The functions are those of [`UnaryOp`]; `Gelu`,
+/// `Exp`, `Tanh`, `Sigmoid` and `Silu` are vectorised f32 forms within a few ulp (module
+/// `math` states each bound), `Affine` computes `x * mul + add`
 /// in f32 and `Powf` is `x.powf(e)`.
 pub fn unary(
     op: UnaryOp,
@@ -91,22 +111,18 @@ pub fn unary(
     let numel = check_input(kernel, "src", src.len(), layout)?;
     check_dst(kernel, dst.len(), numel)?;
     match op {
-        UnaryOp::Exp => map(src, layout, dst, par, 4, math::exp),
+        UnaryOp::Exp => map_simd(src, layout, dst, par, math::Exp),
         UnaryOp::Log => map(src, layout, dst, par, 4, f32::ln),
         UnaryOp::Sqrt => map(src, layout, dst, par, 1, f32::sqrt),
         UnaryOp::Recip => map(src, layout, dst, par, 1, |x| 1.0 / x),
         UnaryOp::Neg => map(src, layout, dst, par, 1, |x: f32| -x),
         UnaryOp::Abs => map(src, layout, dst, par, 1, f32::abs),
-        UnaryOp::Tanh => map(src, layout, dst, par, 4, math::tanh),
-        UnaryOp::Sigmoid => map(src, layout, dst, par, 4, math::sigmoid),
+        UnaryOp::Tanh => map_simd(src, layout, dst, par, math::Tanh),
+        UnaryOp::Sigmoid => map_simd(src, layout, dst, par, math::Sigmoid),
         UnaryOp::Relu => map(src, layout, dst, par, 1, math::relu),
-        UnaryOp::Gelu => {
-            // Gathered first, then one vectorised pass (see `math::gelu_in_place`).
-            map(src, layout, dst, par, 1, |x| x);
-            for_each_chunk(dst, 1, 8, par, |_, out| math::gelu_in_place(out));
-        }
-        UnaryOp::GeluTanh => map(src, layout, dst, par, 4, math::gelu_tanh),
-        UnaryOp::Silu => map(src, layout, dst, par, 4, math::silu),
+        UnaryOp::Gelu => map_simd(src, layout, dst, par, math::Gelu),
+        UnaryOp::GeluTanh => map_simd(src, layout, dst, par, math::GeluTanh),
+        UnaryOp::Silu => map_simd(src, layout, dst, par, math::Silu),
         UnaryOp::Affine { mul, add } => {
             let (m, a) = (f64::from_bits(mul) as f32, f64::from_bits(add) as f32);
             map(src, layout, dst, par, 1, move |x| x * m + a)

@@ -70,6 +70,12 @@ pub(super) fn specials(rng: &mut Rng, n: usize) -> Vec<f32> {
 pub(super) fn same_bits(a: &[Vec<f32>], b: &[Vec<f32>], what: &str) {
     for (j, (x, y)) in a.iter().zip(b).enumerate() {
         for (i, (u, v)) in x.iter().zip(y).enumerate() {
+            // A NaN's sign and payload are not specified by IEEE 754 for arithmetic
+            // results and differ between vector widths (the vectorised `exp` and
+            // its scalar remainder loop, say): any NaN matches any NaN.
+            if u.is_nan() && v.is_nan() {
+                continue;
+            }
             assert_eq!(
                 u.to_bits(),
                 v.to_bits(),
