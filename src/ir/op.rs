@@ -158,6 +158,14 @@ pub enum OpKind {
     },
     /// Softmax over the last dim.
     Softmax,
+    /// Inputs q `[b, heads, lq, dh]`, k and v `[b, heads, lk, dh]` (each row's `dh`
+    /// elements contiguous) and optionally an additive bias read as
+    /// `[b, heads, lq, lk]`: `softmax(q·kᵀ · scale + bias) · v`, written as
+    /// `[b, lq, heads, dh]`.
+    Attention {
+        /// Bits of the score scale (an `f64`).
+        scale: u64,
+    },
     /// Inputs x, weight, bias: layer norm over the last dim.
     LayerNorm {
         /// Bits of epsilon (an `f64`).
@@ -196,6 +204,7 @@ impl OpKind {
             OpKind::MatMul => "matmul",
             OpKind::Reduce { op, .. } => op.name(),
             OpKind::Softmax => "softmax",
+            OpKind::Attention { .. } => "attention",
             OpKind::LayerNorm { .. } => "layer_norm",
             OpKind::RmsNorm { .. } => "rms_norm",
             OpKind::IndexSelect { .. } => "index_select",

@@ -32,6 +32,7 @@
 //! and `chain` (a matmul, a fused program and a row norm run panel by panel as one
 //! kernel: matmul epilogues and norm prologues).
 
+mod attention;
 mod chain;
 mod copy;
 mod elementwise;
@@ -48,6 +49,7 @@ pub(crate) mod teardown;
 #[cfg(test)]
 mod testutil;
 
+pub use attention::{attention, MAX_HEAD_DIM};
 pub use chain::{chain, ChainMatMul, ChainNorm};
 pub use copy::{cast, cat, copy, fill};
 pub use elementwise::{binary, unary};

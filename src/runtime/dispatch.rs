@@ -347,6 +347,28 @@ pub fn run_into(
             kernels::reduce::<T>(*r, typed(input(0))?, lay(0), *dim, dst(b)?, par)?
         }),
         OpKind::Softmax => kernels::softmax(typed(input(0))?, lay(0), dst(b)?, par)?,
+        OpKind::Attention { scale } => {
+            let (q, k) = (lay(0), lay(1));
+            let bias = match op.inputs.len() {
+                3 => None,
+                _ => {
+                    let dims = [q.dims()[0], q.dims()[1], q.dims()[2], k.dims()[2]];
+                    Some((typed(input(3))?, broadcast(lay(3), &dims)?))
+                }
+            };
+            kernels::attention(
+                typed(input(0))?,
+                q,
+                typed(input(1))?,
+                k,
+                typed(input(2))?,
+                lay(2),
+                bias.as_ref().map(|(data, l)| (*data, l)),
+                f64::from_bits(*scale) as f32,
+                dst(b)?,
+                par,
+            )?
+        }
         OpKind::LayerNorm { eps } => kernels::layer_norm(
             typed(input(0))?,
             lay(0),

@@ -11,6 +11,7 @@
 //! The ops are spread over files by family: [`elementwise`](self) (unary, binary,
 //! casts), matmul and reductions in `compute`, views and gathers in `view`.
 
+mod attention;
 mod compute;
 mod dim;
 mod elementwise;

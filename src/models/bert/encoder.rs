@@ -66,13 +66,11 @@ impl BertModel {
             let q = qkv.narrow(0, 0, 1)?.squeeze(0)?;
             let k = qkv.narrow(0, 1, 1)?.squeeze(0)?;
             let v = qkv.narrow(0, 2, 1)?.squeeze(0)?;
-            let probs = q
-                .matmul(&k.transpose(-1, -2)?)?
-                .add(&key_bias)?
-                .softmax(-1)?;
-            let ctx = probs
-                .matmul(&v)?
-                .permute(&[0, 2, 1, 3])?
+            // One kernel: scores, mask, softmax and the product with v, per head, read
+            // from the projection's layout and written as [b, l, heads, dh] rows. The
+            // 1/√dh scale is folded into the q weights at load time.
+            let ctx = q
+                .attention(&k, &v, Some(&key_bias), 1.0)?
                 .reshape(&[b * l, h])?;
             let a = ctx
                 .matmul(&layer.out_w)?

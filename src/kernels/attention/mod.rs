@@ -1,0 +1,435 @@
+//! Scaled dot-product attention as one kernel: `softmax(q·kᵀ · scale + bias) · v` per
+//! head, without the score matrix ever being stored.
+//!
+//! The unfused form writes a `[batch, heads, lq, lk]` score tensor, reads it back for
+//! the softmax, writes the probabilities, reads them for the product with `v`, then
+//! copies the context from `[batch, heads, lq, dh]` to the `[batch, lq, heads · dh]`
+//! rows the output projection reads. This kernel instead walks a block of
+//! [`QB`] query rows of one head at a time:
+//!
+//! * the block's query rows are packed transposed (`qt[d][lane]`, already multiplied by
+//!   `scale`), so every vector operation below works on the [`QB`] queries at once;
+//! * keys come in blocks of [`KB`]: a score tile `s[key][lane]` of `QB · KB` floats
+//!   (on the stack, in L1) takes `dh` multiply-adds per key, each a broadcast element
+//!   of the key row times `qt[d]`;
+//! * the softmax is online (as in FlashAttention): a running maximum and sum per query,
+//!   and the accumulator `ot[d][lane]` rescaled by `e^(old max - new max)` when the
+//!   maximum grows, once per key block;
+//! * `ot[d] += p[key] · v[key][d]`, again a broadcast times a vector of queries;
+//! * at the end of the keys the block's context rows are divided by the sums and
+//!   written to `[batch, lq, heads, dh]`, the layout a `reshape` to
+//!   `[batch · lq, heads · dh]` reads for free.
+//!
+//! q, k and v are read through their layouts (each row's `dh` elements contiguous),
+//! so views of a fused QKV projection need no copy. Work is split over whole output
+//! rows (blocks of up to 16 query rows of one sequence, all heads), so one short
+//! sequence still uses every core.
+//! Scratch is the three tiles on the stack (at most 66 KiB with `dh` = 256), so the
+//! kernel allocates nothing.
+//!
+//! Accuracy: the same products and sums as the unfused path in a different order,
+//! `exp` within 2 ulp; `tests/attention.rs` holds every output within 1e-6 of the
+//! unfused path's, relative to the largest of them.
+
+mod avx512;
+mod portable;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::{check_dst, check_input, error, worth_splitting, KernelError, Par};
+use crate::ir::Layout;
+
+/// Query rows handled together (one vector of lanes on AVX-512).
+pub(crate) const QB: usize = 16;
+/// Keys per score tile.
+pub(crate) const KB: usize = 32;
+/// The largest head size the kernel takes (its tiles live on the stack).
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// When set, the portable path runs even on AVX-512 (tests compare the two).
+static FORCE_PORTABLE: AtomicBool = AtomicBool::new(false);
+
+fn force_portable() -> bool {
+    FORCE_PORTABLE.load(Ordering::Relaxed)
+}
+
+/// Makes every later call take the portable path (`true`) or the fastest (`false`);
+/// for tests that compare the two.
+#[cfg(test)]
+pub(crate) fn set_force_portable(on: bool) {
+    FORCE_PORTABLE.store(on, Ordering::Relaxed);
+}
+
+/// One operand's geometry: the element offset of row `(b, h, i)` is
+/// `offset + b·sb + h·sh + i·si`, the row's `dh` elements contiguous.
+#[derive(Clone, Copy, Debug)]
+struct Rows {
+    offset: usize,
+    sb: usize,
+    sh: usize,
+    si: usize,
+}
+
+impl Rows {
+    fn of(kernel: &str, what: &str, l: &Layout) -> Result<Rows, KernelError> {
+        if l.dims.len() != 4 {
+            return Err(error(
+                kernel,
+                format_args!(
+                    "{what} must be [batch, heads, len, head_dim], got {:?}",
+                    l.dims
+                ),
+            ));
+        }
+        if l.dims[3] > 1 && l.strides[3] != 1 {
+            return Err(error(
+                kernel,
+                format_args!(
+                    "{what}'s last dim must be contiguous (stride {})",
+                    l.strides[3]
+                ),
+            ));
+        }
+        Ok(Rows {
+            offset: l.offset,
+            sb: l.strides[0],
+            sh: l.strides[1],
+            si: l.strides[2],
+        })
+    }
+
+    #[inline(always)]
+    fn at(&self, b: usize, h: usize, i: usize) -> usize {
+        self.offset + b * self.sb + h * self.sh + i * self.si
+    }
+}
+
+/// The additive bias's geometry: element `(b, h, i, j)` at
+/// `offset + b·sb + h·sh + i·si + j·sj` (strides 0 where it is broadcast).
+#[derive(Clone, Copy, Debug)]
+struct Bias<'a> {
+    data: &'a [f32],
+    offset: usize,
+    strides: [usize; 4],
+}
+
+/// `softmax(q·kᵀ · scale + bias) · v`, written as `[batch, lq, heads, dh]` rows.
+///
+/// `q` is `[batch, heads, lq, dh]`, `k` and `v` are `[batch, heads, lk, dh]`, each read
+/// through its layout with its last dim contiguous; `bias`, when given, is read
+/// through a layout of dims `[batch, heads, lq, lk]` (broadcast dims have stride 0),
+/// and is added to the scaled scores (0 keeps a key, a large negative number masks
+/// it). `dst` must have `batch · lq · heads · dh` elements. `dh` is at most
+/// [`MAX_HEAD_DIM`].
+#[allow(clippy::too_many_arguments)] // three operands with their layouts, as every kernel
+pub fn attention(
+    q: &[f32],
+    ql: &Layout,
+    k: &[f32],
+    kl: &Layout,
+    v: &[f32],
+    vl: &Layout,
+    bias: Option<(&[f32], &Layout)>,
+    scale: f32,
+    dst: &mut [f32],
+    par: Par,
+) -> Result<(), KernelError> {
+    let kernel = "attention";
+    check_input(kernel, "q", q.len(), ql)?;
+    check_input(kernel, "k", k.len(), kl)?;
+    check_input(kernel, "v", v.len(), vl)?;
+    let (qr, kr, vr) = (
+        Rows::of(kernel, "q", ql)?,
+        Rows::of(kernel, "k", kl)?,
+        Rows::of(kernel, "v", vl)?,
+    );
+    let [batch, heads, lq, dh] = [ql.dims[0], ql.dims[1], ql.dims[2], ql.dims[3]];
+    let lk = kl.dims[2];
+    if kl.dims[..2] != ql.dims[..2] || kl.dims[3] != dh || vl.dims[..] != kl.dims[..] {
+        return Err(error(
+            kernel,
+            format_args!(
+                "q {:?}, k {:?} and v {:?} must agree on batch, heads and head size, and k with v on length",
+                ql.dims, kl.dims, vl.dims
+            ),
+        ));
+    }
+    if dh > MAX_HEAD_DIM {
+        return Err(error(
+            kernel,
+            format_args!("head size {dh} is above the largest supported, {MAX_HEAD_DIM}"),
+        ));
+    }
+    let bias = match bias {
+        None => None,
+        Some((data, bl)) => {
+            check_input(kernel, "bias", data.len(), bl)?;
+            if bl.dims[..] != [batch, heads, lq, lk] {
+                return Err(error(
+                    kernel,
+                    format_args!(
+                        "bias must be read as [{batch}, {heads}, {lq}, {lk}], got {:?}",
+                        bl.dims
+                    ),
+                ));
+            }
+            let s = &bl.strides;
+            Some(Bias {
+                data,
+                offset: bl.offset,
+                strides: [s[0], s[1], s[2], s[3]],
+            })
+        }
+    };
+    check_dst(kernel, dst.len(), batch * lq * heads * dh)?;
+    if dst.is_empty() {
+        return Ok(());
+    }
+    if lk == 0 {
+        // No keys: the softmax of nothing; the unfused path gives NaN rows too.
+        dst.fill(f32::NAN);
+        return Ok(());
+    }
+    // Work is cut into blocks of query rows of one sequence, all heads (a block's
+    // output rows are contiguous in `dst`); the rows of a sequence are shared evenly
+    // between its blocks, so 20 rows make two blocks of 10, not 16 and 4.
+    let blocks_per_seq = lq.div_ceil(QB);
+    let job = Job {
+        q,
+        k,
+        v,
+        qr,
+        kr,
+        vr,
+        bias,
+        scale,
+        heads,
+        lq,
+        lk,
+        dh,
+        block_rows: lq.div_ceil(blocks_per_seq),
+        blocks_per_seq,
+    };
+    let work = batch * heads * lq * lk * dh * 4;
+    let pieces = if par.threads > 1 && worth_splitting(work) {
+        // A few pieces per thread, so an uneven split still keeps every core busy.
+        4 * par.threads
+    } else {
+        1
+    };
+    job.blocks(0..batch * blocks_per_seq, dst, pieces);
+    Ok(())
+}
+
+/// Everything a block of output rows needs.
+struct Job<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    qr: Rows,
+    kr: Rows,
+    vr: Rows,
+    bias: Option<Bias<'a>>,
+    scale: f32,
+    heads: usize,
+    lq: usize,
+    lk: usize,
+    dh: usize,
+    /// Query rows per block (at most [`QB`]).
+    block_rows: usize,
+    /// Blocks per sequence.
+    blocks_per_seq: usize,
+}
+
+impl Job<'_> {
+    /// The sequence, first row and row count of block `g`.
+    fn block_at(&self, g: usize) -> (usize, usize, usize) {
+        let (b, i0) = (
+            g / self.blocks_per_seq,
+            (g % self.blocks_per_seq) * self.block_rows,
+        );
+        (b, i0, self.block_rows.min(self.lq - i0))
+    }
+
+    /// The offset in `dst` of block `g`'s first row (`lq` for the end of the last).
+    fn start_of(&self, g: usize) -> usize {
+        let (b, i0, _) = self.block_at(g);
+        (b * self.lq + i0) * self.heads * self.dh
+    }
+
+    /// Blocks `range`, whose rows are `out`, cut in up to `pieces` parts run at once
+    /// (`rayon::join`: no allocation).
+    fn blocks(&self, range: std::ops::Range<usize>, out: &mut [f32], pieces: usize) {
+        if pieces > 1 && range.len() > 1 {
+            let mid = range.start + range.len() / 2;
+            let (left, right) = out.split_at_mut(self.start_of(mid) - self.start_of(range.start));
+            rayon::join(
+                || self.blocks(range.start..mid, left, pieces / 2),
+                || self.blocks(mid..range.end, right, pieces - pieces / 2),
+            );
+            return;
+        }
+        let row = self.heads * self.dh;
+        let mut at = 0;
+        for g in range {
+            let (b, i0, len) = self.block_at(g);
+            for h in 0..self.heads {
+                self.block(b, h, i0, len, &mut out[at + h * self.dh..]);
+            }
+            at += len * row;
+        }
+    }
+
+    /// Query rows `i0..i0 + len` (`len <= QB`) of head `h` of sequence `b`; row `t`'s
+    /// context goes to `out[t · heads · dh..][..dh]`. On AVX-512 one vector holds
+    /// the block's [`QB`] queries (`avx512.rs`); elsewhere the portable loops run
+    /// (`portable.rs`), compiled for the CPU's SIMD level.
+    #[inline]
+    fn block(&self, b: usize, h: usize, i0: usize, len: usize, out: &mut [f32]) {
+        if !force_portable() {
+            if let Some(simd) = pulp::x86::V4::try_new() {
+                return self.block_avx512(simd, b, h, i0, len, out);
+            }
+        }
+        struct Op<'a, 'b> {
+            job: &'a Job<'b>,
+            b: usize,
+            h: usize,
+            i0: usize,
+            len: usize,
+            out: &'a mut [f32],
+        }
+        impl pulp::WithSimd for Op<'_, '_> {
+            type Output = ();
+            #[inline(always)]
+            fn with_simd<S: pulp::Simd>(self, _simd: S) {
+                // Tiles sized for the head (zeroing a 256-row tile for a head of 32
+                // would cost as much as the block's arithmetic).
+                let (job, b, h, i0, len, out) =
+                    (self.job, self.b, self.h, self.i0, self.len, self.out);
+                match job.dh {
+                    0..=32 => job.block_portable::<32>(b, h, i0, len, out),
+                    33..=64 => job.block_portable::<64>(b, h, i0, len, out),
+                    65..=128 => job.block_portable::<128>(b, h, i0, len, out),
+                    _ => job.block_portable::<MAX_HEAD_DIM>(b, h, i0, len, out),
+                }
+            }
+        }
+        pulp::Arch::new().dispatch(Op {
+            job: self,
+            b,
+            h,
+            i0,
+            len,
+            out,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::testutil::Rng;
+
+    fn ramp(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = Rng::new(seed);
+        (0..n).map(|_| rng.f32() - 0.5).collect()
+    }
+
+    /// Runs the kernel over `[b, heads, l, dh]` operands with a padding bias.
+    fn run(b: usize, heads: usize, l: usize, dh: usize, par: Par) -> Vec<f32> {
+        let n = b * heads * l * dh;
+        let (q, k, v) = (ramp(n, 1), ramp(n, 2), ramp(n, 3));
+        let lay = Layout::contiguous(&[b, heads, l, dh]);
+        let bias: Vec<f32> = (0..b * l)
+            .map(|x| if x % l < l - x / l { 0.0 } else { -1e9 })
+            .collect();
+        let bl = Layout::contiguous(&[b, 1, 1, l])
+            .broadcast_as(&[b, heads, l, l])
+            .unwrap();
+        let mut out = vec![0.0; n];
+        attention(
+            &q,
+            &lay,
+            &k,
+            &lay,
+            &v,
+            &lay,
+            Some((&bias, &bl)),
+            0.3,
+            &mut out,
+            par,
+        )
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn the_vector_path_matches_the_portable_one() {
+        for (b, heads, l, dh, par) in [
+            (2, 3, 21, 32, Par::serial()),
+            (1, 2, 40, 64, Par { threads: 2 }),
+            (3, 1, 5, 7, Par::serial()),
+            (1, 1, 70, 130, Par { threads: 2 }),
+        ] {
+            set_force_portable(true);
+            let portable = run(b, heads, l, dh, par);
+            set_force_portable(false);
+            let fast = run(b, heads, l, dh, par);
+            let scale = portable.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            for (i, (p, f)) in portable.iter().zip(&fast).enumerate() {
+                assert!(
+                    (p - f).abs() <= 1e-6 * scale,
+                    "[{b}, {heads}, {l}, {dh}] element {i}: portable {p}, vector {f}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn shape_errors_name_the_operand() {
+        let lay = Layout::contiguous(&[1, 1, 2, 4]);
+        let x = [0.0f32; 8];
+        let mut out = [0.0f32; 8];
+        let short = attention(
+            &x[..7],
+            &lay,
+            &x,
+            &lay,
+            &x,
+            &lay,
+            None,
+            1.0,
+            &mut out,
+            Par::serial(),
+        );
+        assert!(short.unwrap_err().0.contains("q"));
+        let rank3 = Layout::contiguous(&[1, 2, 4]);
+        let e = attention(
+            &x,
+            &lay,
+            &x,
+            &rank3,
+            &x,
+            &lay,
+            None,
+            1.0,
+            &mut out,
+            Par::serial(),
+        );
+        assert!(e.unwrap_err().0.contains("k must be"));
+        let e = attention(
+            &x,
+            &lay,
+            &x,
+            &lay,
+            &x,
+            &lay,
+            None,
+            1.0,
+            &mut out[..4],
+            Par::serial(),
+        );
+        assert!(e.is_err());
+    }
+}

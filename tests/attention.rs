@@ -1,0 +1,207 @@
+//! `Tensor::attention` (the fused attention kernel) against the unfused composition
+//! `q·kᵀ → scale → + bias → softmax → ·v`, over head sizes, lengths, masks, views of a
+//! fused QKV projection and kernel-thread counts; and its argument errors.
+
+mod support;
+use streamfuse::{Error, Tensor};
+use support::{data, tensor};
+
+/// The unfused reference, as `[b, lq, heads, dh]` values.
+fn reference(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>, scale: f32) -> Vec<f32> {
+    let mut s = q
+        .matmul(&k.transpose(-1, -2).unwrap())
+        .unwrap()
+        .affine(scale as f64, 0.0)
+        .unwrap();
+    if let Some(b) = bias {
+        s = s.add(b).unwrap();
+    }
+    s.softmax(-1)
+        .unwrap()
+        .matmul(v)
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+}
+
+/// Worst `|got - want|` over the largest `|want|` (a context value is a weighted mean of
+/// v's values, so the error scale is theirs); fails on a NaN or a length mismatch.
+fn worst_rel(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0.0f32, |m, w| m.max(w.abs()));
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| {
+            assert!(g.is_finite() && w.is_finite(), "{g} vs {w}");
+            (g - w).abs() / scale
+        })
+        .fold(0.0, f32::max)
+}
+
+/// The contract stated on `Tensor::attention`.
+const BOUND: f32 = 1e-6;
+
+fn check(b: usize, heads: usize, lq: usize, lk: usize, dh: usize, masked: bool, seed: u64) {
+    let q = tensor(&[b, heads, lq, dh], seed, 2.0);
+    let k = tensor(&[b, heads, lk, dh], seed + 1, 2.0);
+    let v = tensor(&[b, heads, lk, dh], seed + 2, 1.0);
+    // A padding mask: sequence i keeps its first lk - i keys (at least one).
+    let bias = masked.then(|| {
+        let m: Vec<f32> = (0..b * lk)
+            .map(|x| {
+                if x % lk < (lk - (x / lk) % lk).max(1) {
+                    0.0
+                } else {
+                    -1e9
+                }
+            })
+            .collect();
+        Tensor::from_vec(m, &[b, 1, 1, lk]).unwrap()
+    });
+    let scale = 1.0 / (dh as f32).sqrt();
+    let got = q
+        .attention(&k, &v, bias.as_ref(), scale)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let want = reference(&q, &k, &v, bias.as_ref(), scale);
+    let w = worst_rel(&got, &want);
+    assert!(
+        w <= BOUND,
+        "b {b} heads {heads} lq {lq} lk {lk} dh {dh} masked {masked}: worst relative {w:e}"
+    );
+}
+
+#[test]
+fn matches_the_unfused_path_over_shapes() {
+    let mut seed = 10;
+    for &(b, heads, lq, lk, dh) in &[
+        (1, 1, 1, 1, 1),
+        (1, 2, 3, 5, 7),
+        (2, 3, 17, 17, 32),
+        (2, 12, 20, 20, 32),
+        (1, 4, 33, 65, 64),
+        (3, 2, 16, 31, 100),
+        (1, 1, 40, 129, 128),
+        (1, 2, 5, 9, 256),
+    ] {
+        for masked in [false, true] {
+            check(b, heads, lq, lk, dh, masked, seed);
+            seed += 3;
+        }
+    }
+}
+
+#[test]
+fn splits_over_kernel_threads_with_the_same_results() {
+    // Enough work for the kernel to split, over 1 and 2 kernel threads.
+    let (b, heads, l, dh) = (3, 4, 50, 32);
+    let q = tensor(&[b, heads, l, dh], 1, 1.0);
+    let k = tensor(&[b, heads, l, dh], 2, 1.0);
+    let v = tensor(&[b, heads, l, dh], 3, 1.0);
+    let run = |threads: usize| {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                streamfuse::set_kernel_threads(threads);
+                q.attention(&k, &v, None, 0.2)
+                    .unwrap()
+                    .to_vec::<f32>()
+                    .unwrap()
+            })
+            .join()
+            .unwrap()
+        })
+    };
+    let one = run(1);
+    assert_eq!(
+        one,
+        run(2),
+        "each output row is computed by one task the same way"
+    );
+    assert!(worst_rel(&one, &reference(&q, &k, &v, None, 0.2)) <= BOUND);
+}
+
+#[test]
+fn reads_views_of_a_fused_qkv_projection() {
+    // [b, l, 3, heads, dh] permuted to [3, b, heads, l, dh], as a BERT layer does.
+    let (b, l, heads, dh) = (2, 19, 3, 16);
+    let qkv = Tensor::from_vec(data(b * l * 3 * heads * dh, 7), &[b, l, 3, heads, dh])
+        .unwrap()
+        .permute(&[2, 0, 3, 1, 4])
+        .unwrap();
+    let part = |i: usize| qkv.narrow(0, i, 1).unwrap().squeeze(0).unwrap();
+    let (q, k, v) = (part(0), part(1), part(2));
+    let bias = Tensor::from_vec(data(b * l, 8), &[b, 1, 1, l]).unwrap();
+    let got = q.attention(&k, &v, Some(&bias), 0.25).unwrap();
+    assert_eq!(got.dims(), &[b, l, heads, dh]);
+    let got = got
+        .reshape(&[b * l, heads * dh])
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let want = reference(&q, &k, &v, Some(&bias), 0.25);
+    assert!(worst_rel(&got, &want) <= BOUND);
+    // A per-query bias (a causal mask) and a head dim that is not contiguous.
+    let causal: Vec<f32> = (0..l * l)
+        .map(|x| if x % l <= x / l { 0.0 } else { -1e9 })
+        .collect();
+    let causal = Tensor::from_vec(causal, &[1, 1, l, l]).unwrap();
+    let qt = q
+        .transpose(2, 3)
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .transpose(2, 3)
+        .unwrap();
+    let got = qt
+        .attention(&k, &v, Some(&causal), 0.5)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let want = reference(&q, &k, &v, Some(&causal), 0.5);
+    assert!(worst_rel(&got, &want) <= BOUND);
+}
+
+#[test]
+fn bad_arguments_are_named_errors_and_the_stream_goes_on() {
+    let q = tensor(&[1, 2, 4, 8], 1, 1.0);
+    let k = tensor(&[1, 2, 5, 8], 2, 1.0);
+    let is = |r: streamfuse::Result<Tensor>, what: &str| match r {
+        Err(e @ (Error::Shape { .. } | Error::Arg { .. } | Error::DType { .. })) => {
+            let m = e.to_string();
+            assert!(m.contains("attention") && m.contains(what), "{m}");
+        }
+        other => panic!("expected an error naming {what}, got {other:?}"),
+    };
+    is(q.attention(&k, &q, None, 1.0), "must agree");
+    is(
+        q.attention(&tensor(&[1, 2, 5, 9], 3, 1.0), &k, None, 1.0),
+        "must agree",
+    );
+    is(
+        q.reshape(&[2, 4, 8])
+            .and_then(|q3| q3.attention(&k, &k, None, 1.0)),
+        "rank 4",
+    );
+    is(
+        q.attention(&k, &k, Some(&tensor(&[1, 2, 3, 5], 4, 1.0)), 1.0),
+        "bias",
+    );
+    is(q.attention(&k, &k, None, f32::NAN), "scale");
+    is(
+        q.to_dtype(streamfuse::DType::I64)
+            .and_then(|qi| qi.attention(&k, &k, None, 1.0)),
+        "f32",
+    );
+    let big = tensor(&[1, 1, 2, 300], 5, 1.0);
+    is(big.attention(&big, &big, None, 1.0), "head_dim");
+    // The stream is fine afterwards.
+    let ok = q
+        .attention(&k, &k, None, 1.0)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(ok.len(), 2 * 4 * 8);
+}
