@@ -205,3 +205,44 @@ fn bad_arguments_are_named_errors_and_the_stream_goes_on() {
         .unwrap();
     assert_eq!(ok.len(), 2 * 4 * 8);
 }
+
+#[test]
+fn empty_and_degenerate_shapes_do_not_panic() {
+    // No queries: an empty result.
+    let q = tensor(&[2, 3, 0, 8], 1, 1.0);
+    let k = tensor(&[2, 3, 4, 8], 2, 1.0);
+    let out = q.attention(&k, &k, None, 1.0).unwrap();
+    assert_eq!(out.dims(), &[2, 0, 3, 8]);
+    assert!(out.to_vec::<f32>().unwrap().is_empty());
+    // No keys: the softmax of nothing is NaN, as on the unfused path.
+    let q = tensor(&[1, 2, 3, 8], 1, 1.0);
+    let k0 = tensor(&[1, 2, 0, 8], 2, 1.0);
+    let out = q
+        .attention(&k0, &k0, None, 1.0)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(out.len(), 2 * 3 * 8);
+    assert!(out.iter().all(|x| x.is_nan()));
+    // A head size of 0: an empty context per head.
+    let q = tensor(&[1, 2, 3, 0], 1, 1.0);
+    let k = tensor(&[1, 2, 4, 0], 2, 1.0);
+    assert!(q
+        .attention(&k, &k, None, 1.0)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+        .is_empty());
+    // Every key masked: the same values as the unfused path (a uniform average).
+    let q = tensor(&[1, 1, 5, 4], 3, 1.0);
+    let k = tensor(&[1, 1, 6, 4], 4, 1.0);
+    let v = tensor(&[1, 1, 6, 4], 5, 1.0);
+    let all = Tensor::full(-1e9, &[1, 1, 1, 6]).unwrap();
+    let got = q
+        .attention(&k, &v, Some(&all), 1.0)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let want = reference(&q, &k, &v, Some(&all), 1.0);
+    assert!(worst_rel(&got, &want) <= BOUND);
+}
