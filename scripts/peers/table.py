@@ -68,7 +68,7 @@ def main():
     print()
     print("=" * 100)
     print(f"all-MiniLM-L6-v2, {n_sentences} sentences ({tokens} tokens), {args.threads} threads per "
-          f"peer, median of {args.repeat} runs per row")
+          f"peer, median of {args.repeat} run{'s' if args.repeat != 1 else ''} per row")
     print(f"machine: {args.cpu}; load average (1/5/15 min) at start / at end: {args.load}")
 
     print()
@@ -77,12 +77,12 @@ def main():
     libs = {"torch": "torch (MKL" + (", Intel shim)" if "not GenuineIntel" in args.cpu else ")"),
             "numpy": "numpy (OpenBLAS)"}
     shapes = {"1024x1024x1024": "[1024x1024]x[1024x1024]", "4096x384x1536": "[4096x384]x[384x1536]"}
-    print(f"  {'library':<22} {'shape':<26}" + "".join(f" {f'{t} thread' + ('s' if t > 1 else ''):>10}" for t in threads))
+    print(f"  {'library':<24} {'shape':<26}" + "".join(f" {f'{t} thread' + ('s' if t > 1 else ''):>10}" for t in threads))
     for lib in ("torch", "numpy"):
         for shape, label in shapes.items():
             vals = {int(g[2]): g[4] for g in gemm if g[1] == lib and g[3] == shape}
             if vals:
-                print(f"  {libs[lib]:<22} {label:<26}" + "".join(f" {vals.get(t, '-'):>10}" for t in threads))
+                print(f"  {libs[lib]:<24} {label:<26}" + "".join(f" {vals.get(t, '-'):>10}" for t in threads))
     print(f"unpadded FLOP bound: {gflop_unpadded:.1f} GFLOP for the corpus ({tokens} tokens x 2 x "
           f"{int(bound['sentences'][2]):,} matmul parameters, plus "
           f"attention's 4 x layers x hidden x n^2 per sentence); at {best:.1f} GFLOP/s (the best "
@@ -140,10 +140,11 @@ def main():
                     print(f"  {name}: min cos to onnxruntime fp32's embeddings {fmt(c, '.6f')}")
 
     print()
-    print(f"(Medians of {args.repeat} runs: sentences/s, p50, p99 and CPU s; peak RSS is the largest "
+    print(f"(Medians of {args.repeat} run{'s' if args.repeat != 1 else ''}: sentences/s, p50, p99 and CPU s; peak RSS is the largest "
           "of the runs, /usr/bin/time's maximum resident set. sentences/s and CPU s cover the timed "
           "part: tokenising and embedding, after loading. 'vs pytorch' divides by the faster PyTorch "
-          "row of the section; 'of bound' by the unpadded FLOP bound. CPU s is user + system time of "
+          "row of the section; 'of bound' by the unpadded FLOP bound, an f32 bound that the int8 rows, "
+          "whose matrix products are 8-bit integer ones, are not held to. CPU s is user + system time of "
           "all threads: ONNX Runtime's and torch's idle workers spin, which it counts. min cos vs sf: "
           "each row's embeddings against streamfuse --threads 1's of the same section.)")
     print()
