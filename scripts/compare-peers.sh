@@ -12,8 +12,9 @@
 # neighbours batched, each batch padded to its own longest. Every peer returns the
 # mean-pooled, L2-normalised embedding; the table gives each row's smallest cosine to
 # streamfuse's (--threads 1) embeddings of the same section. The same run measures the
-# machine's f32 matmul GFLOP/s (1 and THREADS threads) and from it an upper bound on
-# sentences/s: the corpus's unpadded FLOPs at the best THREADS-thread rate.
+# machine's f32 matmul GFLOP/s (1 and THREADS threads, before each repetition; the
+# best kept) and from it an upper bound on sentences/s: the corpus's unpadded FLOPs at
+# the best THREADS-thread rate.
 #
 #   scripts/compare-peers.sh                 # both sections, REPEAT=3 runs of each row
 #   REPEAT=5 BATCH=32 THREADS=2 SENTENCES=file.txt scripts/compare-peers.sh
@@ -127,21 +128,26 @@ CANDLE_VERSION=$(awk '/^name = "candle-core"/ { getline; gsub(/"/, "", $3); prin
 
 [ "$MODE" = setup ] && { log "set up; MODE=setup runs nothing"; exit 0; }
 
-# --- the machine's matmul rate, and the FLOP bound --------------------------------------
+# --- the machine's matmul rate ----------------------------------------------------------
+# Measured before each repetition of the rows, so that one burst of other work on the
+# machine does not set the limit; the table keeps the best of the measurements.
 GEMM=$OUT/gemm.txt
 : > "$GEMM"
 GEMM_THREADS=1
 [ "$THREADS" != 1 ] && GEMM_THREADS="1 $THREADS"
-log "matmul GFLOP/s (torch/MKL${SHIM:+ with the shim}, numpy/OpenBLAS; threads: $GEMM_THREADS)"
-# shellcheck disable=SC2086
-env ${SHIM:+LD_PRELOAD=$SHIM} "$PY" scripts/peers/roofline.py gemm --lib torch --threads $GEMM_THREADS >> "$GEMM"
-for t in $GEMM_THREADS; do
-    OPENBLAS_NUM_THREADS=$t "$PY" scripts/peers/roofline.py gemm --lib numpy --threads "$t" >> "$GEMM"
-done
-sed 's/^/    /' "$GEMM" >&2
-BEST_GFLOPS=$(awk -v t="$THREADS" '$3 == t && $5 > b { b = $5 } END { print b + 0 }' "$GEMM")
-"$PY" scripts/peers/roofline.py bound --model "$MODEL" --sentences "$SENTENCES" --batch "$BATCH" \
-    --gflops "$BEST_GFLOPS" > "$OUT/bound.txt"
+measure_gemm() {
+    log "matmul GFLOP/s (torch/MKL${SHIM:+ with the shim}, numpy/OpenBLAS; threads: $GEMM_THREADS)"
+    local before
+    before=$(wc -l < "$GEMM")
+    # shellcheck disable=SC2086
+    env ${SHIM:+LD_PRELOAD=$SHIM} "$PY" scripts/peers/roofline.py gemm --lib torch \
+        --threads $GEMM_THREADS >> "$GEMM" </dev/null
+    for t in $GEMM_THREADS; do
+        OPENBLAS_NUM_THREADS=$t "$PY" scripts/peers/roofline.py gemm --lib numpy --threads "$t" \
+            >> "$GEMM" </dev/null
+    done
+    tail -n +"$((before + 1))" "$GEMM" | sed 's/^/    /' >&2
+}
 
 # --- rows -----------------------------------------------------------------------------
 # A row: section (the batch size), a role (what the table compares it with), a name,
@@ -192,6 +198,7 @@ have_time=0
 [ -x /usr/bin/time ] && have_time=1
 failed=0
 for r in $(seq 1 "$REPEAT"); do
+    measure_gemm
     while IFS=$'\t' read -r section role name i; do
         emb=$OUT/row$i.bin
         cmd=${CMDS[$i]//OUT/$emb}
@@ -218,7 +225,10 @@ for r in $(seq 1 "$REPEAT"); do
     done < "$ROWS"
 done
 
-# --- the table ------------------------------------------------------------------------
+# --- the FLOP bound and the table -----------------------------------------------------
+BEST_GFLOPS=$(awk -v t="$THREADS" '$3 == t && $5 > b { b = $5 } END { print b + 0 }' "$GEMM")
+"$PY" scripts/peers/roofline.py bound --model "$MODEL" --sentences "$SENTENCES" --batch "$BATCH" \
+    --gflops "$BEST_GFLOPS" > "$OUT/bound.txt"
 "$PY" scripts/peers/table.py --rows "$ROWS" --results "$RESULTS" --out "$OUT" \
     --gemm "$GEMM" --bound "$OUT/bound.txt" --optimizer "$ONNX/optimizer.txt" \
     --sentences "$SENTENCES" --repeat "$REPEAT" --threads "$THREADS" --batch "$BATCH" \

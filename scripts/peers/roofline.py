@@ -70,7 +70,7 @@ def gemm(args):
         for m, k, n in shapes:
             a, b = make(m, k, n)
             mul(a, b)
-            reps = max(3, int(2e10 / (2 * m * k * n)))
+            reps = max(5, int(4e10 / (2 * m * k * n)))
             best = float("inf")
             for _ in range(reps):
                 s = time.perf_counter()

@@ -72,7 +72,9 @@ def main():
     print(f"machine: {args.cpu}; load average (1/5/15 min) at start / at end: {args.load}")
 
     print()
-    print("matmul f32 GFLOP/s, measured in this run (best of repetitions):")
+    measured = sum(1 for g in gemm if g[1] == "torch" and g[3] == "1024x1024x1024" and g[2] == "1")
+    print(f"matmul f32 GFLOP/s, measured in this run, the best of {measured} measurement"
+          f"{'s' if measured != 1 else ''} (one before each repetition of the rows):")
     threads = sorted({int(g[2]) for g in gemm})
     libs = {"torch": "torch (MKL" + (", Intel shim)" if "not GenuineIntel" in args.cpu else ")"),
             "numpy": "numpy (OpenBLAS)"}
@@ -80,9 +82,16 @@ def main():
     print(f"  {'library':<24} {'shape':<26}" + "".join(f" {f'{t} thread' + ('s' if t > 1 else ''):>10}" for t in threads))
     for lib in ("torch", "numpy"):
         for shape, label in shapes.items():
-            vals = {int(g[2]): g[4] for g in gemm if g[1] == lib and g[3] == shape}
+            vals = {}
+            for g in gemm:
+                if g[1] == lib and g[3] == shape:
+                    vals[int(g[2])] = max(vals.get(int(g[2]), 0.0), float(g[4]))
             if vals:
-                print(f"  {libs[lib]:<24} {label:<26}" + "".join(f" {vals.get(t, '-'):>10}" for t in threads))
+                print(f"  {libs[lib]:<24} {label:<26}" + "".join(f" {fmt(vals.get(t), '.1f'):>10}" for t in threads))
+    each = [g[4] for g in gemm if g[1] == "torch" and g[3] == "4096x384x1536" and int(g[2]) == args.threads]
+    if len(each) > 1:
+        print(f"  (torch [4096x384]x[384x1536], {args.threads} threads, measurement by measurement: "
+              f"{', '.join(each)}; a spread means other work shared the cores then)")
     print(f"unpadded FLOP bound: {gflop_unpadded:.1f} GFLOP for the corpus ({tokens} tokens x 2 x "
           f"{int(bound['sentences'][2]):,} matmul parameters, plus "
           f"attention's 4 x layers x hidden x n^2 per sentence); at {best:.1f} GFLOP/s (the best "
