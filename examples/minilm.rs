@@ -19,15 +19,19 @@
 //! - `--out FILE`: the embeddings as little-endian f32 rows, 384 per sentence, in input
 //!   order.
 //!
-//! stdout ends with `sentences/s: X` (tokenising and embedding, after loading).
+//! stdout ends with `p50_ms: X`, `p99_ms: Y` (the median and 99th-percentile latency of
+//! one forward call, `embed_batch` on one batch: per sentence with `--batch 1`) and
+//! `sentences/s: X` (tokenising and embedding, after loading).
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use streamfuse::models::bert::length_sorted_batches;
-use streamfuse::models::{BertModel, EmbedOptions};
+use streamfuse::models::BertModel;
 
 #[path = "common/fetch.rs"]
 mod fetch;
@@ -162,14 +166,7 @@ fn run() -> Result<(), String> {
                 .map_err(|e| format!("cannot tokenise `{s}`: {e}"))
         })
         .collect::<Result<_, _>>()?;
-    let opts = EmbedOptions {
-        batch: args.batch,
-        threads: args.threads,
-        kernel_threads: None,
-    };
-    let embeddings = model
-        .embed(&ids, &opts)
-        .map_err(|e| format!("embedding failed: {e}"))?;
+    let (embeddings, mut latencies) = embed_timed(&model, &ids, args.batch, args.threads)?;
     let secs = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds().zip(cpu_start).map(|(b, a)| b - a);
 
@@ -230,8 +227,93 @@ fn run() -> Result<(), String> {
     if let Some(cpu) = cpu {
         println!("cpu: {cpu:.2} s");
     }
+    latencies.sort_by(f64::total_cmp);
+    println!("p50_ms: {:.3}", percentile(&latencies, 50.0) * 1e3);
+    println!("p99_ms: {:.3}", percentile(&latencies, 99.0) * 1e3);
     println!("sentences/s: {:.1}", sentences.len() as f64 / secs);
     Ok(())
+}
+
+/// Embeds `ids` as [`BertModel::embed`] does, timing every forward call.
+///
+/// The same schedule as `embed`: [`length_sorted_batches`] of `batch`, taken in turn
+/// (longest first) by `threads` threads, each with its own stream and, when there
+/// are several, the cores split between their kernels; one thread keeps its stream's
+/// default kernel threads. Each batch is one [`BertModel::embed_batch`] call, whose
+/// wall time is recorded. Returns the embeddings in input order and the calls'
+/// latencies in seconds (in the order they finished).
+fn embed_timed(
+    model: &BertModel,
+    ids: &[Vec<u32>],
+    batch: usize,
+    threads: usize,
+) -> Result<(Vec<Vec<f32>>, Vec<f64>), String> {
+    let batches = length_sorted_batches(ids, batch);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = threads.min(batches.len()).max(1);
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let embeddings = Mutex::new(vec![Vec::new(); ids.len()]);
+    let latencies = Mutex::new(Vec::with_capacity(batches.len()));
+    let first_error: Mutex<Option<String>> = Mutex::new(None);
+    let work = || {
+        if threads > 1 {
+            streamfuse::set_kernel_threads((cores / threads).max(1));
+        }
+        while !failed.load(Ordering::Relaxed) {
+            let Some(b) = batches.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                break;
+            };
+            let refs: Vec<&[u32]> = b.iter().map(|&j| ids[j].as_slice()).collect();
+            let t = Instant::now();
+            let result = model.embed_batch(&refs);
+            let secs = t.elapsed().as_secs_f64();
+            match result {
+                Ok(embs) => {
+                    latencies.lock().unwrap().push(secs);
+                    let mut out = embeddings.lock().unwrap();
+                    for (&j, e) in b.iter().zip(embs) {
+                        out[j] = e;
+                    }
+                }
+                Err(e) => {
+                    failed.store(true, Ordering::Relaxed);
+                    let first = b.first().copied().unwrap_or(0);
+                    first_error.lock().unwrap().get_or_insert(format!(
+                        "embedding failed (batch of sentence {first}): {e}"
+                    ));
+                }
+            }
+        }
+    };
+    if threads == 1 {
+        work();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(work);
+            }
+        });
+    }
+    if let Some(e) = first_error.into_inner().unwrap() {
+        return Err(e);
+    }
+    let embeddings = embeddings.into_inner().unwrap();
+    if let Some(i) = embeddings.iter().position(|e| e.is_empty()) {
+        return Err(format!(
+            "sentence {i} was not embedded (a worker thread panicked)"
+        ));
+    }
+    Ok((embeddings, latencies.into_inner().unwrap()))
+}
+
+/// The `p`th percentile (nearest rank) of ascending `sorted`; 0 when it is empty.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn main() -> ExitCode {

@@ -1,52 +1,85 @@
 #!/usr/bin/env bash
-# all-MiniLM-L6-v2 sentence embeddings: streamfuse against PyTorch and candle, side by
-# side in one run, on the same sentences (scripts/data/sentences-512.txt: 512
-# sentences of 6-40 words), batch 32, 2 threads. Prints one table of sentences/s and
-# peak resident memory, and how close each peer's embeddings are to streamfuse's.
+# all-MiniLM-L6-v2 sentence embeddings: streamfuse against PyTorch, ONNX Runtime (fp32
+# and dynamically quantised int8) and candle, side by side in one run, on the same
+# sentences (scripts/data/sentences-512.txt: 512 sentences of 6-40 words). Two sections:
 #
-#   scripts/compare-peers.sh            # REPEAT=3 runs of each, best sentences/s kept
-#   REPEAT=1 BATCH=32 THREADS=2 SENTENCES=file.txt scripts/compare-peers.sh
+#   batch BATCH (32)  throughput: sentences/s, latency of one batch, peak RSS, CPU time
+#   batch 1           one sentence a call, one call at a time: latency p50/p99 per
+#                     sentence; streamfuse with 1 stream and with THREADS streams
 #
-# Installs what it needs under target/peers/: a Python virtual environment with torch
-# (PyPI's wheel; large), numpy and tokenizers, and candle (crates.io) built as a
-# separate cargo project target/peers/candle-bench, outside streamfuse's build.
-# Not part of CI.
+# Every peer gets the same length-sorted batches, as sentence-transformers' encode()
+# makes them: sentences sorted by token length (longest first, ties in input order),
+# neighbours batched, each batch padded to its own longest. Every peer returns the
+# mean-pooled, L2-normalised embedding; the table gives each row's smallest cosine to
+# streamfuse's (--threads 1) embeddings of the same section. The same run measures the
+# machine's f32 matmul GFLOP/s (1 and THREADS threads, before each repetition; the
+# best kept) and from it an upper bound on sentences/s: the corpus's unpadded FLOPs at
+# the best THREADS-thread rate.
 #
-# PyTorch's x86 wheels use Intel MKL, whose sgemm takes a slow path on CPUs that do not
-# report GenuineIntel. On such a CPU the table has a second PyTorch row with MKL's
-# vendor check answered "Intel" by a preloaded shim (a one-line C function built here
-# with cc), which is what a user who knows the trick gets: the fairer, faster baseline.
+#   scripts/compare-peers.sh                 # both sections, REPEAT=3 runs of each row
+#   REPEAT=5 BATCH=32 THREADS=2 SENTENCES=file.txt scripts/compare-peers.sh
+#   MODE=batch scripts/compare-peers.sh      # only the batch-BATCH section
+#   MODE=latency scripts/compare-peers.sh    # only the batch-1 section
+#   MODE=setup scripts/compare-peers.sh      # install, build and export; run nothing
+#
+# Knobs: REPEAT (runs of each row; the table gives the median sentences/s, p50, p99 and
+# CPU time, and the largest peak RSS), BATCH, THREADS (each peer's thread count: torch
+# intra-op threads, ONNX Runtime intra_op_num_threads, candle's rayon threads,
+# streamfuse --threads), SENTENCES, MODE, STREAMFUSE_MODEL_DIR (the model folder;
+# default target/models/all-MiniLM-L6-v2), CARGO_TARGET_DIR (where streamfuse builds).
+#
+# Installs what it needs under target/peers/ by itself: a Python virtual environment
+# (venv/) with torch (PyPI's wheel; large), numpy, tokenizers, onnxruntime and onnx;
+# candle (crates.io) built as a separate cargo project candle-bench/, outside
+# streamfuse's build; the ONNX models in onnx/, exported from the same
+# model.safetensors by scripts/peers/ort_export.py once (redone when the model, the
+# export script or the package versions change). Not part of CI.
+#
+# PyTorch's x86 wheels use Intel MKL, whose sgemm may take a slower path on CPUs that
+# do not report GenuineIntel. On such a CPU the table has a second PyTorch row with
+# MKL's vendor check answered "Intel" by a preloaded shim (a one-line C function built
+# here with cc), which is what a user who knows the trick gets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PEERS=$ROOT/target/peers
+OUT=$PEERS/out
 REPEAT=${REPEAT:-3}
 BATCH=${BATCH:-32}
 THREADS=${THREADS:-2}
+MODE=${MODE:-all}
 SENTENCES=${SENTENCES:-$ROOT/scripts/data/sentences-512.txt}
 MODEL=${STREAMFUSE_MODEL_DIR:-$ROOT/target/models/all-MiniLM-L6-v2}
-mkdir -p "$PEERS/out"
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+case $MODE in all | batch | latency | setup) ;; *)
+    echo "MODE must be all, batch, latency or setup (got $MODE)" >&2
+    exit 2
+    ;;
+esac
+mkdir -p "$OUT"
 log() { echo "== $*" >&2; }
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- inputs -----------------------------------------------------------------------
 [ -f "$SENTENCES" ] || python3 scripts/gen_sentences.py > "$SENTENCES"
 log "building streamfuse (release)"
 cargo build --release --example minilm >&2
-SF=$ROOT/target/release/examples/minilm
+SF=$TARGET_DIR/release/examples/minilm
 if [ ! -f "$MODEL/model.safetensors" ]; then
     log "fetching the model into $MODEL"
     "$SF" --model "$MODEL" >&2
 fi
 
-# --- PyTorch --------------------------------------------------------------------------
+# --- Python: PyTorch, ONNX Runtime ---------------------------------------------------
 VENV=$PEERS/venv
-if [ ! -x "$VENV/bin/python" ]; then
+PY=$VENV/bin/python
+if [ ! -x "$PY" ]; then
     log "creating $VENV"
     python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import torch, numpy, tokenizers" 2>/dev/null; then
-    log "installing torch, numpy, tokenizers from PyPI into $VENV (large download)"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check torch numpy tokenizers >&2
+if ! "$PY" -c "import torch, numpy, tokenizers, onnxruntime, onnx" 2>/dev/null; then
+    log "installing torch, numpy, tokenizers, onnxruntime, onnx from PyPI into $VENV (large download)"
+    "$PY" -m pip install --quiet --disable-pip-version-check torch numpy tokenizers onnxruntime onnx >&2
 fi
 SHIM=""
 if ! grep -q GenuineIntel /proc/cpuinfo && command -v cc >/dev/null; then
@@ -54,6 +87,15 @@ if ! grep -q GenuineIntel /proc/cpuinfo && command -v cc >/dev/null; then
     cc -shared -fPIC -O2 -o "$PEERS/libmkl_shim.so" "$PEERS/mkl_shim.c"
     SHIM=$PEERS/libmkl_shim.so
 fi
+ONNX=$PEERS/onnx
+log "ONNX models in $ONNX (exported once from $MODEL/model.safetensors)"
+if ! "$PY" scripts/peers/ort_export.py --model "$MODEL" --dir "$ONNX" --sentences "$SENTENCES" \
+    --threads "$THREADS" > "$OUT/export.txt" 2>&1; then
+    cat "$OUT/export.txt" >&2
+    log "the ONNX export failed"
+    exit 1
+fi
+sed 's/^/    /' "$OUT/export.txt" >&2
 
 # --- candle ---------------------------------------------------------------------------
 CANDLE=$PEERS/candle-bench
@@ -78,84 +120,118 @@ serde_json = "1"
 [profile.release]
 debug = 1
 EOF
-cp scripts/peers/candle_bench.rs "$CANDLE/src/main.rs"
+cmp -s scripts/peers/candle_bench.rs "$CANDLE/src/main.rs" || cp scripts/peers/candle_bench.rs "$CANDLE/src/main.rs"
 log "building candle-bench (release)"
-cargo build --release --quiet --manifest-path "$CANDLE/Cargo.toml" >&2
+CARGO_TARGET_DIR=$CANDLE/target cargo build --release --quiet --manifest-path "$CANDLE/Cargo.toml" >&2
+CANDLE_BIN=$CANDLE/target/release/candle-bench
+CANDLE_VERSION=$(awk '/^name = "candle-core"/ { getline; gsub(/"/, "", $3); print $3 }' "$CANDLE/Cargo.lock")
+
+[ "$MODE" = setup ] && { log "set up; MODE=setup runs nothing"; exit 0; }
+
+# --- the machine's matmul rate ----------------------------------------------------------
+# Measured before each repetition of the rows, so that one burst of other work on the
+# machine does not set the limit; the table keeps the best of the measurements.
+GEMM=$OUT/gemm.txt
+: > "$GEMM"
+GEMM_THREADS=1
+[ "$THREADS" != 1 ] && GEMM_THREADS="1 $THREADS"
+measure_gemm() {
+    log "matmul GFLOP/s (torch/MKL${SHIM:+ with the shim}, numpy/OpenBLAS; threads: $GEMM_THREADS)"
+    local before
+    before=$(wc -l < "$GEMM")
+    # shellcheck disable=SC2086
+    env ${SHIM:+LD_PRELOAD=$SHIM} "$PY" scripts/peers/roofline.py gemm --lib torch \
+        --threads $GEMM_THREADS >> "$GEMM" </dev/null
+    for t in $GEMM_THREADS; do
+        OPENBLAS_NUM_THREADS=$t "$PY" scripts/peers/roofline.py gemm --lib numpy --threads "$t" \
+            >> "$GEMM" </dev/null
+    done
+    tail -n +"$((before + 1))" "$GEMM" | sed 's/^/    /' >&2
+}
+
+# --- rows -----------------------------------------------------------------------------
+# A row: section (the batch size), a role (what the table compares it with), a name,
+# and a command (run through env, so variables can lead; OUT is the embeddings file).
+ROWS=$OUT/rows.tsv
+: > "$ROWS"
+CMDS=()
+add() {
+    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${#CMDS[@]}" >> "$ROWS"
+    CMDS+=("$4")
+}
+rows_for() { # batch
+    local b=$1 common="--model $MODEL --sentences $SENTENCES --batch $1"
+    add "$b" torch "pytorch ($THREADS threads)" \
+        "$PY scripts/peers/torch_bench.py $common --threads $THREADS --out OUT"
+    if [ -n "$SHIM" ]; then
+        add "$b" torch "pytorch + MKL Intel shim" \
+            "LD_PRELOAD=$SHIM $PY scripts/peers/torch_bench.py $common --threads $THREADS --out OUT"
+    fi
+    add "$b" ort-fp32 "onnxruntime fp32 ($THREADS threads)" \
+        "$PY scripts/peers/ort_bench.py --onnx $ONNX/minilm-fp32-opt.onnx $common --threads $THREADS --out OUT"
+    add "$b" ort-int8 "onnxruntime int8 ($THREADS threads)" \
+        "$PY scripts/peers/ort_bench.py --onnx $ONNX/minilm-int8.onnx $common --threads $THREADS --out OUT"
+    add "$b" ort-int8 "onnxruntime int8 per-channel" \
+        "$PY scripts/peers/ort_bench.py --onnx $ONNX/minilm-int8-pc.onnx $common --threads $THREADS --out OUT"
+    add "$b" candle "candle $CANDLE_VERSION ($THREADS threads)" \
+        "RAYON_NUM_THREADS=$THREADS $CANDLE_BIN $MODEL $SENTENCES $b OUT"
+    if [ "$b" = 1 ]; then
+        add "$b" sf-ref "streamfuse 1 stream (--threads 1)" "$SF $common --threads 1 --out OUT"
+        [ "$THREADS" != 1 ] && add "$b" sf "streamfuse $THREADS streams (--threads $THREADS)" \
+            "$SF $common --threads $THREADS --out OUT"
+    else
+        add "$b" sf-ref "streamfuse --threads 1" "$SF $common --threads 1 --out OUT"
+        [ "$THREADS" != 1 ] && add "$b" sf "streamfuse --threads $THREADS" \
+            "$SF $common --threads $THREADS --out OUT"
+    fi
+    return 0
+}
+[ "$MODE" != latency ] && rows_for "$BATCH"
+[ "$MODE" != batch ] && rows_for 1
 
 # --- runs -----------------------------------------------------------------------------
-# Each peer: a name and a command (run through env, so variables can lead).
-NAMES=()
-CMDS=()
-add() { NAMES+=("$1"); CMDS+=("$2"); }
-add "pytorch ($THREADS threads)" \
-    "$VENV/bin/python scripts/peers/torch_bench.py --model $MODEL --sentences $SENTENCES --batch $BATCH --threads $THREADS --out OUT"
-if [ -n "$SHIM" ]; then
-    add "pytorch + MKL Intel shim" \
-        "LD_PRELOAD=$SHIM $VENV/bin/python scripts/peers/torch_bench.py --model $MODEL --sentences $SENTENCES --batch $BATCH --threads $THREADS --out OUT"
-fi
-add "candle 0.11 ($THREADS threads)" \
-    "RAYON_NUM_THREADS=$THREADS $CANDLE/target/release/candle-bench $MODEL $SENTENCES $BATCH OUT"
-add "streamfuse --threads 1" \
-    "$SF --model $MODEL --sentences $SENTENCES --batch $BATCH --threads 1 --out OUT"
-add "streamfuse --threads $THREADS" \
-    "$SF --model $MODEL --sentences $SENTENCES --batch $BATCH --threads $THREADS --out OUT"
-
-declare -A BEST RSS CPU
+# Rows take turns within each repetition, so a burst of other work on the machine falls
+# on several rows rather than all runs of one.
+RESULTS=$OUT/results.tsv
+: > "$RESULTS"
 have_time=0
 [ -x /usr/bin/time ] && have_time=1
+failed=0
 for r in $(seq 1 "$REPEAT"); do
-    for i in "${!NAMES[@]}"; do
-        out=$PEERS/out/peer$i.bin
-        cmd=${CMDS[$i]//OUT/$out}
-        log "run $r/$REPEAT: ${NAMES[$i]}"
+    measure_gemm
+    while IFS=$'\t' read -r section role name i; do
+        emb=$OUT/row$i.bin
+        cmd=${CMDS[$i]//OUT/$emb}
+        log "run $r/$REPEAT, batch $section: $name"
+        status=ok
         if [ $have_time = 1 ]; then
-            text=$(eval "/usr/bin/time -v env $cmd" 2>"$PEERS/out/time$i.txt")
-            kib=$(awk -F: '/Maximum resident set size/ {gsub(/ /, "", $2); print $2}' "$PEERS/out/time$i.txt")
-            mib=$(awk -v k="$kib" 'BEGIN { printf "%.0f", k / 1024 }')
+            text=$(eval "/usr/bin/time -v env $cmd" 2>"$OUT/stderr$i.txt" </dev/null) || status=failed
+            kib=$(awk -F: '/Maximum resident set size/ {gsub(/ /, "", $2); print $2}' "$OUT/stderr$i.txt")
+            mib=$(awk -v k="${kib:-0}" 'BEGIN { printf "%.0f", k / 1024 }')
         else
-            text=$(eval "env $cmd")
+            text=$(eval "env $cmd" 2>"$OUT/stderr$i.txt" </dev/null) || status=failed
             mib=$(echo "$text" | awk '/^peak RSS:/ { printf "%.0f", $3 }')
         fi
-        sps=$(echo "$text" | awk '/^sentences\/s:/ { print $2 }')
-        cpu=$(echo "$text" | awk '/^cpu:/ { print $2 }')
         echo "$text" | sed 's/^/    /' >&2
-        if [ -z "${BEST[$i]:-}" ] || awk -v a="$sps" -v b="${BEST[$i]}" 'BEGIN { exit !(a > b) }'; then
-            BEST[$i]=$sps
+        if [ $status != ok ]; then
+            failed=1
+            log "FAILED: $name; its stderr ends:"
+            tail -n 20 "$OUT/stderr$i.txt" | sed 's/^/    /' >&2
         fi
-        if [ -z "${CPU[$i]:-}" ] || awk -v a="$cpu" -v b="${CPU[$i]}" 'BEGIN { exit !(a < b) }'; then
-            CPU[$i]=$cpu
-        fi
-        if [ -z "${RSS[$i]:-}" ] || [ "$mib" -gt "${RSS[$i]}" ]; then
-            RSS[$i]=$mib
-        fi
-    done
+        field() { echo "$text" | awk -v k="$1" '$1 == k { print $2 }'; }
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$section" "$i" "$r" "$status" \
+            "$(field sentences/s:)" "$(field cpu:)" "${mib:-}" "$(field p50_ms:)" \
+            "$(field p99_ms:)" >> "$RESULTS"
+    done < "$ROWS"
 done
 
-# Agreement of every peer's embeddings with streamfuse's (--threads 1 run).
-SF_OUT=$PEERS/out/peer$(( ${#NAMES[@]} - 2 )).bin
-AGREE=$("$VENV/bin/python" - "$SF_OUT" "${#NAMES[@]}" "$PEERS/out" <<'EOF'
-import sys, numpy as np
-ref = np.fromfile(sys.argv[1], "<f4").reshape(-1, 384)
-for i in range(int(sys.argv[2])):
-    x = np.fromfile(f"{sys.argv[3]}/peer{i}.bin", "<f4").reshape(-1, 384)
-    c = (x * ref).sum(1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(ref, axis=1))
-    print(f"{c.min():.6f}")
-EOF
-)
-mapfile -t AGREE_ROWS <<< "$AGREE"
-
-TORCH_BEST=0
-for i in "${!NAMES[@]}"; do
-    case ${NAMES[$i]} in pytorch*) TORCH_BEST=$(awk -v a="${BEST[$i]}" -v b="$TORCH_BEST" 'BEGIN { print (a > b) ? a : b }') ;; esac
-done
-echo
-echo "all-MiniLM-L6-v2, $(wc -l < "$SENTENCES") sentences, batch $BATCH, best of $REPEAT runs, $(nproc) cores"
-printf '%-32s %12s %11s %13s %9s %14s %14s\n' "peer" "sentences/s" "vs pytorch" "peak RSS MiB" "CPU s" "sent/CPU-s" "min cos vs sf"
-for i in "${!NAMES[@]}"; do
-    ratio=$(awk -v a="${BEST[$i]}" -v b="$TORCH_BEST" 'BEGIN { printf "%.2fx", a / b }')
-    per_cpu=$(awk -v n="$(wc -l < "$SENTENCES")" -v c="${CPU[$i]}" 'BEGIN { printf "%.0f", (c > 0) ? n / c : 0 }')
-    printf '%-32s %12s %11s %13s %9s %14s %14s\n' "${NAMES[$i]}" "${BEST[$i]}" "$ratio" "${RSS[$i]}" "${CPU[$i]}" "$per_cpu" "${AGREE_ROWS[$i]}"
-done
-echo "('vs pytorch' divides by the best PyTorch row. CPU s: the least user + system time of the"
-echo " timed part (tokenising + embedding) over the runs: on a machine shared with other work"
-echo " it is steadier than wall time. min cos: each peer's embeddings against streamfuse's.)"
+# --- the FLOP bound and the table -----------------------------------------------------
+BEST_GFLOPS=$(awk -v t="$THREADS" '$3 == t && $5 > b { b = $5 } END { print b + 0 }' "$GEMM")
+"$PY" scripts/peers/roofline.py bound --model "$MODEL" --sentences "$SENTENCES" --batch "$BATCH" \
+    --gflops "$BEST_GFLOPS" > "$OUT/bound.txt"
+"$PY" scripts/peers/table.py --rows "$ROWS" --results "$RESULTS" --out "$OUT" \
+    --gemm "$GEMM" --bound "$OUT/bound.txt" --optimizer "$ONNX/optimizer.txt" \
+    --sentences "$SENTENCES" --repeat "$REPEAT" --threads "$THREADS" --batch "$BATCH" \
+    --load "$LOAD_START / $(cut -d' ' -f1-3 /proc/loadavg)" \
+    --cpu "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), $(nproc) cores${SHIM:+, not GenuineIntel}"
+exit $failed

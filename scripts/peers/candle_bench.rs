@@ -2,13 +2,16 @@
 //! cargo project under target/peers/candle-bench; not part of streamfuse's build).
 //!
 //! candle-transformers' BertModel on the same safetensors weights, token ids from the
-//! tokenizers crate; sentences sorted by token length and batched with their
+//! tokenizers crate; sentences sorted by token length (longest first, ties in input
+//! order: a stable sort, as streamfuse's and the Python peers') and batched with their
 //! neighbours, each batch padded to its longest; mean pooling and L2 normalisation.
 //! Threads: candle's CPU kernels use rayon, sized by RAYON_NUM_THREADS.
 //!
 //!     candle-bench MODEL_DIR SENTENCES_FILE BATCH [OUT_FILE]
 //!
-//! Prints `sentences/s: X` and `peak RSS: X MiB` (VmHWM).
+//! Prints `peak RSS: X MiB` (VmHWM), `p50_ms:`/`p99_ms:` (latency of one forward call:
+//! padding a batch, the forward pass, pooling, the embeddings as Vecs; per sentence with
+//! batch 1) and `sentences/s: X`.
 
 use std::io::Write;
 use std::time::Instant;
@@ -82,7 +85,9 @@ fn main() -> Res<()> {
     let mut order: Vec<usize> = (0..ids.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
     let mut out = vec![Vec::new(); ids.len()];
-    for chunk in order.chunks(batch) {
+    let mut latencies = Vec::with_capacity(ids.len().div_ceil(batch.max(1)));
+    for chunk in order.chunks(batch.max(1)) {
+        let t = Instant::now();
         let n = chunk.iter().map(|&i| ids[i].len()).max().unwrap_or(1);
         let mut flat = vec![0u32; chunk.len() * n];
         let mut mask = vec![0u32; chunk.len() * n];
@@ -100,6 +105,7 @@ fn main() -> Res<()> {
         let mean = summed.broadcast_div(&count)?;
         let norm = mean.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
         let emb = mean.broadcast_div(&norm)?.to_vec2::<f32>()?;
+        latencies.push(t.elapsed().as_secs_f64());
         for (&i, e) in chunk.iter().zip(emb) {
             out[i] = e;
         }
@@ -127,8 +133,21 @@ fn main() -> Res<()> {
     println!("peak RSS: {:.1} MiB", peak_rss_mib());
     println!("time: {secs:.3} s");
     println!("cpu: {cpu:.2} s");
+    latencies.sort_by(f64::total_cmp);
+    println!("calls: {}", latencies.len());
+    println!("p50_ms: {:.3}", percentile(&latencies, 50.0) * 1e3);
+    println!("p99_ms: {:.3}", percentile(&latencies, 99.0) * 1e3);
     println!("sentences/s: {:.1}", sentences.len() as f64 / secs);
     Ok(())
+}
+
+/// The `p`th percentile (nearest rank) of ascending `sorted`; 0 when it is empty.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn rayon_threads() -> String {

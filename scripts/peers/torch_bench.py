@@ -4,27 +4,31 @@
 Weights come from model.safetensors (header parsed by hand, tensors from numpy),
 token ids from the `tokenizers` package. As sentence-transformers' encode() does,
 sentences are sorted by token length and batched with their neighbours, each batch
-padded to its longest sentence; the forward pass is the Hugging Face BERT one
+padded to its longest sentence (common.py); the forward pass is the Hugging Face BERT one
 (torch.nn.functional linear / layer_norm / gelu, scaled_dot_product_attention with
 the padding mask), then mean pooling and L2 normalisation.
 
     python torch_bench.py --model DIR --sentences FILE [--batch 32] [--threads 2] [--out FILE]
 
-Prints `sentences/s: X` and `peak RSS: X MiB` (ru_maxrss); --out writes the
-embeddings as little-endian f32 rows in input order.
+Prints `peak RSS: X MiB` (ru_maxrss), `p50_ms:`/`p99_ms:` (latency of one forward
+call: padding a batch, the forward pass, the embeddings as numpy; per sentence with
+--batch 1) and `sentences/s: X`; --out writes the embeddings as little-endian f32
+rows in input order.
 """
 
 import argparse
 import json
 import os
-import resource
 import struct
+import sys
 import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tokenizers import Tokenizer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 
 
 def load_weights(path):
@@ -90,43 +94,30 @@ def main():
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
-    with open(args.sentences, encoding="utf-8") as f:
-        sentences = [l.rstrip("\r\n") for l in f]
+    sentences = common.read_sentences(args.sentences)
     model = Bert(args.model)
-    tok = Tokenizer.from_file(os.path.join(args.model, "tokenizer.json"))
-    tok.no_padding()
-    tok.enable_truncation(256)
+    tok = common.tokenizer(args.model)
 
     start = time.perf_counter()
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    cpu_start = ru.ru_utime + ru.ru_stime
+    cpu_start = common.cpu_seconds()
     encoded = [e.ids for e in tok.encode_batch(sentences)]
-    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
     out = [None] * len(encoded)
+    latencies = []
     with torch.inference_mode():
-        for s in range(0, len(order), args.batch):
-            idx = order[s : s + args.batch]
-            n = max(len(encoded[i]) for i in idx)
-            ids = torch.zeros((len(idx), n), dtype=torch.long)
-            mask = torch.zeros((len(idx), n), dtype=torch.long)
+        for idx in common.length_sorted_batches(encoded, args.batch):
+            t = time.perf_counter()
+            ids, mask = common.pad(encoded, idx)
+            emb = model.forward(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
+            latencies.append(time.perf_counter() - t)
             for r, i in enumerate(idx):
-                ids[r, : len(encoded[i])] = torch.tensor(encoded[i])
-                mask[r, : len(encoded[i])] = 1
-            emb = model.forward(ids, mask)
-            for r, i in enumerate(idx):
-                out[i] = emb[r].numpy()
+                out[i] = emb[r]
     secs = time.perf_counter() - start
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = ru.ru_utime + ru.ru_stime - cpu_start
+    cpu = common.cpu_seconds() - cpu_start
 
-    if args.out:
-        np.stack(out).astype("<f4").tofile(args.out)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}")
-    print(f"embedding 0 begins: {', '.join(f'{v:.7f}' for v in out[0][:5])}")
-    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MiB")
-    print(f"time: {secs:.3f} s")
-    print(f"cpu: {cpu:.2f} s")
-    print(f"sentences/s: {len(sentences) / secs:.1f}")
+    common.report(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}",
+        out, len(sentences), secs, cpu, latencies, args.out,
+    )
 
 
 if __name__ == "__main__":
