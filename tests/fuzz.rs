@@ -449,6 +449,14 @@ enum Op {
         x: V,
         dim: i64,
     },
+    /// `q.attention(k, v, bias, scale)`.
+    Attention {
+        q: V,
+        k: V,
+        v: V,
+        bias: Option<V>,
+        scale: f32,
+    },
     LayerNorm {
         x: V,
         w: V,
@@ -525,6 +533,11 @@ impl Op {
             Op::Binary { x, y, .. } | Op::MatMul { x, y } => vec![*x, *y],
             Op::LayerNorm { x, w, b, .. } => vec![*x, *w, *b],
             Op::RmsNorm { x, w, .. } => vec![*x, *w],
+            Op::Attention { q, k, v, bias, .. } => {
+                let mut i = vec![*q, *k, *v];
+                i.extend(bias);
+                i
+            }
             Op::Cat { xs, .. } => xs.clone(),
             Op::IndexSelect { x, idx, .. } => vec![*x, *idx],
         }
@@ -578,6 +591,16 @@ impl fmt::Display for Op {
             Op::MatMul { x, y } => write!(f, "v{x}.matmul(v{y})"),
             Op::Reduce { r, x, dim } => write!(f, "v{x}.{r:?}({dim})"),
             Op::Softmax { x, dim } => write!(f, "v{x}.softmax({dim})"),
+            Op::Attention {
+                q,
+                k,
+                v,
+                bias,
+                scale,
+            } => match bias {
+                Some(b) => write!(f, "v{q}.attention(v{k}, v{v}, Some(v{b}), {scale})"),
+                None => write!(f, "v{q}.attention(v{k}, v{v}, None, {scale})"),
+            },
             Op::LayerNorm { x, w, b, eps } => write!(f, "v{x}.layer_norm(v{w}, v{b}, {eps})"),
             Op::RmsNorm { x, w, eps } => write!(f, "v{x}.rms_norm(v{w}, {eps})"),
             Op::Reshape { x, dims } => write!(f, "v{x}.reshape({dims:?})"),
@@ -1049,6 +1072,13 @@ impl Model<'_> {
             }
             Op::LayerNorm { x, w, b, eps } => self.infer_norm(*x, &[*w, *b], *eps),
             Op::RmsNorm { x, w, eps } => self.infer_norm(*x, &[*w], *eps),
+            Op::Attention {
+                q,
+                k,
+                v,
+                bias,
+                scale,
+            } => self.infer_attention(*q, *k, *v, *bias, *scale),
             Op::Reshape { x, dims } => {
                 if !numel_ok(dims) || dims.iter().product::<usize>() != self.v(*x).numel() {
                     return Err;
@@ -1149,6 +1179,56 @@ impl Model<'_> {
                 + TINY
         };
         Inferred::Ok(self.derived(&[x, y], dims, DType::F32, mag, err))
+    }
+
+    /// `Tensor::attention`'s checks, and a bound from those of matmul and softmax.
+    fn infer_attention(&self, q: V, k: V, v: V, bias: Option<V>, scale: f32) -> Inferred {
+        let (a, b, c) = (self.v(q), self.v(k), self.v(v));
+        let bv = bias.map(|x| self.v(x));
+        let all = [Some(a), Some(b), Some(c), bv];
+        if all
+            .iter()
+            .flatten()
+            .any(|t| t.dtype != DType::F32 || t.dims.len() != 4)
+        {
+            return Inferred::Err;
+        }
+        let (qd, kd) = (&a.dims, &b.dims);
+        if kd[..2] != qd[..2] || kd[3] != qd[3] || c.dims != *kd || qd[3] > 256 {
+            return Inferred::Err;
+        }
+        let scores = [qd[0], qd[1], qd[2], kd[2]];
+        if let Some(bv) = bv {
+            if bv.dims.iter().zip(&scores).any(|(&x, &s)| x != s && x != 1) {
+                return Inferred::Err;
+            }
+        }
+        let dims = vec![qd[0], qd[2], qd[1], qd[3]];
+        if !numel_ok(&dims) {
+            return Inferred::Err;
+        }
+        let mut inputs = vec![q, k, v];
+        inputs.extend(bias);
+        let (dh, lk) = (qd[3] as f64, kd[2] as f64);
+        let sc = (scale as f64).abs();
+        let (bias_mag, bias_err) = bv.map_or((0.0, 0.0), |t| (t.mag, t.err));
+        // Scores as a matmul scaled, plus the bias; then softmax's bound for the
+        // probabilities; the output is their weighted mean of v.
+        let s_mag = prod(sc, prod(dh, prod(a.mag, b.mag))) + bias_mag;
+        let s_err = sc
+            * (dh * (prod(a.err, b.mag) + prod(b.err, a.mag) + prod(a.err, b.err))
+                + 2.0 * dh * dh * EPS * prod(a.mag, b.mag))
+            + bias_err;
+        let p_err = 2.0 * s_err + 16.0 * lk * EPS * (1.0 + s_mag);
+        let (mag, err) = if lk == 0.0 || !s_mag.is_finite() || !c.mag.is_finite() {
+            (f64::INFINITY, f64::INFINITY)
+        } else {
+            (
+                c.mag,
+                c.err + prod(c.mag, lk * p_err + 4.0 * lk * EPS) + TINY,
+            )
+        };
+        Inferred::Ok(self.derived(&inputs, dims, DType::F32, mag, err))
     }
 
     fn infer_reduce(&self, r: Red, x: V, dim: i64) -> Inferred {
@@ -1895,7 +1975,8 @@ impl Gen {
                 self.make(s, Op::Contiguous { x });
             }
             88..=91 => self.gen_cat(s),
-            92..=97 => self.gen_index(s),
+            92..=94 => self.gen_index(s),
+            95..=97 => self.gen_attention(s),
             _ if s.poison_ok && !self.skip.poison => self.gen_failing_index(s),
             _ => self.gen_index(s),
         }
@@ -2018,6 +2099,46 @@ impl Gen {
                 self.make(s, Op::RmsNorm { x: h, w, eps: 1e-5 });
             }
         }
+    }
+
+    fn gen_attention(&mut self, s: &mut Site) {
+        let f32_ = Some(DType::F32);
+        let (q, k, v) = if self.rng.chance(0.3) {
+            // Whatever rank-4 values are held (often mismatched: an error).
+            (
+                self.input(s, f32_, 4),
+                self.input(s, f32_, 4),
+                self.input(s, f32_, 4),
+            )
+        } else {
+            let (b, h) = (1 + self.rng.below(3), 1 + self.rng.below(3));
+            let (lq, lk) = (self.rng.below(20), self.rng.below(40));
+            let dh = self.rng.pick(&[1, 3, 8, 16, 32, 33, 64]);
+            let q = self.fresh(s, DType::F32, vec![b, h, lq, dh]);
+            let k = self.fresh(s, DType::F32, vec![b, h, lk, dh]);
+            let v = self.fresh(s, DType::F32, vec![b, h, lk, dh]);
+            (q, k, v)
+        };
+        let scores = {
+            let (qd, kd) = (&self.val(q).dims, &self.val(k).dims);
+            [qd[0], qd[1], qd[2], kd[2]]
+        };
+        let bias = match self.rng.below(3) {
+            0 => None,
+            1 => Some(self.fresh(s, DType::F32, vec![scores[0], 1, 1, scores[3]])),
+            _ => Some(self.fresh(s, DType::F32, vec![1, 1, scores[2], scores[3]])),
+        };
+        let scale = self.rng.pick(&[1.0f32, 0.125, 0.5]);
+        self.make(
+            s,
+            Op::Attention {
+                q,
+                k,
+                v,
+                bias,
+                scale,
+            },
+        );
     }
 
     fn gen_norm(&mut self, s: &mut Site) {
@@ -2515,6 +2636,19 @@ fn apply(op: &Op, held: &HashMap<V, Tensor>) -> Result<streamfuse::Result<Tensor
             }
         }
         Op::Softmax { x, dim } => get(x)?.softmax(*dim),
+        Op::Attention {
+            q,
+            k,
+            v,
+            bias,
+            scale,
+        } => {
+            let bias = match bias {
+                Some(b) => Some(get(b)?),
+                None => None,
+            };
+            get(q)?.attention(get(k)?, get(v)?, bias, *scale)
+        }
         Op::LayerNorm { x, w, b, eps } => get(x)?.layer_norm(get(w)?, get(b)?, *eps),
         Op::RmsNorm { x, w, eps } => get(x)?.rms_norm(get(w)?, *eps),
         Op::Reshape { x, dims } => get(x)?.reshape(dims),
