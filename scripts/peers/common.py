@@ -8,9 +8,11 @@ ties in input order), batch neighbours, pad each batch to its longest sentence. 
 the same order as streamfuse's `length_sorted_batches` and candle_bench.rs's.
 """
 
+import argparse
 import math
 import os
 import resource
+import time
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -61,6 +63,43 @@ def percentile(sorted_values, p):
 def cpu_seconds():
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
+
+
+def arguments(extra=()):
+    """The command line every Python peer takes: --model, --sentences, --batch,
+    --threads, --out, plus `extra` (names of required options, e.g. "--onnx")."""
+    ap = argparse.ArgumentParser()
+    for name in extra:
+        ap.add_argument(name, required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--sentences", required=True)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out")
+    return ap.parse_args()
+
+
+def run(args, forward, header):
+    """Tokenises the sentences, runs `forward(ids, mask)` (int64 arrays, one padded
+    batch; returns the batch's embeddings as a numpy array) on every length-sorted
+    batch, timing each call, and prints the report. The timed part is tokenising and
+    embedding."""
+    sentences = read_sentences(args.sentences)
+    tok = tokenizer(args.model)
+    start = time.perf_counter()
+    cpu_start = cpu_seconds()
+    encoded = [e.ids for e in tok.encode_batch(sentences)]
+    out = [None] * len(encoded)
+    latencies = []
+    for idx in length_sorted_batches(encoded, args.batch):
+        t = time.perf_counter()
+        ids, mask = pad(encoded, idx)
+        emb = forward(ids, mask)
+        latencies.append(time.perf_counter() - t)
+        for r, i in enumerate(idx):
+            out[i] = emb[r]
+    secs = time.perf_counter() - start
+    report(header, out, len(sentences), secs, cpu_seconds() - cpu_start, latencies, args.out)
 
 
 def report(header, out, n_sentences, secs, cpu, latencies, out_path=None):

@@ -17,10 +17,8 @@ padding; per sentence with --batch 1) and `sentences/s: X`; --out writes the
 embeddings as little-endian f32 rows in input order. Imports no torch.
 """
 
-import argparse
 import os
 import sys
-import time
 
 import numpy as np
 import onnxruntime as ort
@@ -30,44 +28,23 @@ import common  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--onnx", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--sentences", required=True)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out")
-    args = ap.parse_args()
-
+    args = common.arguments(extra=["--onnx"])
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     session = ort.InferenceSession(args.onnx, so, providers=["CPUExecutionProvider"])
-    sentences = common.read_sentences(args.sentences)
-    tok = common.tokenizer(args.model)
 
-    start = time.perf_counter()
-    cpu_start = common.cpu_seconds()
-    encoded = [e.ids for e in tok.encode_batch(sentences)]
-    out = [None] * len(encoded)
-    latencies = []
-    for idx in common.length_sorted_batches(encoded, args.batch):
-        t = time.perf_counter()
-        ids, mask = common.pad(encoded, idx)
+    def forward(ids, mask):
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        emb = session.run(["embedding"], feed)[0]
-        latencies.append(time.perf_counter() - t)
-        for r, i in enumerate(idx):
-            out[i] = emb[r]
-    secs = time.perf_counter() - start
-    cpu = common.cpu_seconds() - cpu_start
+        return session.run(["embedding"], feed)[0]
 
-    common.report(
+    common.run(
+        args,
+        forward,
         f"onnxruntime {ort.__version__} {os.path.basename(args.onnx)}, "
         f"{args.threads} intra-op threads, batch {args.batch}",
-        out, len(sentences), secs, cpu, latencies, args.out,
     )
 
 

@@ -16,12 +16,10 @@ call: padding a batch, the forward pass, the embeddings as numpy; per sentence w
 rows in input order.
 """
 
-import argparse
 import json
 import os
 import struct
 import sys
-import time
 
 import numpy as np
 import torch
@@ -85,38 +83,18 @@ class Bert:
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--sentences", required=True)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out")
-    args = ap.parse_args()
-
+    args = common.arguments()
     torch.set_num_threads(args.threads)
-    sentences = common.read_sentences(args.sentences)
     model = Bert(args.model)
-    tok = common.tokenizer(args.model)
 
-    start = time.perf_counter()
-    cpu_start = common.cpu_seconds()
-    encoded = [e.ids for e in tok.encode_batch(sentences)]
-    out = [None] * len(encoded)
-    latencies = []
-    with torch.inference_mode():
-        for idx in common.length_sorted_batches(encoded, args.batch):
-            t = time.perf_counter()
-            ids, mask = common.pad(encoded, idx)
-            emb = model.forward(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
-            latencies.append(time.perf_counter() - t)
-            for r, i in enumerate(idx):
-                out[i] = emb[r]
-    secs = time.perf_counter() - start
-    cpu = common.cpu_seconds() - cpu_start
+    def forward(ids, mask):
+        with torch.inference_mode():
+            return model.forward(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
 
-    common.report(
+    common.run(
+        args,
+        forward,
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}",
-        out, len(sentences), secs, cpu, latencies, args.out,
     )
 
 

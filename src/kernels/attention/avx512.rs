@@ -9,7 +9,7 @@
 use pulp::x86::V4;
 use pulp::{f32x16, Simd};
 
-use super::{Job, KB, MAX_HEAD_DIM, QB};
+use super::{Block, Job, KB, QB};
 
 // One vector is one block of queries.
 const _: () = assert!(QB == 16);
@@ -59,112 +59,14 @@ fn exp_nonpositive(simd: V4, x: f32x16) -> f32x16 {
 const G: usize = 8;
 
 impl Job<'_> {
-    /// `scores + bias[b, h, i0.., j]` for the block's lanes.
-    #[allow(clippy::too_many_arguments)]
+    /// The AVX-512 body of [`Job::block`], inlined into the function `Job::block`
+    /// runs under `V4::vectorize`. `D` is at least the head size.
     #[inline(always)]
-    fn add_bias(
-        &self,
-        simd: V4,
-        scores: f32x16,
-        b: usize,
-        h: usize,
-        i0: usize,
-        len: usize,
-        j: usize,
-    ) -> f32x16 {
-        let Some(bias) = &self.bias else {
-            return scores;
-        };
-        let [sb, sh, si, sj] = bias.strides;
-        let base = bias.offset + b * sb + h * sh + j * sj;
-        let add = if si == 0 {
-            simd.splat_f32s(bias.data[base])
-        } else {
-            let mut lanes = [0f32; QB];
-            for (t, x) in lanes.iter_mut().enumerate().take(len) {
-                *x = bias.data[base + (i0 + t) * si];
-            }
-            pulp::bytemuck::cast(lanes)
-        };
-        simd.add_f32s(scores, add)
-    }
-
-    /// [`Job::block`] with the queries in one vector.
-    #[inline]
-    pub(super) fn block_avx512(
-        &self,
-        simd: V4,
-        b: usize,
-        h: usize,
-        i0: usize,
-        len: usize,
-        out: &mut [f32],
-    ) {
-        /// The block as a `pulp` op: `Simd::vectorize` calls `with_simd` from a
-        /// function compiled for AVX-512, and everything below is inlined into it.
-        /// (A closure passed to `V4::vectorize` is not: every intrinsic then becomes a
-        /// call, 40× slower.)
-        struct Op<'a, 'b> {
-            job: &'a Job<'b>,
-            simd: V4,
-            b: usize,
-            h: usize,
-            i0: usize,
-            len: usize,
-            out: &'a mut [f32],
-        }
-        impl pulp::WithSimd for Op<'_, '_> {
-            type Output = ();
-            #[inline(always)]
-            fn with_simd<S: Simd>(self, _: S) {
-                let (job, simd, b, h, i0, len, out) = (
-                    self.job, self.simd, self.b, self.h, self.i0, self.len, self.out,
-                );
-                // Tiles sized for the head, as in the portable path.
-                match job.dh {
-                    0..=32 => job.body_avx512::<32>(simd, b, h, i0, len, out),
-                    33..=64 => job.body_avx512::<64>(simd, b, h, i0, len, out),
-                    65..=128 => job.body_avx512::<128>(simd, b, h, i0, len, out),
-                    _ => job.body_avx512::<MAX_HEAD_DIM>(simd, b, h, i0, len, out),
-                }
-            }
-        }
-        <V4 as Simd>::vectorize(
-            simd,
-            Op {
-                job: self,
-                simd,
-                b,
-                h,
-                i0,
-                len,
-                out,
-            },
-        )
-    }
-
-    /// The block's arithmetic; `D` is at least the head size.
-    #[inline(always)]
-    fn body_avx512<const D: usize>(
-        &self,
-        simd: V4,
-        b: usize,
-        h: usize,
-        i0: usize,
-        len: usize,
-        out: &mut [f32],
-    ) {
+    pub(super) fn block_avx512<const D: usize>(&self, simd: V4, blk: Block, out: &mut [f32]) {
         let dh = self.dh;
         let zero = simd.splat_f32s(0.0);
-        // q transposed and scaled: qt[d] holds element d of the block's queries.
-        let mut q_lanes = [[0f32; QB]; D];
-        for t in 0..len {
-            let at = self.qr.at(b, h, i0 + t);
-            for (lanes, &x) in q_lanes.iter_mut().zip(&self.q[at..at + dh]) {
-                lanes[t] = x * self.scale;
-            }
-        }
-        let qt: [f32x16; D] = q_lanes.map(pulp::bytemuck::cast);
+        // qt[d] holds element d of the block's queries (transposed and scaled).
+        let qt: [f32x16; D] = self.q_lanes::<D>(blk).map(pulp::bytemuck::cast);
         let mut ot = [zero; D];
         let mut s = [zero; KB];
         let mut max = simd.splat_f32s(f32::NEG_INFINITY);
@@ -177,9 +79,9 @@ impl Job<'_> {
             let mut jj = 0;
             while jj < kn {
                 let g = G.min(kn - jj);
+                // Past `g`, the last key again (its scores are not kept).
                 let rows: [&[f32]; G] = std::array::from_fn(|x| {
-                    let at = self.kr.at(b, h, j0 + jj + x.min(g - 1));
-                    &self.k[at..at + dh]
+                    self.row(self.k, &self.kr, blk, j0 + jj + x.min(g - 1))
                 });
                 let mut acc = [zero; G];
                 for (d, q) in qt[..dh].iter().enumerate() {
@@ -188,7 +90,10 @@ impl Job<'_> {
                     }
                 }
                 for (x, &a) in acc[..g].iter().enumerate() {
-                    s[jj + x] = self.add_bias(simd, a, b, h, i0, len, j0 + jj + x);
+                    s[jj + x] = match self.bias_lanes(blk, j0 + jj + x) {
+                        Some(bias) => simd.add_f32s(a, pulp::bytemuck::cast(bias)),
+                        None => a,
+                    };
                 }
                 jj += g;
             }
@@ -209,8 +114,7 @@ impl Job<'_> {
                 let g = G.min(kn - jj);
                 let mut p = [zero; G];
                 let rows: [&[f32]; G] = std::array::from_fn(|x| {
-                    let at = self.vr.at(b, h, j0 + jj + x.min(g - 1));
-                    &self.v[at..at + dh]
+                    self.row(self.v, &self.vr, blk, j0 + jj + x.min(g - 1))
                 });
                 for x in 0..g {
                     p[x] = exp_nonpositive(simd, simd.sub_f32s(s[jj + x], max));
@@ -229,12 +133,6 @@ impl Job<'_> {
             j0 += kn;
         }
         let inv: [f32; QB] = pulp::bytemuck::cast(simd.div_f32s(simd.splat_f32s(1.0), sum));
-        let row = self.heads * dh;
-        let ot: [[f32; QB]; D] = ot.map(pulp::bytemuck::cast);
-        for t in 0..len {
-            for (d, o) in out[t * row..t * row + dh].iter_mut().enumerate() {
-                *o = ot[d][t] * inv[t];
-            }
-        }
+        self.write_rows(&ot.map(pulp::bytemuck::cast), &inv, blk.len, out);
     }
 }

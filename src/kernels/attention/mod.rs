@@ -36,6 +36,9 @@ mod portable;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use pulp::x86::V4;
+use pulp::Simd;
+
 use super::{check_dst, check_input, error, worth_splitting, KernelError, Par};
 use crate::ir::Layout;
 
@@ -242,7 +245,7 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
-    /// The sequence, first row and row count of block `g`.
+    /// The sequence, first row and row count of block `g` (head 0).
     fn block_at(&self, g: usize) -> (usize, usize, usize) {
         let (b, i0) = (
             g / self.blocks_per_seq,
@@ -274,56 +277,131 @@ impl Job<'_> {
         for g in range {
             let (b, i0, len) = self.block_at(g);
             for h in 0..self.heads {
-                self.block(b, h, i0, len, &mut out[at + h * self.dh..]);
+                self.block(Block { b, h, i0, len }, &mut out[at + h * self.dh..]);
             }
             at += len * row;
         }
     }
 
-    /// Query rows `i0..i0 + len` (`len <= QB`) of head `h` of sequence `b`; row `t`'s
-    /// context goes to `out[t · heads · dh..][..dh]`. On AVX-512 one vector holds
-    /// the block's [`QB`] queries (`avx512.rs`); elsewhere the portable loops run
-    /// (`portable.rs`), compiled for the CPU's SIMD level.
+    /// The block's context rows: row `t` goes to `out[t · heads · dh..][..dh]`. On
+    /// AVX-512 one vector holds the block's [`QB`] queries (`avx512.rs`); elsewhere
+    /// the portable loops run (`portable.rs`), compiled for the CPU's SIMD level.
     #[inline]
-    fn block(&self, b: usize, h: usize, i0: usize, len: usize, out: &mut [f32]) {
-        if !force_portable() {
-            if let Some(simd) = pulp::x86::V4::try_new() {
-                return self.block_avx512(simd, b, h, i0, len, out);
-            }
-        }
+    fn block(&self, blk: Block, out: &mut [f32]) {
+        let v4 = if force_portable() {
+            None
+        } else {
+            V4::try_new()
+        };
+        /// The block as a `pulp` op: `vectorize`/`dispatch` call `with_simd` from a
+        /// function compiled for the CPU's features, and everything below is inlined
+        /// into it. (A closure passed to `V4::vectorize` is not: every intrinsic then
+        /// becomes a call, 40× slower.)
         struct Op<'a, 'b> {
             job: &'a Job<'b>,
-            b: usize,
-            h: usize,
-            i0: usize,
-            len: usize,
+            v4: Option<V4>,
+            blk: Block,
             out: &'a mut [f32],
         }
         impl pulp::WithSimd for Op<'_, '_> {
             type Output = ();
             #[inline(always)]
-            fn with_simd<S: pulp::Simd>(self, _simd: S) {
+            fn with_simd<S: Simd>(self, _: S) {
+                let Op { job, v4, blk, out } = self;
                 // Tiles sized for the head (zeroing a 256-row tile for a head of 32
                 // would cost as much as the block's arithmetic).
-                let (job, b, h, i0, len, out) =
-                    (self.job, self.b, self.h, self.i0, self.len, self.out);
+                macro_rules! sized {
+                    ($d:expr) => {
+                        match v4 {
+                            Some(simd) => job.block_avx512::<$d>(simd, blk, out),
+                            None => job.block_portable::<$d>(blk, out),
+                        }
+                    };
+                }
                 match job.dh {
-                    0..=32 => job.block_portable::<32>(b, h, i0, len, out),
-                    33..=64 => job.block_portable::<64>(b, h, i0, len, out),
-                    65..=128 => job.block_portable::<128>(b, h, i0, len, out),
-                    _ => job.block_portable::<MAX_HEAD_DIM>(b, h, i0, len, out),
+                    0..=32 => sized!(32),
+                    33..=64 => sized!(64),
+                    65..=128 => sized!(128),
+                    _ => sized!(MAX_HEAD_DIM),
                 }
             }
         }
-        pulp::Arch::new().dispatch(Op {
+        let op = Op {
             job: self,
-            b,
-            h,
-            i0,
-            len,
+            v4,
+            blk,
             out,
-        });
+        };
+        match v4 {
+            Some(simd) => <V4 as Simd>::vectorize(simd, op),
+            None => pulp::Arch::new().dispatch(op),
+        }
     }
+
+    /// The block's queries transposed and scaled: `qt[d][t]` is element `d` of query
+    /// row `i0 + t` times `scale` (lanes past `len` are 0).
+    #[inline(always)]
+    fn q_lanes<const D: usize>(&self, blk: Block) -> [[f32; QB]; D] {
+        let mut qt = [[0f32; QB]; D];
+        for t in 0..blk.len {
+            let at = self.qr.at(blk.b, blk.h, blk.i0 + t);
+            for (lanes, &x) in qt.iter_mut().zip(&self.q[at..at + self.dh]) {
+                lanes[t] = x * self.scale;
+            }
+        }
+        qt
+    }
+
+    /// Row `j` of key (or value) operand `rows` of the block's head.
+    #[inline(always)]
+    fn row<'a>(&self, data: &'a [f32], rows: &Rows, blk: Block, j: usize) -> &'a [f32] {
+        let at = rows.at(blk.b, blk.h, j);
+        &data[at..at + self.dh]
+    }
+
+    /// The bias of key `j` for each of the block's query lanes, or `None` without a
+    /// bias.
+    #[inline(always)]
+    fn bias_lanes(&self, blk: Block, j: usize) -> Option<[f32; QB]> {
+        let bias = self.bias.as_ref()?;
+        let [sb, sh, si, sj] = bias.strides;
+        let base = bias.offset + blk.b * sb + blk.h * sh + j * sj;
+        if si == 0 {
+            return Some([bias.data[base]; QB]);
+        }
+        let mut lanes = [0f32; QB];
+        for (t, x) in lanes.iter_mut().enumerate().take(blk.len) {
+            *x = bias.data[base + (blk.i0 + t) * si];
+        }
+        Some(lanes)
+    }
+
+    /// Writes the block's context rows: `ot[d][t] · inv[t]` for row `t`, element `d`.
+    #[inline(always)]
+    fn write_rows<const D: usize>(
+        &self,
+        ot: &[[f32; QB]; D],
+        inv: &[f32; QB],
+        len: usize,
+        out: &mut [f32],
+    ) {
+        let row = self.heads * self.dh;
+        for t in 0..len {
+            for (o, lanes) in out[t * row..t * row + self.dh].iter_mut().zip(ot) {
+                *o = lanes[t] * inv[t];
+            }
+        }
+    }
+}
+
+/// One unit of the kernel's work: query rows `i0..i0 + len` (`len <= QB`) of head `h`
+/// of sequence `b`.
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    b: usize,
+    h: usize,
+    i0: usize,
+    len: usize,
 }
 
 #[cfg(test)]

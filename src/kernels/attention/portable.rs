@@ -1,35 +1,21 @@
 //! The attention block as plain loops over the [`QB`] query lanes: the path for CPUs
 //! without AVX-512, and the reference the vector path is tested against.
 
-use super::{Job, KB, QB};
+use super::{Block, Job, KB, QB};
 use crate::kernels::math;
 
 impl Job<'_> {
     /// The portable body of [`Job::block`], inlined into a function compiled for the
-    /// CPU's SIMD level (LLVM decides what vectorises).
-    /// `D` is at least the head size.
+    /// CPU's SIMD level (LLVM decides what vectorises). `D` is at least the head size.
     // Lanes are indexed across several arrays at once (`acc[l] += qt[d][l] * kd`): the
     // index loops are what vectorises.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    pub(super) fn block_portable<const D: usize>(
-        &self,
-        b: usize,
-        h: usize,
-        i0: usize,
-        len: usize,
-        out: &mut [f32],
-    ) {
+    pub(super) fn block_portable<const D: usize>(&self, blk: Block, out: &mut [f32]) {
         let dh = self.dh;
-        let mut qt = [[0f32; QB]; D];
+        let qt: [[f32; QB]; D] = self.q_lanes(blk);
         let mut ot = [[0f32; QB]; D];
         let mut s = [[0f32; QB]; KB];
-        for t in 0..len {
-            let at = self.qr.at(b, h, i0 + t);
-            for (d, &x) in self.q[at..at + dh].iter().enumerate() {
-                qt[d][t] = x * self.scale;
-            }
-        }
         let mut max = [f32::NEG_INFINITY; QB];
         let mut sum = [0f32; QB];
         let mut j0 = 0;
@@ -37,26 +23,15 @@ impl Job<'_> {
             let kn = KB.min(self.lk - j0);
             // Scores of this key block.
             for (jj, sj) in s[..kn].iter_mut().enumerate() {
-                let at = self.kr.at(b, h, j0 + jj);
-                let krow = &self.k[at..at + dh];
                 let mut acc = [0f32; QB];
-                for (d, &kd) in krow.iter().enumerate() {
+                for (d, &kd) in self.row(self.k, &self.kr, blk, j0 + jj).iter().enumerate() {
                     for l in 0..QB {
                         acc[l] += qt[d][l] * kd;
                     }
                 }
-                if let Some(bias) = &self.bias {
-                    let [sb, sh, si, sj_] = bias.strides;
-                    let base = bias.offset + b * sb + h * sh + (j0 + jj) * sj_;
-                    if si == 0 {
-                        let x = bias.data[base];
-                        for a in acc.iter_mut() {
-                            *a += x;
-                        }
-                    } else {
-                        for (t, a) in acc.iter_mut().enumerate().take(len) {
-                            *a += bias.data[base + (i0 + t) * si];
-                        }
+                if let Some(bias) = self.bias_lanes(blk, j0 + jj) {
+                    for l in 0..QB {
+                        acc[l] += bias[l];
                     }
                 }
                 *sj = acc;
@@ -91,8 +66,7 @@ impl Job<'_> {
                     sj[l] = math::exp(sj[l] - max[l]);
                     sum[l] += sj[l];
                 }
-                let at = self.vr.at(b, h, j0 + jj);
-                let vrow = &self.v[at..at + dh];
+                let vrow = self.row(self.v, &self.vr, blk, j0 + jj);
                 for (o, &vd) in ot[..dh].iter_mut().zip(vrow) {
                     for l in 0..QB {
                         o[l] += sj[l] * vd;
@@ -101,12 +75,6 @@ impl Job<'_> {
             }
             j0 += kn;
         }
-        let row = self.heads * dh;
-        for t in 0..len {
-            let inv = 1.0 / sum[t];
-            for (d, o) in out[t * row..t * row + dh].iter_mut().enumerate() {
-                *o = ot[d][t] * inv;
-            }
-        }
+        self.write_rows(&ot, &sum.map(|x| 1.0 / x), blk.len, out);
     }
 }
