@@ -4,7 +4,8 @@
 //! Each allocation inside the measured window is attributed by its backtrace: the
 //! `gemm` crate allocates its packing buffers on every call (it has no API that takes
 //! caller memory), everything else — recording, the plan cache, the planned executor,
-//! the kernels of streamfuse — must allocate nothing once a pass has run.
+//! the kernels of streamfuse — must allocate nothing once a pass has run; and with
+//! weights packed (AVX-512), a layer whose products are all by weights calls no gemm.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -91,8 +92,12 @@ fn a_repeated_bert_layer_forward_pass_allocates_nothing_in_the_engine() {
     ] {
         let p = support::encoder_params(h, ffn);
         let x = support::tensor(&[batch, seq, h], 99, 1.0);
-        // One warm-up call: fills the pools, free lists, scratch vectors, plan cache.
+        // Warm-up: fills the pools, free lists, scratch vectors, plan cache; the
+        // second call packs the weights (a right operand is packed at its second use).
         let out = support::encoder(&x, &p, heads, None)
+            .to_vec::<f32>()
+            .unwrap();
+        support::encoder(&x, &p, heads, None)
             .to_vec::<f32>()
             .unwrap();
         let mut y = None;
@@ -112,5 +117,29 @@ fn a_repeated_bert_layer_forward_pass_allocates_nothing_in_the_engine() {
         );
         assert_eq!(rec, 0, "recording allocated; first at:\n{info_rec}");
         assert_eq!(run, 0, "running allocated; first at:\n{info_run}");
+
+        // The layer as the BERT model runs it (attention as one op): every product is
+        // by a packed weight, so not even gemm allocates (on CPUs with the packed
+        // kernel, AVX-512; elsewhere gemm still packs on each call).
+        let out = support::encoder_fused_attention(&x, &p, heads)
+            .to_vec::<f32>()
+            .unwrap();
+        let mut y = None;
+        let (rec, rec_gemm) =
+            allocations(|| y = Some(support::encoder_fused_attention(&x, &p, heads)));
+        let info_rec = first_other();
+        let (run, run_gemm) = allocations(|| streamfuse::sync().unwrap());
+        let info_run = first_other();
+        assert!(streamfuse::last_flush().unwrap().cache_hit);
+        assert_eq!(y.unwrap().to_vec::<f32>().unwrap(), out);
+        eprintln!(
+            "hidden {h}, attention as one op: {rec} + {run} allocations, gemm's {}",
+            rec_gemm + run_gemm
+        );
+        assert_eq!(rec, 0, "recording allocated; first at:\n{info_rec}");
+        assert_eq!(run, 0, "running allocated; first at:\n{info_run}");
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            assert_eq!(rec_gemm + run_gemm, 0, "a product went through gemm");
+        }
     }
 }

@@ -594,6 +594,42 @@ fn matmul_epilogue_chain() {
     check_tol(&g, &rx.matmul(&rw).add(&rb).gelu(), 1e-5, 1e-5);
 }
 
+/// A weight used again and again (packed at its second use, or at once by `prepack`):
+/// every use gives the reference's product, alone or heading a chain, through its own
+/// layout or a transposed view, for row counts of one request and of a batch.
+#[test]
+fn matmul_by_a_reused_weight() {
+    let (w, rw) = rand_pair(&[48, 70], 11, -1.0, 1.0);
+    let (b, rb) = rand_pair(&[70], 12, -1.0, 1.0);
+    let (wt, rwt) = rand_pair(&[70, 48], 13, -1.0, 1.0);
+    let wt = wt.transpose(0, 1).unwrap();
+    let rwt = rwt.transpose(0, 1);
+    for round in 0..3 {
+        for (i, rows) in [1usize, 5, 29, 300].into_iter().enumerate() {
+            let seed = 20 + 10 * round + i as u64;
+            let (x, rx) = rand_pair(&[rows, 48], seed, -1.0, 1.0);
+            check_tol(&x.matmul(&w).unwrap(), &rx.matmul(&rw), 1e-5, 1e-5);
+            let y = x.matmul(&w).unwrap().add(&b).unwrap().gelu().unwrap();
+            check_tol(&y, &rx.matmul(&rw).add(&rb).gelu(), 1e-5, 1e-5);
+            check_tol(&x.matmul(&wt).unwrap(), &rx.matmul(&rwt), 1e-5, 1e-5);
+            // A batch of matrices against the same weight (broadcast over the batch).
+            let (x3, rx3) = rand_pair(&[2, rows, 48], seed + 5, -1.0, 1.0);
+            check_tol(&x3.matmul(&w).unwrap(), &rx3.matmul(&rw), 1e-5, 1e-5);
+        }
+    }
+    // Prepacked at once, then used.
+    let (v, rv) = rand_pair(&[64, 96], 14, -1.0, 1.0);
+    v.prepack().unwrap();
+    let (x, rx) = rand_pair(&[7, 64], 15, -1.0, 1.0);
+    check_tol(&x.matmul(&v).unwrap(), &rx.matmul(&rv), 1e-5, 1e-5);
+    // Not matrices, or not f32: nothing to do, no error.
+    Tensor::from_vec(vec![1u32, 2], &[2])
+        .unwrap()
+        .prepack()
+        .unwrap();
+    rand_pair(&[2, 3, 4], 16, 0.0, 1.0).0.prepack().unwrap();
+}
+
 // ---------------------------------------------------------------------------------
 // reductions
 // ---------------------------------------------------------------------------------

@@ -24,8 +24,9 @@
 //! with gemm's own threads instead was measured slower on MiniLM.)
 
 use super::fused::{fused_in_place, FusedProgram};
-use super::matmul::matmul;
+use super::matmul::matmul_prepacked;
 use super::norm::RowOp;
+use super::packed::PackedRhs;
 use super::par::{for_each_chunk, join_split, units_per_task, MIN_TASK_WORK};
 use super::strided::offset_of;
 use super::{check_input, error, numel_of, KernelError, Par};
@@ -47,6 +48,8 @@ pub struct ChainMatMul<'a> {
     pub rhs: (&'a [f32], &'a Layout),
     /// Which input of the program is the product (its slice in `inputs` is ignored).
     pub input: usize,
+    /// The right operand packed for the packed kernel, when it is a weight that has been.
+    pub packed: Option<&'a PackedRhs>,
 }
 
 /// The row-wise normalisation at the tail of a chain, with its parameters (1-D of the
@@ -412,7 +415,15 @@ impl Ctx<'_> {
             let out = outs
                 .first_mut()
                 .ok_or_else(|| error("chain", "a matmul head needs an output"))?;
-            matmul(mm.lhs.0, &lhs, mm.rhs.0, &rhs, &mut out[..len], par)?;
+            matmul_prepacked(
+                mm.lhs.0,
+                &lhs,
+                mm.rhs.0,
+                &rhs,
+                mm.packed,
+                &mut out[..len],
+                par,
+            )?;
         }
         // Every other input, narrowed to the panel's rows; the product as output 0.
         let local = Layout::contiguous(&[p.rows, g.n]);
@@ -474,7 +485,7 @@ mod tests {
     use crate::ir::{BinaryOp, UnaryOp};
     use crate::kernels::fused::Instr;
     use crate::kernels::testutil::*;
-    use crate::kernels::{binary, layer_norm, softmax, unary};
+    use crate::kernels::{binary, layer_norm, matmul, softmax, unary};
 
     /// `gelu(product + bias) + residual`, then optionally a layer norm, against the
     /// single-op kernels, over batched and strided operands and several panels.
@@ -524,12 +535,22 @@ mod tests {
             };
             let empty = Layout::contiguous(&[]);
             let inputs = [(&[][..], &empty), (&bias[..], &bl), (&res[..], &resl)];
-            let mm = ChainMatMul {
-                lhs: (&lb, &ll),
-                rhs: (&rb, &rl),
-                input: 0,
+            // A 2-D rhs also runs packed, as a model's weight does.
+            let packed = if batch.is_empty() {
+                crate::kernels::PackedRhs::pack(&rb, &rl)
+            } else {
+                None
             };
-            for par in pars() {
+            for (par, packed) in pars()
+                .into_iter()
+                .flat_map(|p| [(p, None), (p, packed.as_ref())])
+            {
+                let mm = ChainMatMul {
+                    lhs: (&lb, &ll),
+                    rhs: (&rb, &rl),
+                    input: 0,
+                    packed,
+                };
                 let (mut g, mut out) = (vec![f32::NAN; numel], vec![f32::NAN; numel]);
                 chain(
                     &dims,
@@ -663,6 +684,7 @@ mod tests {
             lhs: (&a, &l),
             rhs: (&a, &l),
             input: 0,
+            packed: None,
         };
         let e = chain(
             &[2, 3],
@@ -680,6 +702,7 @@ mod tests {
             lhs: (&a, &l),
             rhs: (&a, &l32),
             input: 0,
+            packed: None,
         };
         assert!(chain(
             &[2, 3],

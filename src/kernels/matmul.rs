@@ -23,10 +23,36 @@
 
 use gemm::Parallelism;
 
+use super::packed::{matmul_packed, PackedRhs};
 use super::par::for_each_chunk;
 use super::strided::offset_of;
 use super::{check_dst, check_input, error, KernelError, Par};
 use crate::ir::Layout;
+
+/// [`matmul`], reading the right operand from `packed` (its packed form, when the
+/// caller has one) with the packed kernel when that form packs `rhs_layout` and the
+/// left operand's rows are contiguous; through `gemm` otherwise.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_prepacked(
+    lhs: &[f32],
+    lhs_layout: &Layout,
+    rhs: &[f32],
+    rhs_layout: &Layout,
+    packed: Option<&PackedRhs>,
+    dst: &mut [f32],
+    par: Par,
+) -> Result<(), KernelError> {
+    if let Some(p) = packed.filter(|p| p.packs(rhs_layout)) {
+        if lhs_layout.dims.len() == rhs_layout.dims.len()
+            && lhs_layout.dims[..lhs_layout.dims.len() - 2]
+                == rhs_layout.dims[..rhs_layout.dims.len() - 2]
+            && matmul_packed(lhs, lhs_layout, p, dst, par)?
+        {
+            return Ok(());
+        }
+    }
+    matmul(lhs, lhs_layout, rhs, rhs_layout, dst, par)
+}
 
 /// Below this many multiply-adds a single gemm runs single-threaded.
 const PAR_GEMM_WORK: usize = if cfg!(test) { 1 << 9 } else { 64 * 64 * 64 };

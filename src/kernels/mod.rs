@@ -41,6 +41,7 @@ mod index;
 mod math;
 mod matmul;
 mod norm;
+mod packed;
 mod par;
 mod reduce;
 mod strided;
@@ -55,8 +56,11 @@ pub use copy::{cast, cat, copy, fill};
 pub use elementwise::{binary, unary};
 pub use fused::{fused_in_place, FusedProgram, Instr};
 pub use index::index_select;
-pub use matmul::matmul;
+pub use matmul::{matmul, matmul_prepacked};
 pub use norm::{layer_norm, rms_norm, softmax};
+#[cfg(test)]
+pub(crate) use packed::has_avx512;
+pub use packed::PackedRhs;
 pub(crate) use par::worth_splitting;
 pub use reduce::{argmax, reduce};
 

@@ -10,7 +10,7 @@ use super::execute::{region, root, Reads};
 use super::{Data, DataMut, StorageElement, TensorBuffer};
 use crate::fusion::{Chain, ExecutionPlan, Kernel};
 use crate::ir::{DType, Dims, Element, Layout, Op, OpKind, ReduceOp};
-use crate::kernels::{self, ChainMatMul, ChainNorm, KernelError, Par};
+use crate::kernels::{self, ChainMatMul, ChainNorm, KernelError, PackedRhs, Par};
 
 /// Collects up to `N` items into an array on the stack, or into a `Vec` beyond that,
 /// and calls `f` on them: per-kernel argument lists without a heap allocation.
@@ -92,10 +92,16 @@ pub(super) fn run_kernel(
     match kernel {
         Kernel::Op { op, inputs, output } => {
             let out = dst(output[0])?;
+            let op = &reads.tasks[*op].op;
+            // A product by a weight reads the weight's packed form.
+            let packed = match (&op.kind, inputs.get(1), op.inputs.get(1)) {
+                (OpKind::MatMul, Some(&v), Some(desc)) => reads.packed_rhs(v, &desc.layout),
+                _ => None,
+            };
             with_list::<_, _, 4>(
                 inputs.iter().map(|&v| reads.data(v)),
                 Data::F32(&[]),
-                |data| run_into(&reads.tasks[*op].op, data, out, par),
+                |data| run_into(op, data, packed, out, par),
             )
         }
         Kernel::Fused {
@@ -131,8 +137,12 @@ pub(super) fn run_kernel(
                 Data::F32(s) => Ok(s),
                 _ => Err(KernelError("chain input is not f32 (engine bug)".into())),
             };
+            let packed = chain
+                .matmul
+                .as_ref()
+                .and_then(|m| reads.packed_rhs(m.rhs.0, &m.rhs.1));
             with_f32_outputs(&chain.outputs, dst, "chain", |dsts| {
-                run_chain(chain, data, dsts, par)
+                run_chain(chain, data, packed, dsts, par)
             })
         }
     }
@@ -166,6 +176,7 @@ fn check_in_place(
 fn run_chain<'a>(
     chain: &'a Chain,
     data: impl Fn(u32) -> Result<&'a [f32], KernelError>,
+    packed: Option<&'a PackedRhs>,
     outputs: &mut [&mut [f32]],
     par: Par,
 ) -> Result<(), KernelError> {
@@ -195,6 +206,7 @@ fn run_chain<'a>(
             lhs: (data(m.lhs.0)?, &m.lhs.1),
             rhs: (data(m.rhs.0)?, &m.rhs.1),
             input: m.input,
+            packed,
         }),
         None => None,
     };
@@ -286,6 +298,7 @@ macro_rules! with_dtype {
 pub fn run_into(
     op: &Op,
     inputs: &[Data<'_>],
+    packed: Option<&PackedRhs>,
     out: DataMut<'_>,
     par: Par,
 ) -> Result<(), KernelError> {
@@ -334,7 +347,15 @@ pub fn run_into(
         }
         OpKind::MatMul => {
             let (l, r) = matmul_layouts(lay(0), lay(1), &desc.layout.dims)?;
-            kernels::matmul(typed(input(0))?, &l, typed(input(1))?, &r, dst(b)?, par)?
+            kernels::matmul_prepacked(
+                typed(input(0))?,
+                &l,
+                typed(input(1))?,
+                &r,
+                packed,
+                dst(b)?,
+                par,
+            )?
         }
         OpKind::Reduce {
             op: ReduceOp::ArgMax,

@@ -28,7 +28,8 @@ use super::storage::AllocError;
 use super::{Data, Slot, SlotState, Task, TensorBuffer};
 use crate::error::Error;
 use crate::fusion::{ExecutionPlan, Home, Kernel};
-use crate::kernels::{KernelError, Par};
+use crate::ir::Layout;
+use crate::kernels::{KernelError, PackedRhs, Par};
 use crate::reuse::retype::retype;
 
 /// Scratch vectors of [`execute_plan`], kept by a stream between its segments so that
@@ -162,6 +163,20 @@ pub(super) fn region(plan: &ExecutionPlan, r: usize) -> Option<(usize, usize)> {
 }
 
 impl<'a> Reads<'a, '_> {
+    /// The packed form of value `v` read through `layout` as the right operand of a
+    /// product, when `v` is (a view of) a segment input, a weight, whose buffer has one
+    /// or makes one now (`TensorBuffer::packed_rhs`).
+    pub(super) fn packed_rhs(&self, v: u32, layout: &Layout) -> Option<&'a PackedRhs>
+    where
+        Self: 'a,
+    {
+        let r = root(self.plan, v);
+        if !matches!(self.plan.values[r].home, Home::Input) {
+            return None;
+        }
+        self.bufs[r].as_ref()?.packed_rhs(layout, false)
+    }
+
     /// The elements of value `v`'s root, from a buffer or the carved arena.
     pub(super) fn data(&self, v: u32) -> Result<Data<'a>, KernelError>
     where

@@ -14,6 +14,7 @@ pub(crate) mod fault;
 mod memory;
 pub mod observer;
 mod op_by_op;
+mod prepack;
 mod slot;
 mod storage;
 mod task;

@@ -93,6 +93,6 @@ fn run(op: &Op, inputs: &[Arc<TensorBuffer>], par: Par) -> Result<Arc<TensorBuff
     let data: Vec<Data<'_>> = inputs.iter().map(|b| b.data()).collect();
     let out = Arc::get_mut(&mut buffer)
         .ok_or_else(|| kernel(KernelError("a fresh buffer is shared (engine bug)".into())))?;
-    run_into(op, &data, out.data_mut(), par).map_err(kernel)?;
+    run_into(op, &data, None, out.data_mut(), par).map_err(kernel)?;
     Ok(buffer)
 }

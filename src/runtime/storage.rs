@@ -21,8 +21,10 @@ use crate::reuse::cells::{last_ref, SharedCells};
 pub use crate::reuse::pool::size_class;
 use crate::reuse::pool::Pooled;
 
+use super::prepack::PackSlot;
 use crate::error::Error;
-use crate::ir::{DType, Element};
+use crate::ir::{DType, Element, Layout};
+use crate::kernels::PackedRhs;
 
 /// A request for memory that the system refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,6 +213,8 @@ pub struct TensorBuffer {
     len: usize,
     /// False for an emptied shell on a free list (its storage went back to the pool).
     live: bool,
+    /// The packed form of the matrix it holds, when it is a weight (`prepack`).
+    pack: PackSlot,
 }
 
 /// Emptied shells of shared buffers (their storage went back to the pool), for
@@ -248,6 +252,7 @@ impl TensorBuffer {
             storage,
             len,
             live: true,
+            pack: PackSlot::default(),
         }
     }
 
@@ -282,6 +287,7 @@ impl TensorBuffer {
             return;
         }
         self.live = false;
+        self.pack.clear();
         let storage = std::mem::replace(&mut self.storage, Storage::F32(Vec::new()));
         LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
         sub_live_bytes(storage.bytes());
@@ -311,6 +317,16 @@ impl TensorBuffer {
             Storage::U32(v) => DataMut::U32(&mut v[..n]),
             Storage::I64(v) => DataMut::I64(&mut v[..n]),
         }
+    }
+
+    /// The packed form of the f32 matrix `layout` reads from this buffer, for a product
+    /// that has it as its right operand: made at its second such use, or at once when
+    /// `eager` (see `runtime::prepack`). `None` when it is not (yet) packed.
+    pub fn packed_rhs(&self, layout: &Layout, eager: bool) -> Option<&PackedRhs> {
+        let Data::F32(data) = self.data() else {
+            return None;
+        };
+        self.pack.get(data, layout, eager)
     }
 
     /// The elements as `T`, or `None` if the buffer holds another type.

@@ -10,6 +10,27 @@ use crate::error::{Error, Result};
 use crate::ir::{DType, Layout, OpKind, ReduceOp};
 
 impl Tensor {
+    /// Prepares this matrix to be the right operand of many products (a model's
+    /// weight): computes it if needed, then packs it once, now, into the layout the
+    /// matrix-product kernel streams, so every later `x.matmul(&w)` (and every chain
+    /// headed by one) reads the packed copy instead of repacking the weight on each
+    /// call. Without it, a tensor is packed the second time it is a right operand.
+    ///
+    /// The packed copy costs as much memory again as the matrix (it counts in
+    /// `stats().live_bytes`) and is freed with the tensor's buffer. It is a no-op for
+    /// a tensor that is not an f32 matrix of at least 16 × 16, and on a CPU without
+    /// AVX-512, where products use `gemm` as before. Fails only if computing the
+    /// tensor fails.
+    pub fn prepack(&self) -> Result<()> {
+        if self.dtype() != DType::F32 || self.rank() != 2 {
+            return Ok(());
+        }
+        let buffer = self.materialize()?;
+        // Packed for the layout a product reads it through: its own.
+        let _ = buffer.packed_rhs(self.layout(), true);
+        Ok(())
+    }
+
     /// Matrix product of the last two dims, `[.., m, k] x [.., k, n] -> [.., m, n]`;
     /// leading (batch) dims broadcast as in numpy. Both operands must be f32 and have
     /// rank 2 or more.

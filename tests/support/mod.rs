@@ -87,6 +87,33 @@ pub fn encoder(x: &Tensor, p: &[Tensor], heads: usize, mask: Option<&Tensor>) ->
         .unwrap()
         .reshape(&[b, s, h])
         .unwrap();
+    encoder_tail(&ctx, x, p)
+}
+
+/// The same layer as [`encoder`] (no mask) with attention as one op
+/// (`Tensor::attention`), as the BERT model runs it.
+pub fn encoder_fused_attention(x: &Tensor, p: &[Tensor], heads: usize) -> Tensor {
+    let (b, s, h) = (x.dims()[0], x.dims()[1], x.dims()[2]);
+    let d = h / heads;
+    let split = |t: Tensor| {
+        t.reshape(&[b, s, heads, d])
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+    };
+    let q = split(x.matmul(&p[0]).unwrap().add(&p[1]).unwrap());
+    let k = split(x.matmul(&p[2]).unwrap().add(&p[3]).unwrap());
+    let v = split(x.matmul(&p[4]).unwrap().add(&p[5]).unwrap());
+    let ctx = q
+        .attention(&k, &v, None, 1.0 / (d as f32).sqrt())
+        .unwrap()
+        .reshape(&[b, s, h])
+        .unwrap();
+    encoder_tail(&ctx, x, p)
+}
+
+/// The output projection, residual, norm and feed-forward of [`encoder`].
+fn encoder_tail(ctx: &Tensor, x: &Tensor, p: &[Tensor]) -> Tensor {
     let h1 = ctx
         .matmul(&p[6])
         .unwrap()

@@ -218,6 +218,13 @@ impl BertModel {
                 ln2_b: r.tensor(&format!("{p}output.LayerNorm.bias"), &[h])?,
             });
         }
+        // Every product's right operand packed now, so the first forward pass is as
+        // fast as the next (see `Tensor::prepack`).
+        for l in &layers {
+            for w in [&l.qkv_w, &l.out_w, &l.ff_in_w, &l.ff_out_w] {
+                w.prepack()?;
+            }
+        }
         let act = Activation::parse(&config.hidden_act).map_err(|msg| ModelError::Format {
             path: PathBuf::from("config.json"),
             msg,

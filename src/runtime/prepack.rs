@@ -1,0 +1,118 @@
+//! Packed forms of weights, kept beside their buffers.
+//!
+//! A matrix product by a tensor that was made before the segment (a model's weight)
+//! can read the weight in the microkernel's own layout instead of having `gemm` pack it
+//! on every call (`kernels::PackedRhs`). The packed copy lives in the weight's
+//! [`TensorBuffer`](super::TensorBuffer), in a [`PackSlot`]: made once, read by every
+//! thread that multiplies by the weight, freed with the buffer. A buffer is packed the
+//! second time it is the right operand of a product (one-off operands are never
+//! copied), or at once when a model asks for it (`Tensor::prepare_weight`). Its bytes
+//! count as live tensor memory.
+//!
+//! A tensor's elements never change while it is alive, so a packed copy stays true;
+//! the buffer's storage going back to the pool drops it (`PackSlot::clear`).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+use super::memory::{add_live_bytes, sub_live_bytes};
+use crate::ir::Layout;
+use crate::kernels::PackedRhs;
+
+/// Smallest sides of a matrix worth packing (smaller products gain nothing).
+const MIN_SIDE: usize = 16;
+
+/// The packed form of a buffer's matrix, made on demand (see the module docs).
+#[derive(Debug, Default)]
+pub struct PackSlot {
+    /// Times the buffer was a right operand before it was packed.
+    uses: AtomicU32,
+    /// `Some(None)`: packing was tried and is not possible here (no AVX-512, a layout
+    /// it cannot take, no memory): the products use `gemm`.
+    packed: OnceLock<Option<PackedRhs>>,
+}
+
+impl PackSlot {
+    /// The packed form of the matrix `layout` reads from `data` (the buffer's elements),
+    /// packing it now if this is its second use as a right operand, or its first when
+    /// `eager`. `None` when it is not packed (yet), or packed for another layout.
+    pub fn get(&self, data: &[f32], layout: &Layout, eager: bool) -> Option<&PackedRhs> {
+        if let Some(p) = self.packed.get() {
+            return p.as_ref().filter(|p| p.packs(layout));
+        }
+        let r = layout.dims.len();
+        if r < 2
+            || layout.dims[r - 2] < MIN_SIDE
+            || layout.dims[r - 1] < MIN_SIDE
+            || layout.strides[..r - 2].iter().any(|&s| s != 0)
+        {
+            return None;
+        }
+        if !eager && self.uses.fetch_add(1, Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let matrix = Layout {
+            dims: layout.dims[r - 2..].into(),
+            strides: layout.strides[r - 2..].into(),
+            offset: layout.offset,
+        };
+        self.packed
+            .get_or_init(|| {
+                let p = PackedRhs::pack(data, &matrix);
+                if let Some(p) = &p {
+                    add_live_bytes(p.bytes());
+                }
+                p
+            })
+            .as_ref()
+            .filter(|p| p.packs(layout))
+    }
+
+    /// Drops the packed form (the buffer's storage is going back to the pool).
+    pub fn clear(&mut self) {
+        if let Some(Some(p)) = self.packed.take() {
+            sub_live_bytes(p.bytes());
+        }
+        *self.uses.get_mut() = 0;
+    }
+
+    /// Whether a packed form is held.
+    #[cfg(test)]
+    pub fn is_packed(&self) -> bool {
+        matches!(self.packed.get(), Some(Some(_)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packs_at_the_second_use_and_frees_on_clear() {
+        let (k, n) = (32, 48);
+        let data: Vec<f32> = (0..k * n).map(|x| x as f32).collect();
+        let l = Layout::contiguous(&[k, n]);
+        let mut slot = PackSlot::default();
+        assert!(
+            slot.get(&data, &l, false).is_none(),
+            "first use: not packed"
+        );
+        let second = slot.get(&data, &l, false).is_some();
+        assert_eq!(second, crate::kernels::has_avx512());
+        assert_eq!(slot.is_packed(), second);
+        // Another view of the same buffer does not use it.
+        let t = Layout::contiguous(&[n, k]).permute(&[1, 0]);
+        assert!(slot.get(&data, &t, false).is_none());
+        slot.clear();
+        assert!(!slot.is_packed());
+        // Eager: packed at once; small or batched operands never.
+        let slot = PackSlot::default();
+        assert_eq!(slot.get(&data, &l, true).is_some(), second);
+        let small = PackSlot::default();
+        let l8 = Layout::contiguous(&[8, 8]);
+        assert!(small.get(&data, &l8, true).is_none());
+        let batched = PackSlot::default();
+        let lb = Layout::contiguous(&[2, 16, 24]);
+        assert!(batched.get(&data, &lb, true).is_none());
+    }
+}
