@@ -41,9 +41,16 @@ pub(super) fn run_on(
     let sched = Schedule::new(program, |k| inputs[k].1.is_contiguous(), in_place);
     let tile = path.tile();
     let tiles = numel.div_ceil(tile);
-    // Each task gets at least `MIN_TASK_WORK` elements, however cheap the program: a
+    // Each task gets at least `MIN_TASK_WORK` elements for a cheap program: a
     // memory-bound kernel streams best in long runs (and per-task costs stay small).
-    let per_task = units_per_task(tiles, tile * program.cost(), par).max(MIN_TASK_WORK / tile);
+    // An expensive one (a GELU epilogue, cost 8 and more per element) is compute-bound
+    // and splits at an eighth of that: one request's 28 × 1536 GELU runs on both cores.
+    let min_elements = if program.cost() >= 8 {
+        MIN_TASK_WORK / 8
+    } else {
+        MIN_TASK_WORK
+    };
+    let per_task = units_per_task(tiles, tile * program.cost(), par).max(min_elements / tile);
     let job = Job {
         sched: &sched,
         inputs,
