@@ -20,17 +20,19 @@
 //!   at least 64K element operations each (module `par`), so small tensors stay on the
 //!   calling thread and large ones are spread over cache-sized pieces.
 //!
-//! Matrix multiplication is delegated to the `gemm` crate (see [`matmul()`]). `unsafe`
-//! appears only in that wrapper, in calls to SIMD variants of loops after a CPU-feature
-//! check, and in the AVX intrinsics of the fused kernel's accumulator (`fused/avx.rs`),
-//! each block with the invariant it relies on.
+//! Matrix multiplication by a weight packed once runs on our own AVX-512 tile
+//! (`packed`: [`PackedRhs`], [`matmul_prepacked`]); every other product is delegated
+//! to the `gemm` crate (see [`matmul()`]). `unsafe` appears only in the gemm wrapper,
+//! in the packed tile's loads and stores and its split by columns, in calls to SIMD
+//! variants of loops after a CPU-feature check, and in the AVX intrinsics of the fused
+//! kernel's accumulator (`fused/avx.rs`), each block with the invariant it relies on.
 //!
 //! The modules: `copy` (fill, strided copy, cast, cat), `elementwise` (unary and binary
 //! maps), `fused` (register programs of fused element-wise chains), `math` (activation
 //! functions, erf, a vectorisable exp), `reduce` (sum, max, mean, argmax), `norm`
-//! (softmax, layer norm, RMS norm), `index` (index select), `matmul` (the gemm wrapper)
-//! and `chain` (a matmul, a fused program and a row norm run panel by panel as one
-//! kernel: matmul epilogues and norm prologues).
+//! (softmax, layer norm, RMS norm), `index` (index select), `matmul` (the gemm wrapper),
+//! `packed` (products by a packed weight) and `chain` (a matmul, a fused program and a
+//! row norm run panel by panel as one kernel: matmul epilogues and norm prologues).
 
 mod attention;
 mod chain;
