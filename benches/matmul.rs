@@ -1,5 +1,7 @@
-//! Benchmarks of the CPU kernels: matmul GFLOP/s for square sizes, serial and parallel,
-//! plus softmax and layer norm over `[128 * 32, 384]` and a 16M-element add compared with
+//! Benchmarks of the CPU kernels: matmul GFLOP/s for square sizes, serial and parallel;
+//! a MiniLM forward pass's products (its 24 weights, 42.5 MB, more than the L3, at the
+//! rows of one sentence and of a batch of 32) through `gemm` and through the packed
+//! kernel with the weights packed once; softmax and layer norm over `[128 * 32, 384]` and a 16M-element add compared with
 //! a plain copy of the same size (the memory-bandwidth reference).
 //!
 //! Run with `cargo bench --bench matmul -- --warm-up-time 1 --measurement-time 3`.
@@ -31,6 +33,64 @@ fn bench_matmul(c: &mut Criterion) {
             group.bench_function(BenchmarkId::new(name, n), |bench| {
                 bench.iter(|| kernels::matmul(&a, &l, &b, &l, &mut out, par).unwrap())
             });
+        }
+    }
+    group.finish();
+}
+
+/// Every product of a MiniLM-L6 forward pass by its weights (6 layers of `[384, 1152]`,
+/// `[384, 384]`, `[384, 1536]`, `[1536, 384]`), one iteration a pass over all 24, so
+/// the weights stream from memory as they do in the model.
+fn bench_minilm_weights(c: &mut Criterion) {
+    let shapes = [(384usize, 1152usize), (384, 384), (384, 1536), (1536, 384)];
+    let weights: Vec<(Vec<f32>, Layout)> = (0..6)
+        .flat_map(|layer| {
+            shapes.iter().map(move |&(k, n)| {
+                let w: Vec<f32> = data(k * n + layer).split_off(layer);
+                (w, Layout::contiguous(&[k, n]))
+            })
+        })
+        .collect();
+    let packed: Vec<kernels::PackedRhs> = weights
+        .iter()
+        .filter_map(|(w, l)| kernels::PackedRhs::pack(w, l))
+        .collect();
+    let mut group = c.benchmark_group("minilm_weights");
+    group.sample_size(10);
+    for rows in [28usize, 896] {
+        let a = data(rows * 1536);
+        let mut out = vec![0.0f32; rows * 1536];
+        let flops: usize = weights
+            .iter()
+            .map(|(_, l)| 2 * rows * l.dims()[0] * l.dims()[1])
+            .sum();
+        group.throughput(Throughput::Elements(flops as u64));
+        for (name, par) in [("serial", Par::serial()), ("all", Par::all())] {
+            let pass = |packs: Option<&[kernels::PackedRhs]>, out: &mut [f32]| {
+                for (i, (w, wl)) in weights.iter().enumerate() {
+                    let (k, n) = (wl.dims()[0], wl.dims()[1]);
+                    let al = Layout::contiguous(&[rows, k]);
+                    let p = packs.map(|p| &p[i]);
+                    kernels::matmul_prepacked(
+                        &a[..rows * k],
+                        &al,
+                        w,
+                        wl,
+                        p,
+                        &mut out[..rows * n],
+                        par,
+                    )
+                    .unwrap();
+                }
+            };
+            group.bench_function(BenchmarkId::new(format!("gemm_{name}"), rows), |bench| {
+                bench.iter(|| pass(None, &mut out))
+            });
+            if packed.len() == weights.len() {
+                group.bench_function(BenchmarkId::new(format!("packed_{name}"), rows), |bench| {
+                    bench.iter(|| pass(Some(&packed), &mut out))
+                });
+            }
         }
     }
     group.finish();
@@ -81,5 +141,11 @@ fn bench_add(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_matmul, bench_rows, bench_add);
+criterion_group!(
+    benches,
+    bench_matmul,
+    bench_minilm_weights,
+    bench_rows,
+    bench_add
+);
 criterion_main!(benches);

@@ -15,5 +15,8 @@ pub use crate::runtime::observer;
 
 /// The CPU kernels the engine runs, callable directly on slices (for benchmarks).
 pub mod kernels {
-    pub use crate::kernels::{binary, copy, layer_norm, matmul, softmax, unary, KernelError, Par};
+    pub use crate::kernels::{
+        binary, copy, layer_norm, matmul, matmul_prepacked, softmax, unary, KernelError, PackedRhs,
+        Par,
+    };
 }
