@@ -188,7 +188,7 @@ pub fn matmul_packed(
         if threads > 1 && m > SHORT_M {
             split_rows(g, rhs, out, threads);
         } else {
-            split_columns(g, rhs, out, (0, n.div_ceil(NR)), threads);
+            split_columns(g, rhs, Out::new(out), (0, n.div_ceil(NR)), threads);
         }
     }
     Ok(true)
@@ -209,7 +209,7 @@ struct Matrix<'a> {
 /// rows.
 fn split_rows(g: Matrix<'_>, rhs: &PackedRhs, out: &mut [f32], threads: usize) {
     if threads <= 1 || g.m <= 2 * MR {
-        return split_columns(g, rhs, out, (0, g.n.div_ceil(NR)), 1);
+        return split_columns(g, rhs, Out::new(out), (0, g.n.div_ceil(NR)), 1);
     }
     let top = (g.m / 2).next_multiple_of(MR).min(g.m - MR);
     let (o1, o2) = out.split_at_mut(top * g.n);
@@ -225,53 +225,64 @@ fn split_rows(g: Matrix<'_>, rhs: &PackedRhs, out: &mut [f32], threads: usize) {
     );
 }
 
-/// `dst`, written by tasks at disjoint columns.
-struct Columns(*mut f32, usize);
-// SAFETY: the tasks of `split_columns` write disjoint panel ranges, i.e. disjoint
-// column ranges of every row of `dst` (each column belongs to one panel), so no element
-// is written by two tasks, and `dst` is not read until the split returns (rayon::join
-// waits for both halves).
-unsafe impl Sync for Columns {}
+/// An `m × n` output written through a raw pointer, so that the tasks of a split by
+/// columns can each write their own columns of every row (their elements interleave
+/// row by row, so no task can hold a `&mut` slice of its part).
+#[derive(Clone, Copy)]
+struct Out {
+    ptr: *mut f32,
+    len: usize,
+}
+
+impl Out {
+    /// The output `dst`: the `Out` must not be used after this borrow of `dst` ends.
+    fn new(dst: &mut [f32]) -> Out {
+        Out {
+            ptr: dst.as_mut_ptr(),
+            len: dst.len(),
+        }
+    }
+
+    /// The output from element `start` on.
+    fn skip(self, start: usize) -> Out {
+        assert!(start <= self.len);
+        Out {
+            // SAFETY: `start <= len`, so the pointer stays inside (or one past the end
+            // of) the output's allocation.
+            ptr: unsafe { self.ptr.add(start) },
+            len: self.len - start,
+        }
+    }
+}
+
+// SAFETY: an `Out` is shared only by the tasks of `split_columns`, which write disjoint
+// panel ranges, i.e. disjoint column ranges of every row (each column belongs to one
+// panel), so no element is written by two tasks; nobody reads the output until the
+// split returns (rayon::join waits for both halves), and the `&mut` borrow it was made
+// from outlives the split.
+unsafe impl Sync for Out {}
+unsafe impl Send for Out {}
 
 /// Computes panels `panels.0..panels.1` of `out` (`m × n`), halving the panels between
 /// `threads` threads.
-fn split_columns(
-    g: Matrix<'_>,
-    rhs: &PackedRhs,
-    out: &mut [f32],
-    panels: (usize, usize),
-    threads: usize,
-) {
-    debug_assert_eq!(out.len(), g.m * g.n);
-    fn go(g: Matrix<'_>, rhs: &PackedRhs, out: &Columns, panels: (usize, usize), threads: usize) {
-        let (p0, p1) = panels;
-        if threads > 1 && p1 - p0 >= 2 {
-            let mid = p0 + (p1 - p0) / 2;
-            rayon::join(
-                || go(g, rhs, out, (p0, mid), threads / 2),
-                || go(g, rhs, out, (mid, p1), threads - threads / 2),
-            );
-            return;
-        }
-        // SAFETY: `out` points at the `g.m * g.n` elements of the output slice (made
-        // from it below, which outlives every task); this task alone writes columns
-        // `p0 * NR..min(p1 * NR, n)` of its rows (see `Columns`).
-        let dst = unsafe { std::slice::from_raw_parts_mut(out.0, out.1) };
-        for pj in p0..p1 {
-            panel(g, rhs, pj, dst);
-        }
+fn split_columns(g: Matrix<'_>, rhs: &PackedRhs, out: Out, panels: (usize, usize), threads: usize) {
+    debug_assert_eq!(out.len, g.m * g.n);
+    let (p0, p1) = panels;
+    if threads > 1 && p1 - p0 >= 2 {
+        let mid = p0 + (p1 - p0) / 2;
+        rayon::join(
+            || split_columns(g, rhs, out, (p0, mid), threads / 2),
+            || split_columns(g, rhs, out, (mid, p1), threads - threads / 2),
+        );
+        return;
     }
-    go(
-        g,
-        rhs,
-        &Columns(out.as_mut_ptr(), out.len()),
-        panels,
-        threads,
-    );
+    for pj in p0..p1 {
+        panel(g, rhs, pj, out);
+    }
 }
 
 /// Computes the columns of panel `pj` for every row of `dst`, row block by row block.
-fn panel(g: Matrix<'_>, rhs: &PackedRhs, pj: usize, dst: &mut [f32]) {
+fn panel(g: Matrix<'_>, rhs: &PackedRhs, pj: usize, dst: Out) {
     let j0 = pj * NR;
     let width = NR.min(g.n - j0);
     let b = &rhs.data[pj * g.k * NR..(pj + 1) * g.k * NR];
@@ -288,7 +299,7 @@ fn panel(g: Matrix<'_>, rhs: &PackedRhs, pj: usize, dst: &mut [f32]) {
             width,
             ldc: g.n,
         };
-        let c = &mut dst[r0 * g.n..];
+        let c = dst.skip(r0 * g.n);
         macro_rules! rows {
             ($($r:literal)*) => {
                 match rows {
@@ -316,19 +327,20 @@ struct Tile<'a> {
 }
 
 /// `dst[i][j0..j0 + width] = a[i] · b` for the tile's `R` rows.
-fn tile<const R: usize>(t: &Tile<'_>, dst: &mut [f32]) {
+fn tile<const R: usize>(t: &Tile<'_>, dst: Out) {
     // The bounds every access below relies on, checked once (a failed check is a bug of
     // this module, caught at the kernel boundary as a panic).
     assert!(R >= 1 && R <= MR && t.width >= 1 && t.width <= NR);
     assert!(t.b.len() >= t.k * NR);
     assert!(t.a.len() >= (R - 1) * t.lda + t.k && t.lda >= t.k);
-    assert!(dst.len() >= (R - 1) * t.ldc + t.j0 + t.width);
+    assert!(dst.len >= (R - 1) * t.ldc + t.j0 + t.width);
     #[cfg(target_arch = "x86_64")]
     {
         assert!(has_avx512(), "the packed kernel runs only on AVX-512");
-        // SAFETY: AVX-512F is present (asserted), and the asserts above are the bounds
-        // `tile_avx512` documents.
-        unsafe { avx512::tile::<R>(t, dst) }
+        // SAFETY: AVX-512F is present (asserted), the asserts above are the bounds
+        // `avx512::tile` documents, and this tile's elements of `dst` are written by no
+        // one else (see `Out`).
+        unsafe { avx512::tile::<R>(t, dst.ptr) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!("PackedRhs::pack gives None without AVX-512");
@@ -344,10 +356,11 @@ mod avx512 {
     /// # Safety
     ///
     /// The CPU has AVX-512F; `t.b` holds at least `t.k * NR` elements; `t.a` holds
-    /// `(R - 1) * t.lda + t.k` and `t.lda >= t.k`; `dst` holds
-    /// `(R - 1) * t.ldc + t.j0 + t.width` and `1 <= t.width <= NR`.
+    /// `(R - 1) * t.lda + t.k` and `t.lda >= t.k`; `dst` is valid for writes of
+    /// `(R - 1) * t.ldc + t.j0 + t.width` elements, of which nobody else reads or
+    /// writes the tile's during the call, and `1 <= t.width <= NR`.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: &mut [f32]) {
+    pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
         let mut acc0 = [_mm512_setzero_ps(); R];
         let mut acc1 = [_mm512_setzero_ps(); R];
         let (a, b) = (t.a.as_ptr(), t.b.as_ptr());
@@ -365,7 +378,7 @@ mod avx512 {
                 }
             }
         }
-        let c = dst.as_mut_ptr();
+        let c = dst;
         let w = t.width;
         // Lanes of each half that hold columns (the last panel may be narrower).
         let m0 = if w >= 16 { 0xffff } else { (1u16 << w) - 1 };
