@@ -30,6 +30,7 @@ use crate::error::Error;
 use crate::fusion::{ExecutionPlan, Home, Kernel};
 use crate::kernels::{KernelError, Par};
 use crate::reuse::retype::retype;
+use crate::trace::{self, SegmentTrace};
 
 /// Scratch vectors of [`execute_plan`], kept by a stream between its segments so that
 /// replaying a cached plan allocates nothing.
@@ -68,6 +69,8 @@ pub struct PlanScratch {
     no_arena: Option<AllocError>,
     /// The first allocation failure of the current level (its kernels did not run).
     alloc_failed: Option<Error>,
+    /// Set by the flush while a trace records: each kernel is recorded.
+    pub(crate) trace: Option<SegmentTrace>,
 }
 
 /// One kernel of a level: its index in the plan and how many arena and pooled outputs
@@ -143,6 +146,8 @@ pub(super) struct Reads<'a, 'g> {
     /// Read in place of a failed value that has no buffer (see `PlanScratch::zeros`).
     zeros: &'a [f32],
     failed: &'a [Option<Error>],
+    /// Where to record each kernel, while a trace records.
+    trace: Option<&'a SegmentTrace>,
 }
 
 /// The value whose buffer value `v` reads.
@@ -352,6 +357,7 @@ fn run_level(
         zeros,
         no_arena,
         alloc_failed,
+        trace,
         ..
     } = scratch;
     // Arena outputs are carved out; the others get pooled buffers.
@@ -400,6 +406,7 @@ fn run_level(
                 gaps: &carved_gaps,
                 zeros,
                 failed,
+                trace: trace.as_ref(),
             };
             let parallel = jobs.len() > 1 && par.threads > 1;
             run_jobs(
@@ -478,8 +485,13 @@ fn run_jobs(
         let (p, prest) = std::mem::take(&mut pooled).split_at_mut(job.pooled);
         (outs, pooled) = (rest, prest);
         let kernel = &reads.plan.kernels[job.kernel];
+        let start = reads.trace.map(|_| trace::now());
         *result = catch_unwind(AssertUnwindSafe(|| run_kernel(reads, kernel, o, p, par)))
             .unwrap_or_else(|panic| Err(caught(&*panic)));
+        if let (Some(seg), Some(start)) = (reads.trace, start) {
+            let op = kernel_name(reads.plan, reads.tasks, job.kernel);
+            trace::kernel(seg, start, job.kernel, op, parallel);
+        }
     }
 }
 

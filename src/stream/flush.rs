@@ -22,6 +22,7 @@ use crate::runtime::{
     execute, execute_plan, kernel_threads, observer, panic_message, run_in_pool, PlanScratch,
     SlotState, Task,
 };
+use crate::trace::SegmentTrace;
 
 /// Why a stream's queue was flushed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +75,14 @@ pub struct FlushInfo {
     pub arena_bytes: usize,
     /// The memory planner's lower bound for that arena, in bytes.
     pub arena_lower_bound: usize,
+}
+
+impl FlushInfo {
+    /// An SVG picture of this segment's memory plan (its arena buffers over the plan's
+    /// levels; see [`crate::trace::plan_svg`]), while the plan cache holds its plan.
+    pub fn plan_svg(&self) -> Option<String> {
+        crate::trace::plan_svg(self.key)
+    }
 }
 
 /// What a flush runs besides the plan: the executor's scratch and the marks of the
@@ -190,7 +199,13 @@ impl Stream {
             unfused,
             par,
         } = segment;
+        // One relaxed load when no trace records.
+        let traced = crate::trace::enabled().then(|| {
+            crate::trace::set_lane(self.id.0);
+            crate::trace::now()
+        });
         wait_for_inputs(&tasks, &mut scratch.made);
+        let ready = traced.map(|_| crate::trace::now());
         let plan = if unfused {
             Ok(Ok(None))
         } else {
@@ -204,6 +219,16 @@ impl Stream {
                 .map(|t| t.op.work())
                 .fold(0, usize::saturating_add),
         };
+        let traced_plan = match (traced, &plan) {
+            (Some(_), Ok(Ok(Some(p)))) => Some(p.clone()),
+            _ => None,
+        };
+        if let Some(p) = &traced_plan {
+            scratch.plan.trace = Some(SegmentTrace {
+                lane: self.id.0,
+                plan: p.clone(),
+            });
+        }
         if par.threads > 1 && worth_splitting(work) {
             // The kernel observer follows the segment to the kernel thread.
             let observe = observer::enabled();
@@ -217,6 +242,10 @@ impl Stream {
         } else {
             let par = Par::serial();
             self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par);
+        }
+        if let (Some(start), Some(ready)) = (traced, ready) {
+            scratch.plan.trace = None;
+            crate::trace::flush(self.id.0, start, ready, info, traced_plan);
         }
         for task in tasks.iter_mut() {
             task.release_slots();
