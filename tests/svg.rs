@@ -179,7 +179,7 @@ fn the_cli_writes_the_picture() {
         .collect();
     let (alone, _) = check_picture("in.csv", &doc, &trace, &offsets);
     assert_eq!(alone, 5, "five large buffers, each drawn");
-    assert!(doc.contains("arena 12 B") && doc.contains("lower bound 12 B"));
+    assert!(doc.contains("arena = lower bound 12 B"));
 
     // A file that cannot be written is an error naming it.
     let bad = dir.join("no/such/dir/plan.svg");

@@ -238,7 +238,8 @@ impl Frame {
              .profile{stroke:#222;stroke-width:1;fill:none}\
              .lb{stroke:#1a7f37;stroke-width:1.5;stroke-dasharray:6 3}\
              .arena{stroke:#c0392b;stroke-width:1.5}\
-             .peak{stroke:#8e44ad;stroke-width:1.5;stroke-dasharray:2 3}</style>\n",
+             .peak{stroke:#8e44ad;stroke-width:1.5;stroke-dasharray:2 3}\
+             .label{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}</style>\n",
         );
         let ratio = if self.lower_bound == 0 {
             1.0
@@ -316,33 +317,54 @@ impl Frame {
             self.lower_bound
         );
         // Labels at the right end: the arena's above its line, the bound's below its
-        // own (they may coincide).
-        let _ = writeln!(
-            out,
-            "<text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"end\" fill=\"#c0392b\">arena {}</text>",
-            x1 - 4.0,
-            ya - 4.0,
-            bytes(self.arena)
-        );
-        let _ = writeln!(
-            out,
-            "<text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"end\" fill=\"#1a7f37\">lower bound {}</text>",
-            x1 - 4.0,
-            yl + 13.0,
-            bytes(self.lower_bound)
-        );
+        // own, one label when they are equal.
+        let label = |out: &mut String, x: f64, y: f64, anchor: &str, colour: &str, text: String| {
+            let _ = writeln!(
+                out,
+                "<text class=\"label\" x=\"{x:.2}\" y=\"{y:.2}\" text-anchor=\"{anchor}\" fill=\"{colour}\">{text}</text>"
+            );
+        };
+        if self.arena == self.lower_bound {
+            let text = format!("arena = lower bound {}", bytes(self.arena));
+            label(out, x1 - 4.0, ya + 13.0, "end", "#c0392b", text);
+        } else {
+            label(
+                out,
+                x1 - 4.0,
+                ya - 4.0,
+                "end",
+                "#c0392b",
+                format!("arena {}", bytes(self.arena)),
+            );
+            let text = format!("lower bound {}", bytes(self.lower_bound));
+            label(out, x1 - 4.0, yl + 13.0, "end", "#1a7f37", text);
+        }
+        // The peak: a dotted line across, a dot on the bound, its label by the x axis.
         let xp = self.x(self.peak);
+        let bottom = MARGIN.2 + self.plot.1;
         let _ = writeln!(
             out,
-            "<line class=\"peak\" x1=\"{xp:.2}\" y1=\"{:.2}\" x2=\"{xp:.2}\" y2=\"{:.2}\"><title>peak: {} bytes live at step {}</title></line>\n<circle cx=\"{xp:.2}\" cy=\"{yl:.2}\" r=\"4\" fill=\"#8e44ad\"/>\n<text x=\"{:.2}\" y=\"{:.2}\" fill=\"#8e44ad\">peak at step {}</text>\n</g>",
+            "<line class=\"peak\" x1=\"{xp:.2}\" y1=\"{:.2}\" x2=\"{xp:.2}\" y2=\"{bottom:.2}\"><title>peak: {} bytes live at step {}</title></line>\n<circle cx=\"{xp:.2}\" cy=\"{yl:.2}\" r=\"4\" fill=\"#8e44ad\"><title>peak: {} bytes live at step {}</title></circle>",
             MARGIN.2,
-            MARGIN.2 + self.plot.1,
             self.lower_bound,
             self.peak,
-            xp + 5.0,
-            MARGIN.2 + 12.0,
-            self.peak
+            self.lower_bound,
+            self.peak,
         );
+        let (x, anchor) = if xp > x0 + 0.8 * self.plot.0 {
+            (xp - 5.0, "end")
+        } else {
+            (xp + 5.0, "start")
+        };
+        label(
+            out,
+            x,
+            bottom - 6.0,
+            anchor,
+            "#8e44ad",
+            format!("peak at step {}", self.peak),
+        );
+        out.push_str("</g>\n");
     }
 }
 
@@ -511,7 +533,7 @@ mod tests {
         assert!(s.contains("<title>y: offset 64, 32 bytes, steps [1, 4)</title>"));
         assert!(s.contains("z&amp;: offset 0"));
         assert!(s.contains("a &lt;small&gt; &amp; &quot;odd&quot; plan"));
-        assert!(s.contains("arena 96 B") && s.contains("lower bound 96 B"));
+        assert!(s.contains("arena = lower bound 96 B"));
         assert!(s.contains("peak at step 1"));
         assert!(s.contains("\n2,z&amp;,2,4,64,0,1\n"), "metadata row");
     }
