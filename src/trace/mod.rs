@@ -195,7 +195,7 @@ pub(crate) fn picture(plan: &ExecutionPlan, key: u64) -> Option<String> {
     let (problem, offsets) = arena_problem(plan);
     let options = SvgOptions {
         title: format!(
-            "segment {key:016x}: {} ops, {} kernels",
+            "segment {key:016x}: {} ops, {} kernels (steps are kernel levels)",
             plan.ops,
             plan.kernel_count()
         ),
