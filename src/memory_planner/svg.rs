@@ -395,7 +395,11 @@ impl Cells {
     fn add(&mut self, x: f64, y: f64, w: f64, h: f64) {
         // A buffer thinner than a hair still counts as a hair: it must show.
         let (w, h) = (w.max(0.05), h.max(0.05));
-        let (x, y) = (x.clamp(0.0, self.plot.0 - w), y.clamp(0.0, self.plot.1 - h));
+        // (min then max: never a panic when rounding makes a rectangle a hair too wide.)
+        let (x, y) = (
+            x.min(self.plot.0 - w).max(0.0),
+            y.min(self.plot.1 - h).max(0.0),
+        );
         let c0 = ((x / CELL) as usize).min(self.cols - 1);
         let c1 = (((x + w) / CELL) as usize).min(self.cols - 1);
         let r0 = ((y / CELL) as usize).min(self.rows - 1);
@@ -467,11 +471,11 @@ fn ticks(first: u64, end: u64, binary: bool) -> Vec<u64> {
             .find(|&s| s >= raw)
             .unwrap_or(10 * mag)
     };
-    let mut t = first.div_ceil(step) * step;
+    let mut t = first.div_ceil(step).checked_mul(step);
     let mut out = Vec::new();
-    while t <= end && out.len() < 16 {
-        out.push(t);
-        t += step;
+    while let Some(v) = t.filter(|&v| v <= end && out.len() < 16) {
+        out.push(v);
+        t = v.checked_add(step);
     }
     out
 }
@@ -580,5 +584,7 @@ mod tests {
         assert_eq!(ticks(0, 4096, true).len(), 9);
         assert_eq!(bytes(1536), "1.50 KiB");
         assert_eq!(bytes(1 << 20), "1 MiB");
+        let top = ticks(u64::MAX - 10, u64::MAX, false);
+        assert!(!top.is_empty() && top.iter().all(|&t| t >= u64::MAX - 10));
     }
 }

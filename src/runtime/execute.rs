@@ -69,8 +69,6 @@ pub struct PlanScratch {
     no_arena: Option<AllocError>,
     /// The first allocation failure of the current level (its kernels did not run).
     alloc_failed: Option<Error>,
-    /// Set by the flush while a trace records: each kernel is recorded.
-    pub(crate) trace: Option<SegmentTrace>,
 }
 
 /// One kernel of a level: its index in the plan and how many arena and pooled outputs
@@ -189,12 +187,14 @@ impl<'a> Reads<'a, '_> {
 
 /// Runs `plan` for the segment `tasks` (whose relative forms the plan was made from);
 /// fills the slots of escaping values. Returns the first kernel error. `scratch` holds
-/// the bookkeeping between calls (no allocation once it has grown to the plan).
+/// the bookkeeping between calls (no allocation once it has grown to the plan). With
+/// `trace` (a trace records), each kernel is recorded.
 pub fn execute_plan(
     plan: &ExecutionPlan,
     tasks: &[Task],
     scratch: &mut PlanScratch,
     par: Par,
+    trace: Option<&SegmentTrace>,
 ) -> Option<Error> {
     let n = plan.values.len();
     let s = &mut *scratch;
@@ -271,7 +271,7 @@ pub fn execute_plan(
             }
             s.runnable.push(k + i);
         }
-        run_level(plan, tasks, s, &mut arena, par);
+        run_level(plan, tasks, s, &mut arena, par, trace);
         if let Some(e) = s.alloc_failed.take() {
             first_error.get_or_insert(e);
         }
@@ -342,6 +342,7 @@ fn run_level(
     scratch: &mut PlanScratch,
     arena: &mut [f32],
     par: Par,
+    trace: Option<&SegmentTrace>,
 ) {
     let PlanScratch {
         bufs,
@@ -357,7 +358,6 @@ fn run_level(
         zeros,
         no_arena,
         alloc_failed,
-        trace,
         ..
     } = scratch;
     // Arena outputs are carved out; the others get pooled buffers.
@@ -406,7 +406,7 @@ fn run_level(
                 gaps: &carved_gaps,
                 zeros,
                 failed,
-                trace: trace.as_ref(),
+                trace,
             };
             let parallel = jobs.len() > 1 && par.threads > 1;
             run_jobs(

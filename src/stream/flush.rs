@@ -200,10 +200,7 @@ impl Stream {
             par,
         } = segment;
         // One relaxed load when no trace records.
-        let traced = crate::trace::enabled().then(|| {
-            crate::trace::set_lane(self.id.0);
-            crate::trace::now()
-        });
+        let traced = crate::trace::enabled().then(|| crate::trace::segment_start(self.id.0));
         wait_for_inputs(&tasks, &mut scratch.made);
         let ready = traced.map(|_| crate::trace::now());
         let plan = if unfused {
@@ -219,33 +216,31 @@ impl Stream {
                 .map(|t| t.op.work())
                 .fold(0, usize::saturating_add),
         };
-        let traced_plan = match (traced, &plan) {
-            (Some(_), Ok(Ok(Some(p)))) => Some(p.clone()),
-            _ => None,
-        };
-        if let Some(p) = &traced_plan {
-            scratch.plan.trace = Some(SegmentTrace {
+        let seg = match (traced, &plan) {
+            (Some(_), Ok(Ok(Some(p)))) => Some(SegmentTrace {
                 lane: self.id.0,
                 plan: p.clone(),
-            });
-        }
+            }),
+            _ => None,
+        };
         if par.threads > 1 && worth_splitting(work) {
             // The kernel observer follows the segment to the kernel thread.
             let observe = observer::enabled();
             let records = run_in_pool(|| {
                 observer::follow(observe, || {
-                    self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par)
+                    let seg = seg.as_ref();
+                    self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par, seg)
                 })
                 .1
             });
             observer::keep(records);
         } else {
             let par = Par::serial();
-            self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par);
+            let seg = seg.as_ref();
+            self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par, seg);
         }
         if let (Some(start), Some(ready)) = (traced, ready) {
-            scratch.plan.trace = None;
-            crate::trace::flush(self.id.0, start, ready, info, traced_plan);
+            crate::trace::flush(self.id.0, start, ready, info, seg.map(|s| s.plan));
         }
         for task in tasks.iter_mut() {
             task.release_slots();
@@ -269,7 +264,8 @@ impl Stream {
     /// The run of a segment: computes it (through `plan`, or op by op when there is
     /// none), fills its escaping slots (a panic, here or while planning, or a plan that
     /// could not be built, fails the ones still pending), and reports the flush.
-    /// Everything another thread may wait for is done when this returns.
+    /// Everything another thread may wait for is done when this returns. With `trace`
+    /// (a trace records), the executor records each kernel.
     fn run_and_report(
         &self,
         tasks: &mut VecDeque<Task>,
@@ -277,11 +273,12 @@ impl Stream {
         scratch: &mut PlanScratch,
         info: FlushInfo,
         par: Par,
+        trace: Option<&SegmentTrace>,
     ) {
         let tasks = tasks.make_contiguous();
         let outcome = plan.and_then(|plan| {
             catch_unwind(AssertUnwindSafe(|| match plan {
-                Ok(Some(plan)) => execute_plan(&plan, tasks, scratch, par),
+                Ok(Some(plan)) => execute_plan(&plan, tasks, scratch, par, trace),
                 Ok(None) => execute(tasks.iter_mut(), par),
                 Err(e) => {
                     log::error!("{}: no plan for a segment: {e}", self.id);

@@ -27,13 +27,18 @@ pub(crate) fn drain(home: &Arc<Stream>, slot: &Slot, reason: FlushReason) {
     }
     if super::is_current(home.id()) {
         home.flush(u64::MAX, reason);
-        return;
-    }
-    if !crate::trace::enabled() {
+    } else if crate::trace::enabled() {
+        traced_drain(home, slot, reason);
+    } else {
         home.flush(slot.producer(), reason);
-        return;
     }
-    // Traced: the flush this causes starts an arrow that ends in this stream's drain.
+}
+
+/// [`drain`] of another stream while a trace records: the flush it causes starts an
+/// arrow that ends in this stream's drain.
+#[cold]
+#[inline(never)]
+fn traced_drain(home: &Arc<Stream>, slot: &Slot, reason: FlushReason) {
     let mark = crate::trace::drain_begin();
     home.flush(slot.producer(), reason);
     let tensor = match reason {

@@ -29,8 +29,8 @@ mod chrome;
 mod record;
 
 pub(crate) use record::{
-    drain_begin, drain_end, flush, kernel, memory_planned, now, own_stream, plan_built, set_lane,
-    SegmentTrace,
+    drain_begin, drain_end, flush, kernel, memory_planned, now, own_stream, plan_built,
+    segment_start, SegmentTrace,
 };
 
 use std::fmt;

@@ -128,10 +128,13 @@ pub(crate) fn own_stream(lane: u64) {
     let _ = OWN_LANE.try_with(|l| l.set(lane));
 }
 
-/// Notes that the calling thread is running a segment of stream `lane` (plan builds
-/// land on that lane).
-pub(crate) fn set_lane(lane: u64) {
+/// Notes that the calling thread starts running a segment of stream `lane` (plan
+/// builds land on that lane); returns the time.
+#[cold]
+#[inline(never)]
+pub(crate) fn segment_start(lane: u64) -> u64 {
     let _ = LANE.try_with(|l| l.set(lane));
+    now()
 }
 
 fn push(event: Event) {
