@@ -16,7 +16,8 @@ use streamfuse::trace::{self, TraceError};
 use streamfuse::Tensor;
 use support::data;
 
-/// One trace records at a time in a process: the tests that record take turns.
+/// One trace records at a time in a process: the tests that record, or that flush and
+/// would land in another's trace, take turns.
 static RECORDING: Mutex<()> = Mutex::new(());
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -49,6 +50,36 @@ fn load(path: &Path) -> Vec<Value> {
 
 fn arg<'a>(e: &'a Value, name: &str) -> &'a Value {
     &e["args"][name]
+}
+
+/// Every lane's slices nest (a slice ends before the next one starts, or contains it),
+/// as Perfetto and chrome://tracing need.
+fn assert_nested(events: &[Value]) {
+    let mut by_lane: HashMap<u64, Vec<(i64, i64)>> = HashMap::new();
+    for e in events.iter().filter(|e| e["ph"] == "X") {
+        let ts = (e["ts"].as_f64().unwrap() * 1000.0).round() as i64;
+        let dur = (e["dur"].as_f64().unwrap() * 1000.0).round() as i64;
+        by_lane
+            .entry(e["tid"].as_u64().unwrap())
+            .or_default()
+            .push((ts, ts + dur));
+    }
+    for (lane, mut slices) in by_lane {
+        slices.sort_by_key(|&(s, e)| (s, -e));
+        let mut open: Vec<i64> = Vec::new();
+        for (s, e) in slices {
+            while open.last().is_some_and(|&end| end <= s) {
+                open.pop();
+            }
+            if let Some(&end) = open.last() {
+                assert!(
+                    e <= end,
+                    "lane {lane}: [{s}, {e}] overlaps a slice ending at {end}"
+                );
+            }
+            open.push(e);
+        }
+    }
 }
 
 #[test]
@@ -116,6 +147,7 @@ fn two_threads_have_two_lanes_with_flushes_kernels_builds_and_a_drain() {
     assert_eq!(written.path, path);
 
     let events = load(&path);
+    assert_nested(&events);
     let slices: Vec<&Value> = events.iter().filter(|e| e["ph"] != "M").collect();
     assert_eq!(slices.len(), written.events);
     // Lanes: tid -> name.
@@ -256,6 +288,37 @@ fn two_threads_have_two_lanes_with_flushes_kernels_builds_and_a_drain() {
 }
 
 #[test]
+fn kernels_of_one_level_run_at_once_on_lanes_of_their_threads() {
+    let _turn = RECORDING.lock().unwrap_or_else(|e| e.into_inner());
+    let path = temp_dir("parallel").join("parallel.json");
+    streamfuse::set_kernel_threads(2);
+    let a = Tensor::from_vec(data(192 * 192, 4), &[192, 192]).unwrap();
+    let b = Tensor::from_vec(data(192 * 192, 5), &[192, 192]).unwrap();
+    trace::start(&path).unwrap();
+    // Two products that read only inputs: one level, two kernels.
+    let (x, y) = (a.matmul(&b).unwrap(), b.matmul(&a).unwrap());
+    streamfuse::sync().unwrap();
+    trace::stop().unwrap();
+    streamfuse::set_kernel_threads(0);
+    drop((x, y));
+    let events = load(&path);
+    assert_nested(&events);
+    let kernels: Vec<&Value> = events.iter().filter(|e| e["cat"] == "kernel").collect();
+    assert_eq!(kernels.len(), 2, "{kernels:?}");
+    let flush = events.iter().find(|e| e["cat"] == "flush").unwrap();
+    let lanes: Vec<u64> = kernels.iter().map(|k| k["tid"].as_u64().unwrap()).collect();
+    assert!(
+        lanes.iter().all(|&l| l != flush["tid"].as_u64().unwrap()),
+        "kernels run at once are on their threads' lanes: {lanes:?}"
+    );
+    // (Both may be on one lane: `rayon::join` runs both halves on one thread when no
+    // other thread takes one; they then follow each other, and still nest.)
+    for k in kernels {
+        assert_eq!(arg(k, "stream"), &flush["tid"], "{k}");
+    }
+}
+
+#[test]
 fn bad_paths_and_calls_out_of_turn_are_errors() {
     let _turn = RECORDING.lock().unwrap_or_else(|e| e.into_inner());
     let bad = temp_dir("bad").join("no/such/folder/t.json");
@@ -269,6 +332,8 @@ fn bad_paths_and_calls_out_of_turn_are_errors() {
 
 #[test]
 fn a_flush_draws_its_memory_plan() {
+    // (Its flushes would land in another test's trace.)
+    let _turn = RECORDING.lock().unwrap_or_else(|e| e.into_inner());
     // q·kᵀ → softmax → ·v with dims no other test uses: the probabilities live in the
     // arena.
     streamfuse::set_kernel_threads(1);
