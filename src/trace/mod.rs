@@ -13,7 +13,7 @@
 //! flush to the stream that needed its tensor. Kernels that run at once on the kernel
 //! pool get a lane per pool thread. Beside the trace, a folder `<name>.plans/` holds an
 //! SVG picture of each memory plan the flushes ran (see
-//! [`memory_planner::svg`](crate::memory_planner::svg)); a flush's `plan_svg` argument
+//! [`crate::memory_planner::svg`]); a flush's `plan_svg` argument
 //! names its picture.
 //!
 //! Off, recording costs one relaxed atomic load per flush and allocates nothing. On,
