@@ -239,7 +239,7 @@ impl Frame {
              .lb{stroke:#1a7f37;stroke-width:1.5;stroke-dasharray:6 3}\
              .arena{stroke:#c0392b;stroke-width:1.5}\
              .peak{stroke:#8e44ad;stroke-width:1.5;stroke-dasharray:2 3}\
-             .label{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}</style>\n",
+             .label{font-weight:bold}</style>\n",
         );
         let ratio = if self.lower_bound == 0 {
             1.0
@@ -316,8 +316,8 @@ impl Frame {
             "<line class=\"lb\" x1=\"{x0}\" y1=\"{yl:.2}\" x2=\"{x1:.2}\" y2=\"{yl:.2}\"><title>lower bound: {} bytes</title></line>",
             self.lower_bound
         );
-        // Labels at the right end: the arena's above its line, the bound's below its
-        // own, one label when they are equal.
+        // Labels at the right end: the arena's above its line (the top of the plot, so
+        // in the margin), the bound's below its own, one label when they are equal.
         let label = |out: &mut String, x: f64, y: f64, anchor: &str, colour: &str, text: String| {
             let _ = writeln!(
                 out,
@@ -326,7 +326,7 @@ impl Frame {
         };
         if self.arena == self.lower_bound {
             let text = format!("arena = lower bound {}", bytes(self.arena));
-            label(out, x1 - 4.0, ya + 13.0, "end", "#c0392b", text);
+            label(out, x1 - 4.0, ya - 4.0, "end", "#c0392b", text);
         } else {
             label(
                 out,
