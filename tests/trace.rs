@@ -319,6 +319,37 @@ fn kernels_of_one_level_run_at_once_on_lanes_of_their_threads() {
 }
 
 #[test]
+fn with_fusion_off_each_op_is_a_kernel_slice() {
+    let _turn = RECORDING.lock().unwrap_or_else(|e| e.into_inner());
+    let path = temp_dir("unfused").join("unfused.json");
+    streamfuse::set_fusion(false);
+    let x = Tensor::from_vec(data(24, 6), &[4, 6]).unwrap();
+    trace::start(&path).unwrap();
+    let y = x.exp().unwrap().add(&x).unwrap().sum(-1).unwrap();
+    y.to_vec::<f32>().unwrap();
+    trace::stop().unwrap();
+    streamfuse::set_fusion(true);
+    let events = load(&path);
+    assert_nested(&events);
+    let flush = events.iter().find(|e| e["cat"] == "flush").unwrap();
+    assert_eq!(arg(flush, "planned"), false);
+    let ops: Vec<&str> = events
+        .iter()
+        .filter(|e| e["cat"] == "kernel")
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(ops, ["exp", "add", "sum"]);
+    let sum = events.iter().find(|e| e["name"] == "sum").unwrap();
+    assert_eq!(
+        (
+            arg(sum, "bytes_read").as_u64(),
+            arg(sum, "bytes_written").as_u64()
+        ),
+        (Some(96), Some(16))
+    );
+}
+
+#[test]
 fn bad_paths_and_calls_out_of_turn_are_errors() {
     let _turn = RECORDING.lock().unwrap_or_else(|e| e.into_inner());
     let bad = temp_dir("bad").join("no/such/folder/t.json");

@@ -265,7 +265,8 @@ impl Stream {
     /// none), fills its escaping slots (a panic, here or while planning, or a plan that
     /// could not be built, fails the ones still pending), and reports the flush.
     /// Everything another thread may wait for is done when this returns. With `trace`
-    /// (a trace records), the executor records each kernel.
+    /// (a trace records and the segment has a plan) the executor records each kernel;
+    /// the op-by-op executor records each op while a trace records.
     fn run_and_report(
         &self,
         tasks: &mut VecDeque<Task>,
@@ -279,7 +280,12 @@ impl Stream {
         let outcome = plan.and_then(|plan| {
             catch_unwind(AssertUnwindSafe(|| match plan {
                 Ok(Some(plan)) => execute_plan(&plan, tasks, scratch, par, trace),
-                Ok(None) => execute(tasks.iter_mut(), par),
+                // (Fusion off: the reference path, checked again here.)
+                Ok(None) => execute(
+                    tasks.iter_mut(),
+                    par,
+                    crate::trace::enabled().then_some(self.id.0),
+                ),
                 Err(e) => {
                     log::error!("{}: no plan for a segment: {e}", self.id);
                     fail_pending(tasks, &e);

@@ -206,6 +206,23 @@ fn json_events(e: &Event, thread: &str, pid: u32, plans: &HashMap<u64, String>) 
             });
             vec![slice(name, "kernel", args)]
         }
+        What::Op {
+            name,
+            read,
+            written,
+        } => vec![slice(
+            name.to_string(),
+            "kernel",
+            json!({
+                "kind": "op",
+                "ops": [name],
+                "bytes_read": read,
+                "bytes_written": written,
+                "stream": e.lane,
+                "ran_on": thread,
+                "fused": false,
+            }),
+        )],
         What::Build { key, plan } => vec![slice(
             "plan build".to_string(),
             "plan",

@@ -29,7 +29,7 @@ mod chrome;
 mod record;
 
 pub(crate) use record::{
-    drain_begin, drain_end, flush, kernel, memory_planned, now, own_stream, plan_built,
+    drain_begin, drain_end, flush, kernel, memory_planned, now, op, own_stream, plan_built,
     segment_start, SegmentTrace,
 };
 
@@ -160,13 +160,13 @@ pub fn start(path: impl AsRef<Path>) -> Result<(), TraceError> {
 /// [`MAX_PLAN_PICTURES`] of them). Events that threads are still recording when it
 /// stops are left out.
 pub fn stop() -> Result<Written, TraceError> {
-    let path = {
+    let (path, collected) = {
+        // Taken under the session's lock, so that a `start` meanwhile cannot clear them.
         let mut session = SESSION.lock();
         let path = session.take().ok_or(TraceError::NotRecording)?;
         STATE.store(OFF, Ordering::Relaxed);
-        path
+        (path, record::take())
     };
-    let collected = record::take();
     chrome::write(&path, collected)
 }
 

@@ -46,6 +46,13 @@ pub(super) enum What {
         op: &'static str,
         stream: u64,
     },
+    /// An op run on its own by the op-by-op executor (fusion off): its name, bytes
+    /// read (through each input's layout) and written.
+    Op {
+        name: &'static str,
+        read: usize,
+        written: usize,
+    },
     /// A plan built on a cache miss.
     Build { key: u64, plan: Arc<ExecutionPlan> },
     /// The memory planner's run for a plan being built.
@@ -213,6 +220,21 @@ pub(crate) fn kernel(
             index: index as u32,
             op,
             stream: seg.lane,
+        },
+    });
+}
+
+/// Records `op`, run on its own for stream `lane` (fusion off) from `start` to now.
+pub(crate) fn op(lane: u64, start: u64, op: &crate::ir::Op) {
+    let bytes = |d: &crate::ir::TensorDesc| d.layout.numel() * d.dtype.size_in_bytes();
+    push(Event {
+        lane,
+        start,
+        end: now(),
+        what: What::Op {
+            name: op.kind.name(),
+            read: op.inputs.iter().map(bytes).sum(),
+            written: op.output.as_ref().map_or(0, bytes),
         },
     });
 }
