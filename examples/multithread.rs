@@ -5,7 +5,9 @@
 //! main thread and shared by reference counting: no thread copies them. Each thread's
 //! kernels are limited to one core, so T threads use T cores. With
 //! `RUST_LOG=streamfuse=trace` the log narrates every register, flush (with its
-//! reason), drain of another stream, deferred drop and stream close.
+//! reason), drain of another stream, deferred drop and stream close. With
+//! `STREAMFUSE_TRACE=multithread.json` it writes a timeline (one lane per thread's
+//! stream, its flushes and kernels) to open in Perfetto or chrome://tracing.
 
 use std::time::Instant;
 
@@ -64,22 +66,26 @@ fn main() -> streamfuse::Result<()> {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let weights = &weights;
-                s.spawn(move || {
-                    streamfuse::set_kernel_threads(1);
-                    let x = Tensor::from_vec(
-                        data(BATCH * LAYERS[0], 1000 + t as u64, 1.0),
-                        &[BATCH, LAYERS[0]],
-                    )?;
-                    let mut last = None;
-                    for _ in 0..iterations {
-                        last = Some(forward(&x, weights)?);
-                    }
-                    let y = last.expect("at least one iteration");
-                    let first_row = y.narrow(0, 0, 1)?;
-                    let top = first_row.argmax(-1)?.to_vec::<u32>()?[0];
-                    let p = first_row.max(-1)?.to_vec::<f32>()?[0];
-                    Ok((t, p, top))
-                })
+                // Named, so that the trace's lanes carry the name.
+                let worker = std::thread::Builder::new().name(format!("worker-{t}"));
+                worker
+                    .spawn_scoped(s, move || {
+                        streamfuse::set_kernel_threads(1);
+                        let x = Tensor::from_vec(
+                            data(BATCH * LAYERS[0], 1000 + t as u64, 1.0),
+                            &[BATCH, LAYERS[0]],
+                        )?;
+                        let mut last = None;
+                        for _ in 0..iterations {
+                            last = Some(forward(&x, weights)?);
+                        }
+                        let y = last.expect("at least one iteration");
+                        let first_row = y.narrow(0, 0, 1)?;
+                        let top = first_row.argmax(-1)?.to_vec::<u32>()?[0];
+                        let p = first_row.max(-1)?.to_vec::<f32>()?[0];
+                        Ok((t, p, top))
+                    })
+                    .expect("spawn a worker thread")
             })
             .collect();
         handles

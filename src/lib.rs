@@ -32,6 +32,7 @@ mod reuse;
 mod runtime;
 mod stream;
 mod tensor;
+pub mod trace;
 
 pub use error::{Error, Result};
 pub use fusion::cache::{

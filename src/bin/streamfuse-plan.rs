@@ -1,13 +1,17 @@
 //! `streamfuse-plan`: plan a buffer trace from the command line.
 //!
 //! ```text
-//! streamfuse-plan INPUT.csv [--out OUT.csv] [--capacity BYTES] [--strategy NAME] [--time-limit SECONDS]
+//! streamfuse-plan INPUT.csv [--out OUT.csv] [--svg PLAN.svg] [--capacity BYTES] [--strategy NAME] [--time-limit SECONDS]
 //! ```
 //!
 //! INPUT is a MiniMalloc CSV trace (`id,lower,upper,size[,alignment]`). OUT, if
 //! asked for, gets the input rows in input order with an `offset` column. The last
 //! line on stdout is
 //! `buffers=N lower_bound=L arena=A ratio=R strategy=S millis=T`.
+//!
+//! `--svg` draws the plan as an SVG picture (steps across, offsets up, one rectangle
+//! per buffer with its id on hover, the lower bound and the arena as lines, the peak
+//! marked; see `streamfuse::memory_planner::svg`).
 //!
 //! `--time-limit` bounds the planning of the `best` strategy: when it ends, the
 //! best plan found so far is validated and used (a cheap first plan is always
@@ -22,7 +26,9 @@ use std::time::{Duration, Instant};
 
 use streamfuse::memory_planner::{self as plan, csv, Options, PlanError, Strategy};
 
-const USAGE: &str = "usage: streamfuse-plan INPUT.csv [--out OUT.csv] [--capacity BYTES] [--strategy NAME] [--time-limit SECONDS]
+const USAGE: &str = "usage: streamfuse-plan INPUT.csv [--out OUT.csv] [--svg PLAN.svg] [--capacity BYTES] [--strategy NAME] [--time-limit SECONDS]
+  --out          the input rows with an offset column
+  --svg          a picture of the plan: steps across, offsets up, a rectangle per buffer
   --strategy     naive | linear-scan | greedy-size | greedy-breadth | best (default)
   --time-limit   seconds the best strategy may plan, all phases included (default 10);
                  when they run out, the best plan found so far is used
@@ -31,12 +37,14 @@ const USAGE: &str = "usage: streamfuse-plan INPUT.csv [--out OUT.csv] [--capacit
 struct Args {
     input: String,
     out: Option<String>,
+    svg: Option<String>,
     options: Options,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut input = None;
     let mut out = None;
+    let mut svg = None;
     let mut options = Options {
         time_limit: Duration::from_secs(10),
         ..Options::default()
@@ -55,6 +63,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         match flag.as_str() {
             "-h" | "--help" => return Err(String::new()),
             "--out" | "-o" => out = Some(value("--out")?),
+            "--svg" => svg = Some(value("--svg")?),
             "--capacity" => {
                 let v = value("--capacity")?;
                 let c = v
@@ -89,6 +98,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     Ok(Args {
         input,
         out,
+        svg,
         options,
     })
 }
@@ -130,6 +140,17 @@ fn main() -> ExitCode {
         Ok(p) => {
             if let Some(out) = &args.out {
                 if let Err(e) = csv::write_file(out, &trace, &p.offsets) {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+            if let Some(path) = &args.svg {
+                let options = plan::SvgOptions {
+                    title: args.input.clone(),
+                    names: trace.ids.clone(),
+                    ..plan::SvgOptions::default()
+                };
+                if let Err(e) = plan::write_svg(path, &trace.problem, &p.offsets, &options) {
                     eprintln!("error: {e}");
                     return ExitCode::from(1);
                 }

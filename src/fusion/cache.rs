@@ -146,7 +146,11 @@ pub fn get_or_build<T>(
     }
     MISSES.fetch_add(1, Ordering::Relaxed);
     let (ops, rels): (Vec<&Op>, Vec<&RelativeOp>) = segment.iter().map(&parts).unzip();
+    let traced = crate::trace::enabled().then(crate::trace::now);
     let plan = Arc::new(build(&ops, &rels)?);
+    if let Some(start) = traced {
+        crate::trace::plan_built(start, key, &plan);
+    }
     let signature: Vec<SigOp> = ops
         .iter()
         .zip(&rels)
@@ -178,6 +182,16 @@ pub fn get_or_build<T>(
     };
     drop(evicted); // freed outside the lock
     Ok((plan, false))
+}
+
+/// A plan stored for segment key `key`, if the cache holds one (the first found, when
+/// segments that collide in the key are stored): for pictures of plans.
+pub(crate) fn find(key: u64) -> Option<Arc<ExecutionPlan>> {
+    let cache = CACHE.read();
+    cache
+        .table
+        .find(key, |e| e.key == key)
+        .map(|e| e.plan.clone())
 }
 
 /// When the cache takes more than `limit` bytes, takes out the least recently used

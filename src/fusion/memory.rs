@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::build::broken;
 use super::values::Facts;
-use super::{Home, Kernel, Value};
+use super::{ExecutionPlan, Home, Kernel, Value};
 use crate::error::Error;
 use crate::ir::{DType, Layout};
 use crate::memory_planner;
@@ -37,7 +37,12 @@ pub(super) fn place(
     facts: &[Facts],
     values: &mut [Value],
 ) -> Result<(usize, usize), Error> {
-    let life = lifetimes(kernels, levels, facts, values.len());
+    let life = lifetimes(
+        kernels,
+        levels,
+        |v| facts[v as usize].root as usize,
+        values.len(),
+    );
     let arena = arena_buffers(values, &life);
     if arena.buffers.is_empty() {
         return Ok((0, 0));
@@ -83,8 +88,14 @@ struct Lifetimes {
     last: Vec<u32>,
 }
 
-/// The lifetime of every value, from the kernels and their levels.
-fn lifetimes(kernels: &[Kernel], levels: &[u32], facts: &[Facts], n: usize) -> Lifetimes {
+/// The lifetime of every value, from the kernels and their levels (`root` gives the
+/// value whose buffer a value reads).
+fn lifetimes(
+    kernels: &[Kernel],
+    levels: &[u32],
+    root: impl Fn(u32) -> usize,
+    n: usize,
+) -> Lifetimes {
     let mut born = vec![u32::MAX; n];
     let mut last = vec![0u32; n];
     for (k, &lvl) in kernels.iter().zip(levels) {
@@ -94,11 +105,65 @@ fn lifetimes(kernels: &[Kernel], levels: &[u32], facts: &[Facts], n: usize) -> L
             last[v as usize] = last[v as usize].max(lvl);
         }
         for &v in ins {
-            let r = facts[v as usize].root as usize;
+            let r = root(v);
             last[r] = last[r].max(lvl);
         }
     }
     Lifetimes { born, last }
+}
+
+/// The planner's buffer of value `v` with `numel` elements: padded to whole 64-byte
+/// lines, living from its producer's level to one past its last reader's.
+fn arena_buffer(v: usize, numel: usize, life: &Lifetimes) -> memory_planner::Buffer {
+    let len = numel.div_ceil(ALIGN) * ALIGN;
+    memory_planner::Buffer {
+        id: v,
+        lower: life.born[v] as u64,
+        upper: life.last[v] as u64 + 1,
+        size: (len.max(ALIGN) * 4) as u64,
+        alignment: (ALIGN * 4) as u64,
+    }
+}
+
+/// The memory planner's problem of a built plan and the offsets (bytes) the arena
+/// values got: the buffers and in-place pairs the builder planned, found again from
+/// the plan's kernels, levels and homes (for pictures of the plan, `crate::trace`).
+pub(crate) fn arena_problem(plan: &ExecutionPlan) -> (memory_planner::Problem, Vec<u64>) {
+    let n = plan.values.len();
+    let root = |v: u32| match plan.values[v as usize].home {
+        Home::View { root } => root as usize,
+        _ => v as usize,
+    };
+    let life = lifetimes(&plan.kernels, &plan.levels, root, n);
+    let (mut buffers, mut offsets, mut buffer_of) = (Vec::new(), Vec::new(), vec![None; n]);
+    for (v, val) in plan.values.iter().enumerate() {
+        if let (Home::Arena { offset }, true) = (val.home, life.born[v] != u32::MAX) {
+            buffer_of[v] = Some(buffers.len());
+            buffers.push(arena_buffer(v, val.layout.numel(), &life));
+            offsets.push(offset as u64 * 4);
+        }
+    }
+    let mut problem = memory_planner::Problem::new(buffers);
+    for k in &plan.kernels {
+        if let Kernel::Fused {
+            inputs,
+            outputs,
+            in_place,
+            ..
+        } = k
+        {
+            for &(i, j) in in_place {
+                let input = inputs.get(i).and_then(|(v, _)| buffer_of[root(*v)]);
+                let output = outputs.get(j).and_then(|&o| buffer_of[o as usize]);
+                if let (Some(input), Some(output)) = (input, output) {
+                    problem
+                        .in_place
+                        .push(memory_planner::InPlace { input, output });
+                }
+            }
+        }
+    }
+    (problem, offsets)
 }
 
 /// The planner's buffers: one per value that lives in the arena.
@@ -126,15 +191,10 @@ fn arena_buffers(values: &[Value], life: &Lifetimes) -> ArenaBuffers {
             && val.dtype == DType::F32
             && life.born[v] != u32::MAX
         {
-            let len = val.layout.numel().div_ceil(ALIGN) * ALIGN;
             arena.buffer_of[v] = Some(arena.buffers.len());
-            arena.buffers.push(memory_planner::Buffer {
-                id: v,
-                lower: life.born[v] as u64,
-                upper: life.last[v] as u64 + 1,
-                size: (len.max(ALIGN) * 4) as u64,
-                alignment: (ALIGN * 4) as u64,
-            });
+            arena
+                .buffers
+                .push(arena_buffer(v, val.layout.numel(), life));
             arena.owners.push(v);
         }
     }
@@ -234,7 +294,12 @@ fn solve(problem: &memory_planner::Problem) -> Solution {
         threads: 1,
         ..memory_planner::Options::default()
     };
-    match memory_planner::solve(problem, &options) {
+    let traced = crate::trace::enabled().then(crate::trace::now);
+    let answer = memory_planner::solve(problem, &options);
+    if let (Some(start), Ok(p)) = (traced, &answer) {
+        crate::trace::memory_planned(start, problem.buffers.len(), p.arena, p.lower_bound);
+    }
+    match answer {
         Ok(p) => Solution {
             offsets: p.offsets,
             arena: p.arena,
@@ -339,10 +404,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn buffers_are_the_planners_problem_and_the_arena_its_answer() {
-        // a, b, c: a line of copies of x, each 16 elements (64 bytes), d kept.
-        let ops = [
+    /// a, b, c: a line of copies of x, each 16 elements (64 bytes), d kept.
+    fn line_of_copies() -> [Op; 7] {
+        [
             contiguous(0, 1),
             contiguous(1, 2),
             contiguous(2, 3),
@@ -350,9 +414,31 @@ mod tests {
             drop_of(1),
             drop_of(2),
             drop_of(3),
-        ];
+        ]
+    }
+
+    /// a = contiguous(x) (arena); b = exp(a) (fused); c = contiguous(b), kept: a dies
+    /// where b is made.
+    fn dies_in_place() -> [Op; 5] {
+        [
+            contiguous(0, 1),
+            exp(1, 2),
+            contiguous(2, 3),
+            drop_of(1),
+            drop_of(2),
+        ]
+    }
+
+    #[test]
+    fn buffers_are_the_planners_problem_and_the_arena_its_answer() {
+        let ops = line_of_copies();
         let st = staged(&ops);
-        let life = lifetimes(&st.kernels, &st.levels, &st.facts, st.values.len());
+        let life = lifetimes(
+            &st.kernels,
+            &st.levels,
+            |v| st.facts[v as usize].root as usize,
+            st.values.len(),
+        );
         let arena = arena_buffers(&st.values, &life);
         let buffer = |id: usize, lower: u64| memory_planner::Buffer {
             id,
@@ -385,15 +471,35 @@ mod tests {
     }
 
     #[test]
+    fn the_problem_found_again_from_a_plan_is_the_one_planned() {
+        let ops = line_of_copies();
+        let p = plan(&ops);
+        let (problem, offsets) = arena_problem(&p);
+        let ids: Vec<usize> = problem.buffers.iter().map(|b| b.id).collect();
+        assert_eq!(ids, [1, 2, 3]);
+        assert_eq!(problem.buffers[0].lower..problem.buffers[0].upper, 1..3);
+        assert_eq!(
+            memory_planner::lower_bound(&problem),
+            p.arena_lower_bound as u64 * 4
+        );
+        let answer = memory_planner::Plan {
+            offsets,
+            arena: p.arena_len as u64 * 4,
+            lower_bound: 0,
+            strategy: memory_planner::Strategy::Naive,
+        };
+        memory_planner::validate(&problem, &answer).unwrap();
+        // A pair the plan took is a pair of the problem found again.
+        let dies = dies_in_place();
+        let (problem, offsets) = arena_problem(&plan(&dies));
+        assert_eq!(problem.in_place.len(), 1);
+        let pair = problem.in_place[0];
+        assert_eq!(offsets[pair.input], offsets[pair.output]);
+    }
+
+    #[test]
     fn a_fused_kernel_overwrites_an_input_only_when_it_dies_there() {
-        // a = contiguous(x) (arena); b = exp(a) (fused); c = contiguous(b), kept.
-        let dies = [
-            contiguous(0, 1),
-            exp(1, 2),
-            contiguous(2, 3),
-            drop_of(1),
-            drop_of(2),
-        ];
+        let dies = dies_in_place();
         let p = plan(&dies);
         assert_eq!(in_place(&p), [(1, 2)], "{p}");
         assert_eq!(p.values[1].home, p.values[2].home, "{p}");

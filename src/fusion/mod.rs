@@ -48,6 +48,7 @@ mod values;
 
 pub use build::build;
 pub use kernel::{Chain, Kernel, MatMulHead, NormTail};
+pub(crate) use memory::arena_problem;
 
 use std::fmt;
 

@@ -49,6 +49,12 @@
 //! fails it is reported as [`PlanError::InvalidPlan`]: a bug, never a silent
 //! overlap.
 //!
+//! # Pictures
+//!
+//! [`svg`] draws a plan as an SVG of offsets against time (one rectangle per buffer,
+//! the lower bound, the arena and the peak marked); `streamfuse-plan INPUT.csv --svg
+//! plan.svg` writes one for a trace.
+//!
 //! # Example
 //!
 //! ```
@@ -75,6 +81,7 @@ mod instance;
 mod place;
 mod problem;
 mod search;
+mod svg;
 
 use std::fmt;
 use std::str::FromStr;
@@ -83,6 +90,7 @@ use std::time::{Duration, Instant};
 pub use check::{lower_bound, profile, validate};
 pub use error::PlanError;
 pub use problem::{Alias, Buffer, InPlace, Problem};
+pub use svg::{svg, write_svg, SvgOptions};
 
 use instance::{Instance, Sections};
 

@@ -31,6 +31,7 @@ use crate::fusion::{ExecutionPlan, Home, Kernel};
 use crate::ir::Layout;
 use crate::kernels::{KernelError, PackedRhs, Par};
 use crate::reuse::retype::retype;
+use crate::trace::{self, SegmentTrace};
 
 /// Scratch vectors of [`execute_plan`], kept by a stream between its segments so that
 /// replaying a cached plan allocates nothing.
@@ -144,6 +145,8 @@ pub(super) struct Reads<'a, 'g> {
     /// Read in place of a failed value that has no buffer (see `PlanScratch::zeros`).
     zeros: &'a [f32],
     failed: &'a [Option<Error>],
+    /// Where to record each kernel, while a trace records.
+    trace: Option<&'a SegmentTrace>,
 }
 
 /// The value whose buffer value `v` reads.
@@ -199,12 +202,14 @@ impl<'a> Reads<'a, '_> {
 
 /// Runs `plan` for the segment `tasks` (whose relative forms the plan was made from);
 /// fills the slots of escaping values. Returns the first kernel error. `scratch` holds
-/// the bookkeeping between calls (no allocation once it has grown to the plan).
+/// the bookkeeping between calls (no allocation once it has grown to the plan). With
+/// `trace` (a trace records), each kernel is recorded.
 pub fn execute_plan(
     plan: &ExecutionPlan,
     tasks: &[Task],
     scratch: &mut PlanScratch,
     par: Par,
+    trace: Option<&SegmentTrace>,
 ) -> Option<Error> {
     let n = plan.values.len();
     let s = &mut *scratch;
@@ -281,7 +286,7 @@ pub fn execute_plan(
             }
             s.runnable.push(k + i);
         }
-        run_level(plan, tasks, s, &mut arena, par);
+        run_level(plan, tasks, s, &mut arena, par, trace);
         if let Some(e) = s.alloc_failed.take() {
             first_error.get_or_insert(e);
         }
@@ -352,6 +357,7 @@ fn run_level(
     scratch: &mut PlanScratch,
     arena: &mut [f32],
     par: Par,
+    trace: Option<&SegmentTrace>,
 ) {
     let PlanScratch {
         bufs,
@@ -415,6 +421,7 @@ fn run_level(
                 gaps: &carved_gaps,
                 zeros,
                 failed,
+                trace,
             };
             let parallel = jobs.len() > 1 && par.threads > 1;
             run_jobs(
@@ -493,8 +500,13 @@ fn run_jobs(
         let (p, prest) = std::mem::take(&mut pooled).split_at_mut(job.pooled);
         (outs, pooled) = (rest, prest);
         let kernel = &reads.plan.kernels[job.kernel];
+        let start = reads.trace.map(|_| trace::now());
         *result = catch_unwind(AssertUnwindSafe(|| run_kernel(reads, kernel, o, p, par)))
             .unwrap_or_else(|panic| Err(caught(&*panic)));
+        if let (Some(seg), Some(start)) = (reads.trace, start) {
+            let op = kernel_name(reads.plan, reads.tasks, job.kernel);
+            trace::kernel(seg, start, job.kernel, op, parallel);
+        }
     }
 }
 

@@ -21,11 +21,20 @@ use crate::kernels::{KernelError, Par};
 
 /// Runs `tasks` in order with kernels limited to `par`; returns the first error. Each
 /// task lets go of its slots right after it runs, so a buffer goes back to the pool as
-/// soon as its last reader has run.
-pub fn execute<'a>(tasks: impl IntoIterator<Item = &'a mut Task>, par: Par) -> Option<Error> {
+/// soon as its last reader has run. With `trace` (a stream's lane, while a trace
+/// records) each op is recorded.
+pub fn execute<'a>(
+    tasks: impl IntoIterator<Item = &'a mut Task>,
+    par: Par,
+    trace: Option<u64>,
+) -> Option<Error> {
     let mut first_error = None;
     for task in tasks {
+        let start = trace.map(|_| crate::trace::now());
         run_task(task, par, &mut first_error);
+        if let (Some(lane), Some(start), Some(_)) = (trace, start, &task.output) {
+            crate::trace::op(lane, start, &task.op);
+        }
         task.release_slots();
     }
     super::memory::segment_done();

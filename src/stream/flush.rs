@@ -22,6 +22,7 @@ use crate::runtime::{
     execute, execute_plan, kernel_threads, observer, panic_message, run_in_pool, PlanScratch,
     SlotState, Task,
 };
+use crate::trace::SegmentTrace;
 
 /// Why a stream's queue was flushed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +75,14 @@ pub struct FlushInfo {
     pub arena_bytes: usize,
     /// The memory planner's lower bound for that arena, in bytes.
     pub arena_lower_bound: usize,
+}
+
+impl FlushInfo {
+    /// An SVG picture of this segment's memory plan (its arena buffers over the plan's
+    /// levels; see [`crate::trace::plan_svg`]), while the plan cache holds its plan.
+    pub fn plan_svg(&self) -> Option<String> {
+        crate::trace::plan_svg(self.key)
+    }
 }
 
 /// What a flush runs besides the plan: the executor's scratch and the marks of the
@@ -190,7 +199,10 @@ impl Stream {
             unfused,
             par,
         } = segment;
+        // One relaxed load when no trace records.
+        let traced = crate::trace::enabled().then(|| crate::trace::segment_start(self.id.0));
         wait_for_inputs(&tasks, &mut scratch.made);
+        let ready = traced.map(|_| crate::trace::now());
         let plan = if unfused {
             Ok(Ok(None))
         } else {
@@ -204,19 +216,31 @@ impl Stream {
                 .map(|t| t.op.work())
                 .fold(0, usize::saturating_add),
         };
+        let seg = match (traced, &plan) {
+            (Some(_), Ok(Ok(Some(p)))) => Some(SegmentTrace {
+                lane: self.id.0,
+                plan: p.clone(),
+            }),
+            _ => None,
+        };
         if par.threads > 1 && worth_splitting(work) {
             // The kernel observer follows the segment to the kernel thread.
             let observe = observer::enabled();
             let records = run_in_pool(|| {
                 observer::follow(observe, || {
-                    self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par)
+                    let seg = seg.as_ref();
+                    self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par, seg)
                 })
                 .1
             });
             observer::keep(records);
         } else {
             let par = Par::serial();
-            self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par);
+            let seg = seg.as_ref();
+            self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par, seg);
+        }
+        if let (Some(start), Some(ready)) = (traced, ready) {
+            crate::trace::flush(self.id.0, start, ready, info, seg.map(|s| s.plan));
         }
         for task in tasks.iter_mut() {
             task.release_slots();
@@ -240,7 +264,9 @@ impl Stream {
     /// The run of a segment: computes it (through `plan`, or op by op when there is
     /// none), fills its escaping slots (a panic, here or while planning, or a plan that
     /// could not be built, fails the ones still pending), and reports the flush.
-    /// Everything another thread may wait for is done when this returns.
+    /// Everything another thread may wait for is done when this returns. With `trace`
+    /// (a trace records and the segment has a plan) the executor records each kernel;
+    /// the op-by-op executor records each op while a trace records.
     fn run_and_report(
         &self,
         tasks: &mut VecDeque<Task>,
@@ -248,12 +274,18 @@ impl Stream {
         scratch: &mut PlanScratch,
         info: FlushInfo,
         par: Par,
+        trace: Option<&SegmentTrace>,
     ) {
         let tasks = tasks.make_contiguous();
         let outcome = plan.and_then(|plan| {
             catch_unwind(AssertUnwindSafe(|| match plan {
-                Ok(Some(plan)) => execute_plan(&plan, tasks, scratch, par),
-                Ok(None) => execute(tasks.iter_mut(), par),
+                Ok(Some(plan)) => execute_plan(&plan, tasks, scratch, par, trace),
+                // (Fusion off: the reference path, checked again here.)
+                Ok(None) => execute(
+                    tasks.iter_mut(),
+                    par,
+                    crate::trace::enabled().then_some(self.id.0),
+                ),
                 Err(e) => {
                     log::error!("{}: no plan for a segment: {e}", self.id);
                     fail_pending(tasks, &e);

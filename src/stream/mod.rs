@@ -89,7 +89,11 @@ impl Drop for LocalStream {
 }
 
 thread_local! {
-    static LOCAL: LocalStream = LocalStream(new_stream());
+    static LOCAL: LocalStream = {
+        let cell = new_stream();
+        crate::trace::own_stream(cell.id().0);
+        LocalStream(cell)
+    };
 }
 
 /// Calls `f` with the calling thread's stream. During thread teardown, when the

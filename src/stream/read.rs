@@ -25,12 +25,28 @@ pub(crate) fn drain(home: &Arc<Stream>, slot: &Slot, reason: FlushReason) {
     if !slot.is_pending() {
         return;
     }
-    let upto = if super::is_current(home.id()) {
-        u64::MAX
+    if super::is_current(home.id()) {
+        home.flush(u64::MAX, reason);
+    } else if crate::trace::enabled() {
+        traced_drain(home, slot, reason);
     } else {
-        slot.producer()
+        home.flush(slot.producer(), reason);
+    }
+}
+
+/// [`drain`] of another stream while a trace records: the flush it causes starts an
+/// arrow that ends in this stream's drain.
+#[cold]
+#[inline(never)]
+fn traced_drain(home: &Arc<Stream>, slot: &Slot, reason: FlushReason) {
+    let mark = crate::trace::drain_begin();
+    home.flush(slot.producer(), reason);
+    let tensor = match reason {
+        FlushReason::Read(t) | FlushReason::Drain { tensor: t, .. } => t.0,
+        _ => 0,
     };
-    home.flush(upto, reason);
+    let by = LOCAL.try_with(|s| s.0.id().0).unwrap_or(0);
+    crate::trace::drain_end(mark, by, home.id().0, tensor);
 }
 
 /// The buffer of tensor `id` (in `slot`, made by `home`), once made: drains what it
