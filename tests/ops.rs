@@ -630,6 +630,58 @@ fn matmul_by_a_reused_weight() {
     rand_pair(&[2, 3, 4], 16, 0.0, 1.0).0.prepack().unwrap();
 }
 
+/// A weight kept only packed (`Tensor::weight`): products by it (alone, heading a
+/// chain, from a batch, from a transposed left operand) match the reference, and it is
+/// an ordinary tensor otherwise: its elements read back exactly, other ops and other
+/// views of it (unpacked once) give the same results as from `from_vec`.
+#[test]
+fn matmul_by_a_weight_kept_packed() {
+    let (_, rw) = rand_pair(&[40, 72], 31, -1.0, 1.0);
+    let data: Vec<f32> = rw.data.iter().map(|&x| x as f32).collect();
+    let w = Tensor::weight(data.clone(), &[40, 72]).unwrap();
+    let (b, rb) = rand_pair(&[72], 32, -1.0, 1.0);
+    for (i, rows) in [1usize, 3, 14, 28, 33, 200].into_iter().enumerate() {
+        let (x, rx) = rand_pair(&[rows, 40], 40 + i as u64, -1.0, 1.0);
+        check_tol(&x.matmul(&w).unwrap(), &rx.matmul(&rw), 1e-5, 1e-5);
+        let y = x.matmul(&w).unwrap().add(&b).unwrap().gelu().unwrap();
+        check_tol(&y, &rx.matmul(&rw).add(&rb).gelu(), 1e-5, 1e-5);
+        let (x3, rx3) = rand_pair(&[2, rows, 40], 50 + i as u64, -1.0, 1.0);
+        check_tol(&x3.matmul(&w).unwrap(), &rx3.matmul(&rw), 1e-5, 1e-5);
+        let (xt, rxt) = rand_pair(&[40, rows], 60 + i as u64, -1.0, 1.0);
+        check_tol(
+            &xt.transpose(0, 1).unwrap().matmul(&w).unwrap(),
+            &rxt.transpose(0, 1).matmul(&rw),
+            1e-5,
+            1e-5,
+        );
+    }
+    // The elements, another op, another view as a right operand.
+    assert_eq!(w.to_vec::<f32>().unwrap(), data);
+    check_tol(&w.add(&w).unwrap(), &rw.add(&rw), 1e-6, 1e-6);
+    let (x, rx) = rand_pair(&[5, 72], 70, -1.0, 1.0);
+    check_tol(
+        &x.matmul(&w.transpose(0, 1).unwrap()).unwrap(),
+        &rx.matmul(&rw.transpose(0, 1)),
+        1e-5,
+        1e-5,
+    );
+    // Shared by threads.
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (w, rw) = (&w, &rw);
+            s.spawn(move || {
+                let (x, rx) = rand_pair(&[9, 40], 80 + t, -1.0, 1.0);
+                check_tol(&x.matmul(w).unwrap(), &rx.matmul(rw), 1e-5, 1e-5);
+            });
+        }
+    });
+    // Not a matrix, or the wrong number of elements: errors that say so.
+    let e = expect_err(Tensor::weight(vec![1.0; 8], &[2, 2, 2]), "rank-3 weight");
+    assert!(e.to_string().contains("[k, n]"), "{e}");
+    expect_err(Tensor::weight(vec![1.0; 5], &[2, 3]), "wrong length");
+    assert_stream_usable();
+}
+
 // ---------------------------------------------------------------------------------
 // reductions
 // ---------------------------------------------------------------------------------

@@ -48,7 +48,8 @@ pub struct ChainMatMul<'a> {
     pub rhs: (&'a [f32], &'a Layout),
     /// Which input of the program is the product (its slice in `inputs` is ignored).
     pub input: usize,
-    /// The right operand packed for the packed kernel, when it is a weight that has been.
+    /// The right operand packed for the packed kernel, when it is a weight that has
+    /// been (then `rhs`'s slice is not read, and may be empty).
     pub packed: Option<&'a PackedRhs>,
 }
 
@@ -283,7 +284,11 @@ impl<'d> Geometry<'d> {
             ));
         }
         check_input(kernel, "lhs", mm.lhs.0.len(), mm.lhs.1)?;
-        check_input(kernel, "rhs", mm.rhs.0.len(), mm.rhs.1)?;
+        // A packed right operand is read from its panels, not from the slice (which is
+        // empty for a weight kept only packed); the product checks the panels fit.
+        if mm.packed.is_none() {
+            check_input(kernel, "rhs", mm.rhs.0.len(), mm.rhs.1)?;
+        }
         Ok(k)
     }
 

@@ -30,8 +30,9 @@ use super::{check_dst, check_input, error, KernelError, Par};
 use crate::ir::Layout;
 
 /// [`matmul`], reading the right operand from `packed` (its packed form, when the
-/// caller has one) with the packed kernel when that form packs `rhs_layout` and the
-/// left operand's rows are contiguous; through `gemm` otherwise.
+/// caller has one) with the packed kernel when that form packs `rhs_layout`; through
+/// `gemm` otherwise. When it does, `rhs` is not read (a buffer kept only packed passes
+/// an empty slice).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_prepacked(
     lhs: &[f32],
@@ -42,16 +43,20 @@ pub fn matmul_prepacked(
     dst: &mut [f32],
     par: Par,
 ) -> Result<(), KernelError> {
-    if let Some(p) = packed.filter(|p| p.packs(rhs_layout)) {
-        if lhs_layout.dims.len() == rhs_layout.dims.len()
-            && lhs_layout.dims[..lhs_layout.dims.len() - 2]
-                == rhs_layout.dims[..rhs_layout.dims.len() - 2]
-            && matmul_packed(lhs, lhs_layout, p, dst, par)?
-        {
-            return Ok(());
-        }
+    if let Some(p) = packed.filter(|p| packs_for(p, lhs_layout, rhs_layout)) {
+        return matmul_packed(lhs, lhs_layout, p, dst, par);
     }
     matmul(lhs, lhs_layout, rhs, rhs_layout, dst, par)
+}
+
+/// Whether `packed` can stand for the right operand `rhs_layout` of a product with
+/// `lhs_layout` (the same batch dims, the matrix it packs).
+pub fn packs_for(packed: &PackedRhs, lhs_layout: &Layout, rhs_layout: &Layout) -> bool {
+    let (l, r) = (&lhs_layout.dims, &rhs_layout.dims);
+    l.len() == r.len()
+        && l.len() >= 2
+        && l[..l.len() - 2] == r[..r.len() - 2]
+        && packed.packs(rhs_layout)
 }
 
 /// Below this many multiply-adds a single gemm runs single-threaded.

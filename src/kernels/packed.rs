@@ -101,6 +101,21 @@ impl PackedRhs {
             && (layout.offset, layout.strides[r - 2], layout.strides[r - 1]) == self.source
     }
 
+    /// The `[k, n]` matrix back, row-major, or `None` when the memory cannot be had.
+    pub fn unpack(&self) -> Option<Vec<f32>> {
+        let (k, n) = (self.k, self.n);
+        let mut out = Vec::new();
+        out.try_reserve_exact(k.checked_mul(n)?).ok()?;
+        for p in 0..k {
+            for j0 in (0..n).step_by(NR) {
+                let w = NR.min(n - j0);
+                let at = (j0 / NR) * k * NR + p * NR;
+                out.extend_from_slice(&self.data[at..at + w]);
+            }
+        }
+        Some(out)
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.data.capacity() * std::mem::size_of::<f32>()
@@ -126,17 +141,16 @@ const SHORT_M: usize = if cfg!(test) { 20 } else { 128 };
 /// Below this many multiply-adds a product runs on one thread.
 const PAR_WORK: usize = if cfg!(test) { 1 << 9 } else { 64 * 64 * 64 };
 
-/// Multiplies `[b.., m, k]` (read through `lhs_layout`, whose rows must be contiguous:
-/// column stride 1) by the packed `[k, n]` into `dst` (`b * m * n` elements, row-major).
-/// Returns `Ok(false)` without touching `dst` when the left operand's rows are not
-/// contiguous (the caller then uses `gemm`).
+/// Multiplies `[b.., m, k]` (read through `lhs_layout`, any strides; rows with
+/// contiguous elements take the fastest path) by the packed `[k, n]` into `dst`
+/// (`b * m * n` elements, row-major).
 pub fn matmul_packed(
     lhs: &[f32],
     lhs_layout: &Layout,
     rhs: &PackedRhs,
     dst: &mut [f32],
     par: Par,
-) -> Result<bool, KernelError> {
+) -> Result<(), KernelError> {
     let kernel = "matmul";
     check_input(kernel, "lhs", lhs.len(), lhs_layout)?;
     let ld = &lhs_layout.dims;
@@ -151,10 +165,17 @@ pub fn matmul_packed(
         ));
     }
     let (m, k, n) = (ld[rank - 2], rhs.k, rhs.n);
-    let lda = lhs_layout.strides[rank - 2];
-    if k > 1 && lhs_layout.strides[rank - 1] != 1 || m > 1 && lda < k {
-        return Ok(false);
-    }
+    // Strides of size-1 dims are never multiplied by a non-zero index.
+    let lda = if m > 1 {
+        lhs_layout.strides[rank - 2]
+    } else {
+        0
+    };
+    let cs = if k > 1 {
+        lhs_layout.strides[rank - 1]
+    } else {
+        1
+    };
     let batch: usize = ld[..rank - 2].iter().product();
     let numel = batch
         .checked_mul(m)
@@ -162,13 +183,12 @@ pub fn matmul_packed(
         .ok_or_else(|| error(kernel, "output element count overflows"))?;
     super::check_dst(kernel, dst.len(), numel)?;
     if numel == 0 {
-        return Ok(true);
+        return Ok(());
     }
     if k == 0 {
         dst.fill(0.0);
-        return Ok(true);
+        return Ok(());
     }
-    let lda = lda.max(k);
     let work = m.saturating_mul(n).saturating_mul(k);
     let threads = if work >= PAR_WORK { par.threads } else { 1 };
     for (b, out) in dst.chunks_exact_mut(m * n).enumerate() {
@@ -178,10 +198,17 @@ pub fn matmul_packed(
             lhs_layout.offset,
             b,
         );
-        // The matrix's rows: row i starts at i * lda and holds k elements. The layout
-        // fits `lhs`, so the last row's last element is inside it.
-        let a = &lhs[base..base + (m - 1) * lda + k];
-        let g = Matrix { a, lda, m, k, n };
+        // The matrix: element (i, p) at i * lda + p * cs. The layout fits `lhs`
+        // (checked), so its last element is inside it.
+        let a = &lhs[base..base + (m - 1) * lda + (k - 1) * cs + 1];
+        let g = Matrix {
+            a,
+            lda,
+            cs,
+            m,
+            k,
+            n,
+        };
         // The rows of a request or two: split by columns, so each thread reads only its
         // part of the weight (from DRAM, for a model larger than the cache); taller
         // products: by rows.
@@ -191,15 +218,16 @@ pub fn matmul_packed(
             split_columns(g, rhs, Out::new(out), (0, n.div_ceil(NR)), threads);
         }
     }
-    Ok(true)
+    Ok(())
 }
 
 /// The left operand of one product.
 #[derive(Clone, Copy)]
 struct Matrix<'a> {
-    /// Row `i` is `a[i * lda..][..k]`.
+    /// Element `(i, p)` is `a[i * lda + p * cs]`; `a` ends at the last one.
     a: &'a [f32],
     lda: usize,
+    cs: usize,
     m: usize,
     k: usize,
     n: usize,
@@ -293,6 +321,7 @@ fn panel(g: Matrix<'_>, rhs: &PackedRhs, pj: usize, dst: Out) {
         let t = Tile {
             a: &g.a[r0 * g.lda..],
             lda: g.lda,
+            cs: g.cs,
             k: g.k,
             b,
             j0,
@@ -302,8 +331,9 @@ fn panel(g: Matrix<'_>, rhs: &PackedRhs, pj: usize, dst: Out) {
         let c = dst.skip(r0 * g.n);
         macro_rules! rows {
             ($($r:literal)*) => {
-                match rows {
-                    $($r => tile::<$r>(&t, c),)*
+                match (rows, g.cs == 1) {
+                    $(($r, true) => tile::<$r, true>(&t, c),)*
+                    $(($r, false) => tile::<$r, false>(&t, c),)*
                     _ => unreachable!("row blocks hold 1 to MR rows"),
                 }
             };
@@ -313,12 +343,13 @@ fn panel(g: Matrix<'_>, rhs: &PackedRhs, pj: usize, dst: Out) {
     }
 }
 
-/// One tile's operands: rows of `a` (row `i` at `i * lda`, `k` elements), the panel
-/// `b` (`k` rows of `NR`), and where the tile goes in `dst` (columns `j0..j0 + width`
-/// of rows at stride `ldc`).
+/// One tile's operands: rows of `a` (element `(i, p)` at `i * lda + p * cs`), the
+/// panel `b` (`k` rows of `NR`), and where the tile goes in `dst` (columns
+/// `j0..j0 + width` of rows at stride `ldc`).
 struct Tile<'a> {
     a: &'a [f32],
     lda: usize,
+    cs: usize,
     k: usize,
     b: &'a [f32],
     j0: usize,
@@ -326,13 +357,15 @@ struct Tile<'a> {
     ldc: usize,
 }
 
-/// `dst[i][j0..j0 + width] = a[i] · b` for the tile's `R` rows.
-fn tile<const R: usize>(t: &Tile<'_>, dst: Out) {
+/// `dst[i][j0..j0 + width] = a[i] · b` for the tile's `R` rows; `UNIT`: the rows of
+/// `a` are contiguous (`cs == 1`, the common case, compiled apart).
+fn tile<const R: usize, const UNIT: bool>(t: &Tile<'_>, dst: Out) {
     // The bounds every access below relies on, checked once (a failed check is a bug of
     // this module, caught at the kernel boundary as a panic).
     assert!(R >= 1 && R <= MR && t.width >= 1 && t.width <= NR);
     assert!(t.b.len() >= t.k * NR);
-    assert!(t.a.len() >= (R - 1) * t.lda + t.k && t.lda >= t.k);
+    assert!(t.k >= 1 && t.a.len() > (R - 1) * t.lda + (t.k - 1) * t.cs);
+    assert!(!UNIT || t.cs == 1);
     assert!(dst.len >= (R - 1) * t.ldc + t.j0 + t.width);
     #[cfg(target_arch = "x86_64")]
     {
@@ -340,7 +373,7 @@ fn tile<const R: usize>(t: &Tile<'_>, dst: Out) {
         // SAFETY: AVX-512F is present (asserted), the asserts above are the bounds
         // `avx512::tile` documents, and this tile's elements of `dst` are written by no
         // one else (see `Out`).
-        unsafe { avx512::tile::<R>(t, dst.ptr) }
+        unsafe { avx512::tile::<R, UNIT>(t, dst.ptr) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!("PackedRhs::pack gives None without AVX-512");
@@ -355,24 +388,26 @@ mod avx512 {
     ///
     /// # Safety
     ///
-    /// The CPU has AVX-512F; `t.b` holds at least `t.k * NR` elements; `t.a` holds
-    /// `(R - 1) * t.lda + t.k` and `t.lda >= t.k`; `dst` is valid for writes of
+    /// The CPU has AVX-512F; `t.k >= 1` and `t.b` holds at least `t.k * NR` elements;
+    /// `t.a` holds more than `(R - 1) * t.lda + (t.k - 1) * t.cs`, and `t.cs == 1`
+    /// when `UNIT`; `dst` is valid for writes of
     /// `(R - 1) * t.ldc + t.j0 + t.width` elements, of which nobody else reads or
     /// writes the tile's during the call, and `1 <= t.width <= NR`.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
+    pub(super) unsafe fn tile<const R: usize, const UNIT: bool>(t: &Tile<'_>, dst: *mut f32) {
         let mut acc0 = [_mm512_setzero_ps(); R];
         let mut acc1 = [_mm512_setzero_ps(); R];
         let (a, b) = (t.a.as_ptr(), t.b.as_ptr());
         for p in 0..t.k {
+            let col = if UNIT { p } else { p * t.cs };
             // SAFETY: p < k, so `b[p * NR..p * NR + 32]` is inside `t.b` (k * NR
-            // elements), and `a[i * lda + p]` for i < R is inside `t.a` (its last
-            // row ends at (R - 1) * lda + k).
+            // elements), and `a[i * lda + p * cs]` for i < R is inside `t.a` (whose
+            // last element is at (R - 1) * lda + (k - 1) * cs or beyond).
             unsafe {
                 let b0 = _mm512_loadu_ps(b.add(p * NR));
                 let b1 = _mm512_loadu_ps(b.add(p * NR + 16));
                 for i in 0..R {
-                    let x = _mm512_set1_ps(*a.add(i * t.lda + p));
+                    let x = _mm512_set1_ps(*a.add(i * t.lda + col));
                     acc0[i] = _mm512_fmadd_ps(x, b0, acc0[i]);
                     acc1[i] = _mm512_fmadd_ps(x, b1, acc1[i]);
                 }
@@ -461,8 +496,7 @@ mod tests {
             let want = naive(&a, &al, &b, &bl);
             for threads in [1, 2, 3] {
                 let mut out = vec![f32::NAN; m * n];
-                let done = matmul_packed(&a, &al, &packed, &mut out, Par { threads }).unwrap();
-                assert!(done);
+                matmul_packed(&a, &al, &packed, &mut out, Par { threads }).unwrap();
                 assert_close(&out, &want, 1e-5);
             }
         }
@@ -493,11 +527,26 @@ mod tests {
         assert!(!packed.packs(&Layout::contiguous(&[k, n])));
         let want = naive(&a, &al, &b, &bl);
         let mut out = vec![f32::NAN; 3 * m * n];
-        assert!(matmul_packed(&a, &al, &packed, &mut out, Par { threads: 2 }).unwrap());
+        matmul_packed(&a, &al, &packed, &mut out, Par { threads: 2 }).unwrap();
         assert_close(&out, &want, 1e-5);
-        // A transposed lhs is left to gemm; a wrong k or dst size is an error.
+        // A transposed lhs (column stride m) and a single row (stride of no use).
         let at_ = Layout::contiguous(&[k, m]).permute(&[1, 0]);
-        assert!(!matmul_packed(&a, &at_, &packed, &mut out[..m * n], Par::serial()).unwrap());
+        let want = naive(&a, &at_, &b, &bl);
+        for threads in [1, 2] {
+            let mut out = vec![f32::NAN; m * n];
+            matmul_packed(&a, &at_, &packed, &mut out, Par { threads }).unwrap();
+            assert_close(&out, &want, 1e-5);
+        }
+        let row = Layout {
+            dims: vec![1, k].into(),
+            strides: vec![1000, 2].into(),
+            offset: 1,
+        };
+        let want = naive(&a, &row, &b, &bl);
+        let mut out1 = vec![f32::NAN; n];
+        matmul_packed(&a, &row, &packed, &mut out1, Par::serial()).unwrap();
+        assert_close(&out1, &want, 1e-5);
+        // A wrong k or dst size is an error.
         let e = matmul_packed(
             &a,
             &Layout::contiguous(&[m, k + 1]),
@@ -514,6 +563,8 @@ mod tests {
             Par::serial()
         )
         .is_err());
+        // A layout that does not fit its buffer is an error, not a read past it.
+        assert!(matmul_packed(&a[..5], &al, &packed, &mut out, Par::serial()).is_err());
         // Layouts that do not fit are not packed.
         assert!(PackedRhs::pack(&b[..10], &bl).is_none());
         assert!(PackedRhs::pack(&b, &Layout::contiguous(&[n * k])).is_none());

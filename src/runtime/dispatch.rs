@@ -98,8 +98,13 @@ pub(super) fn run_kernel(
                 (OpKind::MatMul, Some(&v), Some(desc)) => reads.packed_rhs(v, &desc.layout),
                 _ => None,
             };
+            // The packed kernel does not read the weight's elements (a weight kept only
+            // packed has none to read without unpacking them).
             with_list::<_, _, 4>(
-                inputs.iter().map(|&v| reads.data(v)),
+                inputs.iter().enumerate().map(|(i, &v)| match (i, packed) {
+                    (1, Some(_)) => Ok(Data::F32(&[])),
+                    _ => reads.data(v),
+                }),
                 Data::F32(&[]),
                 |data| run_into(op, data, packed, out, par),
             )
@@ -204,7 +209,14 @@ fn run_chain<'a>(
     let matmul = match &chain.matmul {
         Some(m) => Some(ChainMatMul {
             lhs: (data(m.lhs.0)?, &m.lhs.1),
-            rhs: (data(m.rhs.0)?, &m.rhs.1),
+            rhs: (
+                if packed.is_some() {
+                    &[]
+                } else {
+                    data(m.rhs.0)?
+                },
+                &m.rhs.1,
+            ),
             input: m.input,
             packed,
         }),

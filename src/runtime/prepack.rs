@@ -9,6 +9,11 @@
 //! copied), or at once when a model asks for it (`Tensor::prepare_weight`). Its bytes
 //! count as live tensor memory.
 //!
+//! A model can also keep a weight *only* packed (`Tensor::weight`): the buffer then
+//! holds no row-major elements at all, so the weight costs its size once, not twice;
+//! a read that needs the elements (`to_vec`, an op other than a product by it)
+//! unpacks them once, beside it ([`PackSlot::elements`]).
+//!
 //! A tensor's elements never change while it is alive, so a packed copy stays true;
 //! the buffer's storage going back to the pool drops it (`PackSlot::clear`).
 
@@ -30,6 +35,10 @@ pub struct PackSlot {
     /// `Some(None)`: packing was tried and is not possible here (no AVX-512, a layout
     /// it cannot take, no memory): the products use `gemm`.
     packed: OnceLock<Option<PackedRhs>>,
+    /// Whether the buffer keeps its elements only here, packed (`Tensor::weight`).
+    only: bool,
+    /// The elements of such a buffer, unpacked at the first read that needs them.
+    unpacked: OnceLock<Vec<f32>>,
 }
 
 impl PackSlot {
@@ -68,12 +77,49 @@ impl PackSlot {
             .filter(|p| p.packs(layout))
     }
 
-    /// Drops the packed form (the buffer's storage is going back to the pool).
+    /// A slot that holds a buffer's only copy of its elements, packed (counted as live
+    /// memory until [`PackSlot::clear`]).
+    pub fn only(packed: PackedRhs) -> PackSlot {
+        add_live_bytes(packed.bytes());
+        PackSlot {
+            uses: AtomicU32::new(0),
+            packed: OnceLock::from(Some(packed)),
+            only: true,
+            unpacked: OnceLock::new(),
+        }
+    }
+
+    /// Whether the buffer's elements live only here.
+    pub fn is_only(&self) -> bool {
+        self.only
+    }
+
+    /// The elements of a buffer kept only packed, row-major: unpacked once, at the
+    /// first call, and kept (counted as live memory). Empty when the system has no
+    /// memory for them (every kernel then refuses the buffer as too short) or when the
+    /// buffer is not kept packed.
+    pub fn elements(&self) -> &[f32] {
+        self.unpacked.get_or_init(|| {
+            let v = match self.packed.get() {
+                Some(Some(p)) if self.only => p.unpack().unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            add_live_bytes(v.capacity() * std::mem::size_of::<f32>());
+            v
+        })
+    }
+
+    /// Drops the packed form (the buffer's storage is going back to the pool), and the
+    /// unpacked elements of a buffer kept only packed.
     pub fn clear(&mut self) {
         if let Some(Some(p)) = self.packed.take() {
             sub_live_bytes(p.bytes());
         }
+        if let Some(v) = self.unpacked.take() {
+            sub_live_bytes(v.capacity() * std::mem::size_of::<f32>());
+        }
         *self.uses.get_mut() = 0;
+        self.only = false;
     }
 
     /// Whether a packed form is held.

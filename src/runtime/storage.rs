@@ -245,6 +245,15 @@ impl TensorBuffer {
         TensorBuffer::track(T::into_storage(data), len)
     }
 
+    /// A buffer of the `[k, n]` f32 matrix `packed` holds, kept only in that packed
+    /// form (see `runtime::prepack`): products by it read the panels, and anything else
+    /// that reads its elements unpacks them once.
+    pub fn from_packed(packed: PackedRhs, len: usize) -> TensorBuffer {
+        let mut b = TensorBuffer::track(Storage::F32(Vec::new()), len);
+        b.pack = PackSlot::only(packed);
+        b
+    }
+
     fn track(storage: Storage, len: usize) -> TensorBuffer {
         LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
         add_live_bytes(storage.bytes());
@@ -291,7 +300,9 @@ impl TensorBuffer {
         let storage = std::mem::replace(&mut self.storage, Storage::F32(Vec::new()));
         LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
         sub_live_bytes(storage.bytes());
-        POOL.give_back(storage, pool_limit());
+        if storage.capacity_len() > 0 {
+            POOL.give_back(storage, pool_limit());
+        }
     }
 
     /// Number of elements.
@@ -299,8 +310,12 @@ impl TensorBuffer {
         self.len
     }
 
-    /// The elements, typed by the buffer's dtype.
+    /// The elements, typed by the buffer's dtype (unpacked first, once, for a buffer
+    /// kept only packed).
     pub fn data(&self) -> Data<'_> {
+        if self.pack.is_only() {
+            return Data::F32(self.pack.elements());
+        }
         let n = self.len;
         match &self.storage {
             Storage::F32(v) => Data::F32(&v[..n]),
@@ -309,8 +324,12 @@ impl TensorBuffer {
         }
     }
 
-    /// The elements, mutably, typed by the buffer's dtype.
+    /// The elements, mutably, typed by the buffer's dtype (none for a buffer kept only
+    /// packed, which nothing writes: a kernel handed one fails its length check).
     pub fn data_mut(&mut self) -> DataMut<'_> {
+        if self.pack.is_only() {
+            return DataMut::F32(&mut []);
+        }
         let n = self.len;
         match &mut self.storage {
             Storage::F32(v) => DataMut::F32(&mut v[..n]),
@@ -323,6 +342,9 @@ impl TensorBuffer {
     /// that has it as its right operand: made at its second such use, or at once when
     /// `eager` (see `runtime::prepack`). `None` when it is not (yet) packed.
     pub fn packed_rhs(&self, layout: &Layout, eager: bool) -> Option<&PackedRhs> {
+        if self.pack.is_only() {
+            return self.pack.get(&[], layout, eager);
+        }
         let Data::F32(data) = self.data() else {
             return None;
         };
@@ -331,6 +353,9 @@ impl TensorBuffer {
 
     /// The elements as `T`, or `None` if the buffer holds another type.
     pub fn as_slice<T: StorageElement>(&self) -> Option<&[T]> {
+        if self.pack.is_only() {
+            return T::from_data(self.data());
+        }
         T::slice(&self.storage).map(|s| &s[..self.len])
     }
 }

@@ -185,6 +185,39 @@ impl Tensor {
         ))
     }
 
+    /// A `[k, n]` f32 matrix meant to be the right operand of products (a model's
+    /// weight), kept only in the layout the product kernel streams: it costs its size
+    /// once (a [`Tensor::prepack`]ed tensor keeps both forms), and `x.matmul(&w)`, and
+    /// every chain it heads, reads the packed panels. It is an ordinary tensor in
+    /// every other way: reading its elements (`to_vec`, any other op, a product through
+    /// another view of it) unpacks them once and keeps them beside it. On a CPU without
+    /// AVX-512 it is stored as [`Tensor::from_vec`] stores it. Errors if `dims` is not
+    /// 2-D or `data.len()` is not their product.
+    pub fn weight(data: Vec<f32>, dims: &[usize]) -> Result<Tensor> {
+        if dims.len() != 2 {
+            return Err(Error::Shape {
+                op: "weight",
+                msg: format!("a weight is a matrix [k, n], got dims {dims:?}"),
+            });
+        }
+        let n = checked_numel(dims, "weight")?;
+        if n != data.len() {
+            return Err(Error::Shape {
+                op: "weight",
+                msg: format!(
+                    "{} elements given for shape {dims:?}, which holds {n}",
+                    data.len()
+                ),
+            });
+        }
+        let layout = Layout::contiguous(dims);
+        let buffer = match crate::kernels::PackedRhs::pack(&data, &layout) {
+            Some(packed) => TensorBuffer::from_packed(packed, n),
+            None => TensorBuffer::from_vec(data),
+        };
+        Ok(Tensor::ready(buffer, DType::F32, layout))
+    }
+
     /// A tensor of zeros.
     pub fn zeros(dims: &[usize], dtype: DType) -> Result<Tensor> {
         Tensor::fill(0.0, dims, dtype, "zeros")

@@ -72,7 +72,8 @@ impl<'a> WeightReader<'a> {
         Ok(())
     }
 
-    /// The linear weight `name` (`[out, in]` in the file) as an `[in, out]` tensor.
+    /// The linear weight `name` (`[out, in]` in the file) as an `[in, out]` tensor, kept
+    /// packed for products (`Tensor::weight`).
     fn linear(
         &self,
         name: &str,
@@ -90,7 +91,7 @@ impl<'a> WeightReader<'a> {
                 first: 0,
             },
         )?;
-        Ok(Tensor::from_vec(w, &[inp, out])?)
+        Ok(Tensor::weight(w, &[inp, out])?)
     }
 
     fn bias_into(
@@ -204,7 +205,7 @@ impl BertModel {
                 )?;
             }
             layers.push(Layer {
-                qkv_w: Tensor::from_vec(qkv_w, &[h, 3 * h])?,
+                qkv_w: Tensor::weight(qkv_w, &[h, 3 * h])?,
                 qkv_b: Tensor::from_vec(qkv_b, &[3 * h])?,
                 out_w: r.linear(&format!("{p}attention.output.dense.weight"), h, h)?,
                 out_b: r.tensor(&format!("{p}attention.output.dense.bias"), &[h])?,
@@ -217,13 +218,6 @@ impl BertModel {
                 ln2_w: r.tensor(&format!("{p}output.LayerNorm.weight"), &[h])?,
                 ln2_b: r.tensor(&format!("{p}output.LayerNorm.bias"), &[h])?,
             });
-        }
-        // Every product's right operand packed now, so the first forward pass is as
-        // fast as the next (see `Tensor::prepack`).
-        for l in &layers {
-            for w in [&l.qkv_w, &l.out_w, &l.ff_in_w, &l.ff_out_w] {
-                w.prepack()?;
-            }
         }
         let act = Activation::parse(&config.hidden_act).map_err(|msg| ModelError::Format {
             path: PathBuf::from("config.json"),
