@@ -27,6 +27,12 @@
 //! Scratch is the three tiles on the stack (at most 66 KiB with `dh` = 256), so the
 //! kernel allocates nothing.
 //!
+//! [`attention_ragged`] runs the same blocks over a *packed* batch: sequences laid one
+//! after another along the token axis, as FlashAttention's varlen form takes them, with
+//! their boundaries given by offsets (`cu_seqlens`). Each block of query rows lies in
+//! one sequence and scores only that sequence's keys, so the work is the sum of the
+//! squared sequence lengths, never the square of the total.
+//!
 //! Accuracy: the same products and sums as the unfused path in a different order,
 //! `exp` within 2 ulp; `tests/attention.rs` holds every output within 1e-6 of the
 //! unfused path's, relative to the largest of them.
@@ -138,31 +144,9 @@ pub fn attention(
     par: Par,
 ) -> Result<(), KernelError> {
     let kernel = "attention";
-    check_input(kernel, "q", q.len(), ql)?;
-    check_input(kernel, "k", k.len(), kl)?;
-    check_input(kernel, "v", v.len(), vl)?;
-    let (qr, kr, vr) = (
-        Rows::of(kernel, "q", ql)?,
-        Rows::of(kernel, "k", kl)?,
-        Rows::of(kernel, "v", vl)?,
-    );
-    let [batch, heads, lq, dh] = [ql.dims[0], ql.dims[1], ql.dims[2], ql.dims[3]];
+    let ops = Operands::check(kernel, [(q, ql), (k, kl), (v, vl)])?;
+    let [batch, heads, lq, _] = ops.dims;
     let lk = kl.dims[2];
-    if kl.dims[..2] != ql.dims[..2] || kl.dims[3] != dh || vl.dims[..] != kl.dims[..] {
-        return Err(error(
-            kernel,
-            format_args!(
-                "q {:?}, k {:?} and v {:?} must agree on batch, heads and head size, and k with v on length",
-                ql.dims, kl.dims, vl.dims
-            ),
-        ));
-    }
-    if dh > MAX_HEAD_DIM {
-        return Err(error(
-            kernel,
-            format_args!("head size {dh} is above the largest supported, {MAX_HEAD_DIM}"),
-        ));
-    }
     let bias = match bias {
         None => None,
         Some((data, bl)) => {
@@ -184,44 +168,215 @@ pub fn attention(
             })
         }
     };
-    check_dst(kernel, dst.len(), batch * lq * heads * dh)?;
-    if dst.is_empty() {
-        return Ok(());
-    }
-    if lk == 0 {
-        // No keys: the softmax of nothing; the unfused path gives NaN rows too.
-        dst.fill(f32::NAN);
-        return Ok(());
-    }
-    // Work is cut into blocks of query rows of one sequence, all heads (a block's
-    // output rows are contiguous in `dst`); the rows of a sequence are shared evenly
-    // between its blocks, so 20 rows make two blocks of 10, not 16 and 4.
-    let blocks_per_seq = lq.div_ceil(QB);
-    let job = Job {
-        q,
-        k,
-        v,
-        qr,
-        kr,
-        vr,
+    let work = batch * lq * lk;
+    ops.run(
+        kernel,
+        Seqs::Dense { batch, lk },
         bias,
+        work,
         scale,
-        heads,
-        lq,
-        lk,
-        dh,
-        block_rows: lq.div_ceil(blocks_per_seq),
-        blocks_per_seq,
-    };
-    let work = batch * heads * lq * lk * dh * 4;
-    let pieces = if par.threads > 1 && worth_splitting(work) {
-        // A few pieces per thread, so an uneven split still keeps every core busy.
-        4 * par.threads
-    } else {
-        1
-    };
-    job.blocks(0..batch * blocks_per_seq, dst, pieces);
-    Ok(())
+        dst,
+        par,
+    )
+}
+
+/// Attention within each sequence of a packed (ragged) batch: `q`, `k` and `v` are
+/// `[1, heads, total, dh]` (read through their layouts, last dim contiguous), holding
+/// the tokens of every sequence one after another; sequence `s` is rows
+/// `offsets[s]..offsets[s + 1]` and its queries see only its own keys
+/// (`softmax(q·kᵀ · scale) · v` per sequence and head). `offsets` starts at 0, never
+/// decreases and ends at `total` (an empty sequence is allowed and writes nothing).
+/// The result is `[1, total, heads, dh]` rows in `dst`. Work is `Σ len²`, not
+/// `total²`.
+#[allow(clippy::too_many_arguments)] // three operands with their layouts, as every kernel
+pub fn attention_ragged(
+    q: &[f32],
+    ql: &Layout,
+    k: &[f32],
+    kl: &Layout,
+    v: &[f32],
+    vl: &Layout,
+    offsets: &[u32],
+    scale: f32,
+    dst: &mut [f32],
+    par: Par,
+) -> Result<(), KernelError> {
+    let kernel = "attention_ragged";
+    let ops = Operands::check(kernel, [(q, ql), (k, kl), (v, vl)])?;
+    let [batch, _, total, _] = ops.dims;
+    if batch != 1 || kl.dims[2] != total {
+        return Err(error(
+            kernel,
+            format_args!(
+                "a packed batch is q, k and v of [1, heads, total, head size] with as many \
+                 keys as queries, got q {:?} and k {:?}",
+                ql.dims, kl.dims
+            ),
+        ));
+    }
+    if offsets.first() != Some(&0) || offsets.last().map(|&x| x as usize) != Some(total) {
+        return Err(error(
+            kernel,
+            format_args!(
+                "sequence offsets must run from 0 to the {total} tokens, got {} offsets \
+                 starting at {:?} and ending at {:?}",
+                offsets.len(),
+                offsets.first(),
+                offsets.last()
+            ),
+        ));
+    }
+    let mut work = 0usize;
+    for (s, w) in offsets.windows(2).enumerate() {
+        if w[1] < w[0] {
+            return Err(error(
+                kernel,
+                format_args!(
+                    "sequence offsets decrease at sequence {s}: {} then {}",
+                    w[0], w[1]
+                ),
+            ));
+        }
+        let len = (w[1] - w[0]) as usize;
+        work += len * len;
+    }
+    ops.run(kernel, Seqs::Ragged(offsets), None, work, scale, dst, par)
+}
+
+/// The three checked operands of either form.
+struct Operands<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    qr: Rows,
+    kr: Rows,
+    vr: Rows,
+    /// q's dims: `[batch, heads, lq, dh]`.
+    dims: [usize; 4],
+}
+
+impl<'a> Operands<'a> {
+    fn check(kernel: &str, ops: [(&'a [f32], &Layout); 3]) -> Result<Operands<'a>, KernelError> {
+        let [(q, ql), (k, kl), (v, vl)] = ops;
+        check_input(kernel, "q", q.len(), ql)?;
+        check_input(kernel, "k", k.len(), kl)?;
+        check_input(kernel, "v", v.len(), vl)?;
+        let (qr, kr, vr) = (
+            Rows::of(kernel, "q", ql)?,
+            Rows::of(kernel, "k", kl)?,
+            Rows::of(kernel, "v", vl)?,
+        );
+        let dh = ql.dims[3];
+        if kl.dims[..2] != ql.dims[..2] || kl.dims[3] != dh || vl.dims[..] != kl.dims[..] {
+            return Err(error(
+                kernel,
+                format_args!(
+                    "q {:?}, k {:?} and v {:?} must agree on batch, heads and head size, and k with v on length",
+                    ql.dims, kl.dims, vl.dims
+                ),
+            ));
+        }
+        if dh > MAX_HEAD_DIM {
+            return Err(error(
+                kernel,
+                format_args!("head size {dh} is above the largest supported, {MAX_HEAD_DIM}"),
+            ));
+        }
+        Ok(Operands {
+            q,
+            k,
+            v,
+            qr,
+            kr,
+            vr,
+            dims: [ql.dims[0], ql.dims[1], ql.dims[2], dh],
+        })
+    }
+
+    /// Runs the blocks of `seqs`; `work` is the number of (query, key) pairs of one
+    /// head.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        self,
+        kernel: &str,
+        seqs: Seqs<'a>,
+        bias: Option<Bias<'a>>,
+        work: usize,
+        scale: f32,
+        dst: &mut [f32],
+        par: Par,
+    ) -> Result<(), KernelError> {
+        let [batch, heads, lq, dh] = self.dims;
+        check_dst(kernel, dst.len(), batch * lq * heads * dh)?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        if let Seqs::Dense { lk: 0, .. } = seqs {
+            // No keys: the softmax of nothing; the unfused path gives NaN rows too.
+            dst.fill(f32::NAN);
+            return Ok(());
+        }
+        let job = Job {
+            q: self.q,
+            k: self.k,
+            v: self.v,
+            qr: self.qr,
+            kr: self.kr,
+            vr: self.vr,
+            bias,
+            scale,
+            heads,
+            lq,
+            dh,
+            seqs,
+        };
+        let pieces = if par.threads > 1 && worth_splitting(work * heads * dh * 4) {
+            // A few pieces per thread, so an uneven split still keeps every core busy.
+            4 * par.threads
+        } else {
+            1
+        };
+        job.seqs(0..job.seqs.count(), dst, pieces);
+        Ok(())
+    }
+}
+
+/// Where the sequences of a call lie.
+#[derive(Clone, Copy, Debug)]
+enum Seqs<'a> {
+    /// One sequence per batch entry, every query seeing all `lk` keys of its entry.
+    Dense { batch: usize, lk: usize },
+    /// Sequences packed along the tokens of batch entry 0, bounded by these offsets.
+    Ragged(&'a [u32]),
+}
+
+impl Seqs<'_> {
+    fn count(&self) -> usize {
+        match *self {
+            Seqs::Dense { batch, .. } => batch,
+            Seqs::Ragged(offsets) => offsets.len() - 1,
+        }
+    }
+}
+
+/// One sequence: its batch entry, its query rows `q0..q0 + qn` and keys
+/// `k0..k0 + kn`.
+#[derive(Clone, Copy, Debug)]
+struct Seq {
+    b: usize,
+    q0: usize,
+    qn: usize,
+    k0: usize,
+    kn: usize,
+}
+
+impl Seq {
+    /// Blocks of this sequence's rows, and rows per block (at most [`QB`]; the rows
+    /// are shared evenly, so 20 rows make two blocks of 10, not 16 and 4).
+    fn blocks(&self) -> (usize, usize) {
+        let n = self.qn.div_ceil(QB);
+        (n, self.qn.div_ceil(n.max(1)))
+    }
 }
 
 /// Everything a block of output rows needs.
@@ -235,49 +390,101 @@ struct Job<'a> {
     bias: Option<Bias<'a>>,
     scale: f32,
     heads: usize,
+    /// Query rows of one batch entry.
     lq: usize,
-    lk: usize,
     dh: usize,
-    /// Query rows per block (at most [`QB`]).
-    block_rows: usize,
-    /// Blocks per sequence.
-    blocks_per_seq: usize,
+    seqs: Seqs<'a>,
 }
 
 impl Job<'_> {
-    /// The sequence, first row and row count of block `g` (head 0).
-    fn block_at(&self, g: usize) -> (usize, usize, usize) {
-        let (b, i0) = (
-            g / self.blocks_per_seq,
-            (g % self.blocks_per_seq) * self.block_rows,
-        );
-        (b, i0, self.block_rows.min(self.lq - i0))
+    fn seq(&self, s: usize) -> Seq {
+        match self.seqs {
+            Seqs::Dense { lk, .. } => Seq {
+                b: s,
+                q0: 0,
+                qn: self.lq,
+                k0: 0,
+                kn: lk,
+            },
+            Seqs::Ragged(offsets) => {
+                let (q0, end) = (offsets[s] as usize, offsets[s + 1] as usize);
+                Seq {
+                    b: 0,
+                    q0,
+                    qn: end - q0,
+                    k0: q0,
+                    kn: end - q0,
+                }
+            }
+        }
     }
 
-    /// The offset in `dst` of block `g`'s first row (`lq` for the end of the last).
-    fn start_of(&self, g: usize) -> usize {
-        let (b, i0, _) = self.block_at(g);
-        (b * self.lq + i0) * self.heads * self.dh
+    /// The offset in `dst` of row `i` of batch entry `b`.
+    fn row_at(&self, b: usize, i: usize) -> usize {
+        (b * self.lq + i) * self.heads * self.dh
     }
 
-    /// Blocks `range`, whose rows are `out`, cut in up to `pieces` parts run at once
-    /// (`rayon::join`: no allocation).
-    fn blocks(&self, range: std::ops::Range<usize>, out: &mut [f32], pieces: usize) {
+    /// Sequences `range`, whose rows are `out`, cut in up to `pieces` parts run at
+    /// once (`rayon::join`: no allocation): between sequences while there are several
+    /// (a packed batch is cut near its middle token), then between the blocks of one.
+    fn seqs(&self, range: std::ops::Range<usize>, out: &mut [f32], pieces: usize) {
         if pieces > 1 && range.len() > 1 {
-            let mid = range.start + range.len() / 2;
-            let (left, right) = out.split_at_mut(self.start_of(mid) - self.start_of(range.start));
+            let mid = match self.seqs {
+                Seqs::Dense { .. } => range.start + range.len() / 2,
+                Seqs::Ragged(offsets) => {
+                    let half = (offsets[range.start] + offsets[range.end]) / 2;
+                    let at = offsets[range.clone()].partition_point(|&o| o <= half);
+                    (range.start + at).clamp(range.start + 1, range.end - 1)
+                }
+            };
+            let first = self.seq(range.start);
+            let m = self.seq(mid);
+            let split = self.row_at(m.b, m.q0) - self.row_at(first.b, first.q0);
+            let (left, right) = out.split_at_mut(split);
             rayon::join(
-                || self.blocks(range.start..mid, left, pieces / 2),
-                || self.blocks(mid..range.end, right, pieces - pieces / 2),
+                || self.seqs(range.start..mid, left, pieces / 2),
+                || self.seqs(mid..range.end, right, pieces - pieces / 2),
             );
             return;
         }
+        let mut at = 0;
+        for s in range {
+            let seq = self.seq(s);
+            let (n, _) = seq.blocks();
+            let len = seq.qn * self.heads * self.dh;
+            self.blocks(seq, 0..n, &mut out[at..at + len], pieces);
+            at += len;
+        }
+    }
+
+    /// Blocks `range` of sequence `seq`, whose rows are `out`, cut in up to `pieces`
+    /// parts run at once.
+    fn blocks(&self, seq: Seq, range: std::ops::Range<usize>, out: &mut [f32], pieces: usize) {
+        let (_, rows) = seq.blocks();
         let row = self.heads * self.dh;
+        if pieces > 1 && range.len() > 1 {
+            let mid = range.start + range.len() / 2;
+            let (left, right) = out.split_at_mut((mid - range.start) * rows * row);
+            rayon::join(
+                || self.blocks(seq, range.start..mid, left, pieces / 2),
+                || self.blocks(seq, mid..range.end, right, pieces - pieces / 2),
+            );
+            return;
+        }
         let mut at = 0;
         for g in range {
-            let (b, i0, len) = self.block_at(g);
+            let i0 = seq.q0 + g * rows;
+            let len = rows.min(seq.q0 + seq.qn - i0);
             for h in 0..self.heads {
-                self.block(Block { b, h, i0, len }, &mut out[at + h * self.dh..]);
+                let blk = Block {
+                    b: seq.b,
+                    h,
+                    i0,
+                    len,
+                    k0: seq.k0,
+                    kn: seq.kn,
+                };
+                self.block(blk, &mut out[at + h * self.dh..]);
             }
             at += len * row;
         }
@@ -352,10 +559,11 @@ impl Job<'_> {
         qt
     }
 
-    /// Row `j` of key (or value) operand `rows` of the block's head.
+    /// Key `j` of the block's keys (row `k0 + j`) of key (or value) operand `rows` of
+    /// the block's head.
     #[inline(always)]
     fn row<'a>(&self, data: &'a [f32], rows: &Rows, blk: Block, j: usize) -> &'a [f32] {
-        let at = rows.at(blk.b, blk.h, j);
+        let at = rows.at(blk.b, blk.h, blk.k0 + j);
         &data[at..at + self.dh]
     }
 
@@ -365,7 +573,7 @@ impl Job<'_> {
     fn bias_lanes(&self, blk: Block, j: usize) -> Option<[f32; QB]> {
         let bias = self.bias.as_ref()?;
         let [sb, sh, si, sj] = bias.strides;
-        let base = bias.offset + blk.b * sb + blk.h * sh + j * sj;
+        let base = bias.offset + blk.b * sb + blk.h * sh + (blk.k0 + j) * sj;
         if si == 0 {
             return Some([bias.data[base]; QB]);
         }
@@ -395,13 +603,15 @@ impl Job<'_> {
 }
 
 /// One unit of the kernel's work: query rows `i0..i0 + len` (`len <= QB`) of head `h`
-/// of sequence `b`.
+/// of batch entry `b`, scored against its keys `k0..k0 + kn`.
 #[derive(Clone, Copy, Debug)]
 struct Block {
     b: usize,
     h: usize,
     i0: usize,
     len: usize,
+    k0: usize,
+    kn: usize,
 }
 
 #[cfg(test)]
