@@ -6,13 +6,14 @@
 //! ```text
 //! cargo run --release --example loadgen -- --clients 16 --requests 40 --max-texts 8 \
 //!     --sentences scripts/data/sentences-512.txt (--url http://127.0.0.1:8080 | --in-process [--model DIR])
-//!     [--seed S] [--workers N] [--max-batch-tokens N] [--linger SECS]
+//!     [--seed S] [--workers N] [--max-batch-tokens N] [--kernel-threads N] [--max-wait-ms MS] [--linger SECS]
 //! ```
 //!
 //! Client `c` draws its request sizes and sentences from its own generator seeded
 //! with `S + c` (default S = 1), so every run (and every peer given the same seeds)
-//! sends the same requests. `--workers` and `--max-batch-tokens` set the in-process
-//! embedder (defaults as `EmbedderSettings::default()`); `--linger SECS` (in process)
+//! sends the same requests. `--workers`, `--max-batch-tokens`, `--kernel-threads` and
+//! `--max-wait-ms` set the in-process embedder (defaults as
+//! `EmbedderSettings::default()`); `--linger SECS` (in process)
 //! waits that long after the load, idle, and prints `rss_after_idle_mib:` (the
 //! embedder trims the engine's pools and plan cache after 2 s idle).
 //!
@@ -37,7 +38,7 @@ mod http;
 
 const USAGE: &str = "usage: loadgen --clients C --requests N --max-texts K --sentences FILE \
                      (--url http://ADDR | --in-process [--model DIR]) [--seed S] [--workers N] \
-                     [--max-batch-tokens N] [--linger SECS]";
+                     [--max-batch-tokens N] [--kernel-threads N] [--max-wait-ms MS] [--linger SECS]";
 
 struct Args {
     clients: usize,
@@ -82,6 +83,8 @@ fn parse_args() -> Result<Args, String> {
             }
             "--workers" => a.settings.workers = cli::count(value()?, name)?,
             "--max-batch-tokens" => a.settings.max_batch_tokens = cli::count(value()?, name)?,
+            "--kernel-threads" => a.settings.kernel_threads = cli::count(value()?, name)?,
+            "--max-wait-ms" => a.settings.max_wait = cli::millis(value()?, name)?,
             "--linger" => a.linger = Some(cli::count(value()?, name)? as u64),
             other => return Err(format!("unknown argument `{other}`")),
         }

@@ -27,7 +27,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use streamfuse::embedder::{Embedder, EmbedderSettings};
 
@@ -74,13 +73,7 @@ fn run() -> Result<(), String> {
             "--model" => model = Some(PathBuf::from(value()?)),
             "--workers" => settings.workers = cli::count(value()?, name)?,
             "--max-batch-tokens" => settings.max_batch_tokens = cli::count(value()?, name)?,
-            "--max-wait-ms" => {
-                let v = value()?;
-                let ms: u64 = v
-                    .parse()
-                    .map_err(|_| format!("--max-wait-ms must be a whole number, got `{v}`"))?;
-                settings.max_wait = Duration::from_millis(ms);
-            }
+            "--max-wait-ms" => settings.max_wait = cli::millis(value()?, name)?,
             other => return Err(format!("unknown argument `{other}`")),
         }
         Ok(())

@@ -42,6 +42,13 @@ pub fn count(v: String, what: &str) -> Result<usize, String> {
     }
 }
 
+/// `v` as a whole number of milliseconds, or an error naming `what`.
+pub fn millis(v: String, what: &str) -> Result<std::time::Duration, String> {
+    v.parse()
+        .map(std::time::Duration::from_millis)
+        .map_err(|_| format!("{what} must be a whole number of milliseconds, got `{v}`"))
+}
+
 /// A status line of /proc/self/status (`VmHWM`, `VmRSS`) in MiB, where /proc has it.
 pub fn status_mib(field: &str) -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

@@ -95,6 +95,8 @@ pub(super) struct Item {
 
 struct Queue {
     items: VecDeque<Item>,
+    /// Tokens of the queued items.
+    tokens: usize,
     shutdown: bool,
     /// Workers running a batch.
     busy: usize,
@@ -119,6 +121,7 @@ impl Batcher {
             settings,
             queue: Mutex::new(Queue {
                 items: VecDeque::new(),
+                tokens: 0,
                 shutdown: false,
                 busy: 0,
                 dirty: false,
@@ -141,7 +144,12 @@ impl Batcher {
 
     /// Queues a request's sequences (all at once, so they stay together in line).
     pub(super) fn push(&self, items: impl IntoIterator<Item = Item>) {
-        self.queue.lock().items.extend(items);
+        let mut q = self.queue.lock();
+        for item in items {
+            q.tokens += item.ids.len();
+            q.items.push_back(item);
+        }
+        drop(q);
         self.ready.notify_all();
     }
 
@@ -168,8 +176,11 @@ impl Batcher {
 
     /// The next batch: waits for a first sequence (trimming memory after
     /// `idle_trim` without work), then takes sequences in order while they fit in
-    /// `max_batch_tokens`, waiting up to `max_wait` for more. `None` once shut down
-    /// with nothing queued.
+    /// its budget, waiting up to `max_wait` for more while the queue is empty. The
+    /// budget is `max_batch_tokens`, or less when other workers are idle: the queued
+    /// tokens shared evenly between the idle workers, so that a burst is spread over
+    /// all of them instead of filling one batch while the others wait. `None` once
+    /// shut down with nothing queued.
     fn next_batch(&self) -> Option<Vec<Item>> {
         let mut q = self.queue.lock();
         while q.items.is_empty() {
@@ -187,7 +198,11 @@ impl Batcher {
                 _ => self.ready.wait(&mut q),
             }
         }
-        let budget = self.settings.max_batch_tokens;
+        let max = self.settings.max_batch_tokens;
+        let budget = match self.settings.workers.saturating_sub(q.busy) {
+            0 | 1 => max,
+            idle => q.tokens.div_ceil(idle).min(max),
+        };
         let deadline = Instant::now() + self.settings.max_wait;
         let mut batch = Vec::new();
         let mut tokens = 0;
@@ -197,22 +212,15 @@ impl Batcher {
                     break;
                 }
                 let item = q.items.pop_front().expect("front exists");
+                q.tokens -= item.ids.len();
                 tokens += item.ids.len();
                 batch.push(item);
             }
-            let full = !q.items.is_empty() || tokens >= budget;
-            if full || q.shutdown || self.ready.wait_until(&mut q, deadline).timed_out() {
+            // Wait for more only when this worker took everything and has room.
+            let room = tokens < budget && q.items.is_empty();
+            if !room || q.shutdown || self.ready.wait_until(&mut q, deadline).timed_out() {
                 break;
             }
-        }
-        // Sequences that arrived at the deadline and still fit.
-        while let Some(next) = q.items.front() {
-            if tokens + next.ids.len() > budget {
-                break;
-            }
-            let item = q.items.pop_front().expect("front exists");
-            tokens += item.ids.len();
-            batch.push(item);
         }
         q.busy += 1;
         Some(batch)
