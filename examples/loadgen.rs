@@ -170,6 +170,14 @@ fn in_process(a: &Args, work: Vec<Vec<Vec<String>>>) -> Result<(Vec<Outcome>, f6
         .map(|h| h.join().unwrap_or_else(|_| Err("a client panicked".into())))
         .collect();
     let secs = start.elapsed().as_secs_f64();
+    let c = streamfuse::stats().plan_cache;
+    eprintln!(
+        "plan cache: {} plans, {:.1} MiB; {} hits, {} misses",
+        c.plans,
+        c.bytes as f64 / (1 << 20) as f64,
+        c.hits,
+        c.misses
+    );
     if let Some(s) = a.linger {
         std::thread::sleep(Duration::from_secs(s));
         if let Some(mib) = cli::status_mib("VmRSS:") {
