@@ -251,6 +251,13 @@ impl Batcher {
 
     /// One packed forward pass, its errors and panics as [`EmbedError::Model`].
     fn embed(&self, seqs: &[&[u32]]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        #[cfg(test)]
+        if seqs.iter().any(|s| s.contains(&tests::POISON)) {
+            return Err(EmbedError::Model(crate::Error::Kernel {
+                op: "embedder",
+                msg: "a poisoned sequence (test)".into(),
+            }));
+        }
         let run = || {
             self.model
                 .embed_packed(seqs, self.pooling, Packing::Bucketed)
@@ -273,9 +280,7 @@ impl Batcher {
 /// plan (they are rebuilt, in milliseconds, when work comes back).
 fn trim_memory() {
     crate::trim_pools();
-    let limit = crate::plan_cache_limit();
-    crate::set_plan_cache_limit(0);
-    crate::set_plan_cache_limit(limit);
+    crate::fusion::cache::clear();
     log::debug!("embedder idle: pools and plan cache trimmed");
 }
 
@@ -285,4 +290,160 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> &str {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use safetensors::tensor::TensorView;
+    use safetensors::Dtype;
+
+    use super::*;
+    use crate::models::BertConfig;
+
+    /// A token whose batch fails (`Batcher::embed` under test).
+    pub(crate) const POISON: u32 = 13;
+
+    /// A one-layer BERT of width 8 with deterministic weights.
+    fn tiny_model() -> BertModel {
+        let cfg = BertConfig::from_json(
+            r#"{"vocab_size": 20, "hidden_size": 8, "num_hidden_layers": 1,
+                "num_attention_heads": 2, "intermediate_size": 16,
+                "max_position_embeddings": 32, "type_vocab_size": 2}"#,
+        )
+        .unwrap();
+        let (h, i) = (8, 16);
+        let mut shapes: Vec<(String, Vec<usize>)> = vec![
+            ("embeddings.word_embeddings.weight".into(), vec![20, h]),
+            ("embeddings.position_embeddings.weight".into(), vec![32, h]),
+            ("embeddings.token_type_embeddings.weight".into(), vec![2, h]),
+            ("embeddings.LayerNorm.weight".into(), vec![h]),
+            ("embeddings.LayerNorm.bias".into(), vec![h]),
+        ];
+        let p = "encoder.layer.0.";
+        for (name, shape) in [
+            ("attention.self.query.weight", vec![h, h]),
+            ("attention.self.query.bias", vec![h]),
+            ("attention.self.key.weight", vec![h, h]),
+            ("attention.self.key.bias", vec![h]),
+            ("attention.self.value.weight", vec![h, h]),
+            ("attention.self.value.bias", vec![h]),
+            ("attention.output.dense.weight", vec![h, h]),
+            ("attention.output.dense.bias", vec![h]),
+            ("attention.output.LayerNorm.weight", vec![h]),
+            ("attention.output.LayerNorm.bias", vec![h]),
+            ("intermediate.dense.weight", vec![i, h]),
+            ("intermediate.dense.bias", vec![i]),
+            ("output.dense.weight", vec![h, i]),
+            ("output.dense.bias", vec![h]),
+            ("output.LayerNorm.weight", vec![h]),
+            ("output.LayerNorm.bias", vec![h]),
+        ] {
+            shapes.push((format!("{p}{name}"), shape));
+        }
+        let mut seed = 1u32;
+        let data: Vec<Vec<u8>> = shapes
+            .iter()
+            .map(|(_, shape)| {
+                (0..shape.iter().product::<usize>())
+                    .flat_map(|_| {
+                        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                        ((seed >> 8) as f32 / (1 << 24) as f32 - 0.5).to_le_bytes()
+                    })
+                    .collect()
+            })
+            .collect();
+        let views = shapes.iter().zip(&data).map(|((name, shape), bytes)| {
+            (
+                name.clone(),
+                TensorView::new(Dtype::F32, shape.clone(), bytes).unwrap(),
+            )
+        });
+        let bytes = safetensors::serialize(views, None).unwrap();
+        BertModel::from_safetensors(cfg, &bytes, Path::new("tiny.safetensors")).unwrap()
+    }
+
+    /// Runs `requests` (token sequences) through a batcher with `settings`, all queued
+    /// before its one worker starts, and returns each request's answer.
+    fn answers(
+        settings: EmbedderSettings,
+        requests: &[Vec<Vec<u32>>],
+    ) -> Vec<Result<Embeddings, EmbedError>> {
+        let b = Arc::new(Batcher::new(tiny_model(), Pooling::Mean, settings));
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (r, seqs) in requests.iter().enumerate() {
+            let tx = tx.clone();
+            let tokens = seqs.iter().map(Vec::len).sum();
+            let done: Done = Box::new(move |a| tx.send((r, a)).unwrap());
+            let request = Request::new(seqs.len(), tokens, done);
+            b.push(seqs.iter().enumerate().map(|(index, ids)| Item {
+                ids: ids.clone(),
+                request: Arc::clone(&request),
+                index,
+            }));
+        }
+        b.shut_down();
+        let worker = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || b.work(1))
+        };
+        worker.join().unwrap();
+        drop(tx);
+        let mut out: Vec<_> = rx.into_iter().collect();
+        out.sort_by_key(|(r, _)| *r);
+        assert_eq!(out.len(), requests.len(), "every request is answered once");
+        out.into_iter().map(|(_, a)| a).collect()
+    }
+
+    fn alone(seq: &[u32]) -> Vec<f32> {
+        tiny_model()
+            .embed_packed(&[seq], Pooling::Mean, Packing::Exact)
+            .unwrap()
+            .remove(0)
+    }
+
+    fn assert_same(got: &[f32], want: &[f32]) {
+        let dot: f32 = got.iter().zip(want).map(|(a, b)| a * b).sum();
+        assert!(dot > 0.99999, "cosine {dot}: {got:?} vs {want:?}");
+    }
+
+    fn settings(max_batch_tokens: usize) -> EmbedderSettings {
+        EmbedderSettings {
+            workers: 1,
+            kernel_threads: 1,
+            max_batch_tokens,
+            max_wait: Duration::ZERO,
+            idle_trim: None,
+        }
+    }
+
+    #[test]
+    fn a_failing_batch_is_rerun_so_only_the_bad_request_fails() {
+        let good = vec![vec![1, 2, 3], vec![4, 5]];
+        let bad = vec![vec![6, POISON, 7]];
+        let also_good = vec![vec![8, 9, 10, 11]];
+        let out = answers(settings(64), &[good.clone(), bad, also_good.clone()]);
+        let v = out[0].as_ref().unwrap();
+        assert_eq!(v.tokens, 5);
+        assert_same(&v.vectors[0], &alone(&good[0]));
+        assert_same(&v.vectors[1], &alone(&good[1]));
+        let e = out[1].as_ref().unwrap_err();
+        assert!(e.to_string().contains("poisoned"), "{e}");
+        assert_same(&out[2].as_ref().unwrap().vectors[0], &alone(&also_good[0]));
+    }
+
+    #[test]
+    fn a_request_split_over_batches_comes_back_whole_and_in_order() {
+        // A budget of 4 tokens: every sequence is a batch of its own or shares one.
+        let seqs: Vec<Vec<u32>> = (1..8).map(|n| (1..=n).collect()).collect();
+        let out = answers(settings(4), &[seqs.clone(), vec![vec![2, 2]]]);
+        let v = out[0].as_ref().unwrap();
+        assert_eq!(v.vectors.len(), seqs.len());
+        for (got, s) in v.vectors.iter().zip(&seqs) {
+            assert_same(got, &alone(s));
+        }
+        assert_same(&out[1].as_ref().unwrap().vectors[0], &alone(&[2, 2]));
+    }
 }

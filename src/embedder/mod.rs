@@ -60,8 +60,9 @@ pub struct EmbedderSettings {
     pub max_wait: Duration,
     /// After this long without work, the engine's pooled memory and cached plans are
     /// freed (`Some(2 s)` by default; `None` never): memory goes back down after a
-    /// burst instead of staying at its largest batch. This resets the process-wide
-    /// plan cache, which other users of streamfuse in the process share.
+    /// burst instead of staying at its largest batch. This empties the process-wide
+    /// plan cache and pool, which other users of streamfuse in the process share
+    /// (their plans are rebuilt when next needed).
     pub idle_trim: Option<Duration>,
 }
 
