@@ -5,9 +5,10 @@
 //! The unit of work is one text's token sequence, not a request: a request of eight
 //! texts may be spread over several batches (and workers), and a batch holds
 //! sequences of many requests. A worker takes sequences in arrival order while they
-//! fit in `max_batch_tokens`, waits at most `max_wait` for more when the batch is not
-//! full, runs the batch as one packed forward pass on its own stream, and hands each
-//! vector to its request. If a batch fails, each of its sequences is run again alone,
+//! fit in its budget (`max_batch_tokens`, or an even share of the queued tokens when
+//! other workers are idle too), waits at most `max_wait` for more when it emptied the
+//! queue and has room, runs the batch as one packed forward pass on its own stream,
+//! and hands each vector to its request. If a batch fails, each of its sequences is run again alone,
 //! so only the requests whose own sequences fail get an error. Panics in a forward
 //! pass or in a caller's callback are caught: a worker never dies while the
 //! [`Embedder`](super::Embedder) lives.

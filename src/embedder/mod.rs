@@ -49,13 +49,14 @@ pub struct EmbedderSettings {
     /// cores between the workers, at least 1 each.
     pub kernel_threads: usize,
     /// The most tokens one batch holds, summed over its texts (text-embeddings-
-    /// inference's name). Default 2048. At least the model's longest text
+    /// inference's name). Default 2048. When several workers are idle, a burst is
+    /// shared evenly between them instead. At least the model's longest text
     /// ([`Embedder::max_tokens`], 256 for all-MiniLM-L6-v2), so any text fits in a
     /// batch. Larger batches use the cores better and take more memory (about 20 KiB
     /// a token for MiniLM) and longer to come back.
     pub max_batch_tokens: usize,
-    /// How long a worker waits for more texts when its batch is not full (default
-    /// 2 ms). Longer waits make larger batches under light load, at that cost in
+    /// How long a worker waits for more texts when it emptied the queue and its
+    /// batch is not full (default 2 ms). Longer waits make larger batches under light load, at that cost in
     /// latency; under heavy load batches fill without waiting.
     pub max_wait: Duration,
     /// After this long without work, the engine's pooled memory and cached plans are
