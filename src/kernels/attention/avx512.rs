@@ -72,8 +72,8 @@ impl Job<'_> {
         let mut max = simd.splat_f32s(f32::NEG_INFINITY);
         let mut sum = zero;
         let mut j0 = 0;
-        while j0 < blk.kn {
-            let kn = KB.min(blk.kn - j0);
+        while j0 < self.lk {
+            let kn = KB.min(self.lk - j0);
             // Scores, G keys at a time: G independent multiply-add chains (one would
             // wait on the FMA latency at every step) sharing each load of qt[d].
             let mut jj = 0;

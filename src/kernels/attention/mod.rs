@@ -29,9 +29,9 @@
 //!
 //! [`attention_ragged`] runs the same blocks over a *packed* batch: sequences laid one
 //! after another along the token axis, as FlashAttention's varlen form takes them, with
-//! their boundaries given by offsets (`cu_seqlens`). Each block of query rows lies in
-//! one sequence and scores only that sequence's keys, so the work is the sum of the
-//! squared sequence lengths, never the square of the total.
+//! their boundaries given by offsets (`cu_seqlens`). Each sequence runs as a batch of
+//! one whose rows start at its first token, so its queries score only its own keys and
+//! the work is the sum of the squared sequence lengths, never the square of the total.
 //!
 //! Accuracy: the same products and sums as the unfused path in a different order,
 //! `exp` within 2 ulp; `tests/attention.rs` holds every output within 1e-6 of the
@@ -111,6 +111,14 @@ impl Rows {
     fn at(&self, b: usize, h: usize, i: usize) -> usize {
         self.offset + b * self.sb + h * self.sh + i * self.si
     }
+
+    /// The same operand with row `i` as row 0.
+    fn starting_at(&self, i: usize) -> Rows {
+        Rows {
+            offset: self.offset + i * self.si,
+            ..*self
+        }
+    }
 }
 
 /// The additive bias's geometry: element `(b, h, i, j)` at
@@ -145,7 +153,7 @@ pub fn attention(
 ) -> Result<(), KernelError> {
     let kernel = "attention";
     let ops = Operands::check(kernel, [(q, ql), (k, kl), (v, vl)])?;
-    let [batch, heads, lq, _] = ops.dims;
+    let [batch, heads, lq, dh] = ops.dims;
     let lk = kl.dims[2];
     let bias = match bias {
         None => None,
@@ -168,16 +176,29 @@ pub fn attention(
             })
         }
     };
-    let work = batch * lq * lk;
-    ops.run(
-        kernel,
-        Seqs::Dense { batch, lk },
-        bias,
-        work,
-        scale,
-        dst,
-        par,
-    )
+    check_dst(kernel, dst.len(), batch * lq * heads * dh)?;
+    if dst.is_empty() {
+        return Ok(());
+    }
+    if lk == 0 {
+        // No keys: the softmax of nothing; the unfused path gives NaN rows too.
+        dst.fill(f32::NAN);
+        return Ok(());
+    }
+    let job = ops.job(bias, scale, lq, lk);
+    let work = batch * heads * lq * lk * dh * 4;
+    job.blocks(0..batch * job.blocks_per_seq, dst, pieces(par, work));
+    Ok(())
+}
+
+/// How many parts to cut `work` (element operations) into: a few per thread, so an
+/// uneven split still keeps every core busy; 1 when it is not worth splitting.
+fn pieces(par: Par, work: usize) -> usize {
+    if par.threads > 1 && worth_splitting(work) {
+        4 * par.threads
+    } else {
+        1
+    }
 }
 
 /// Attention within each sequence of a packed (ragged) batch: `q`, `k` and `v` are
@@ -203,7 +224,7 @@ pub fn attention_ragged(
 ) -> Result<(), KernelError> {
     let kernel = "attention_ragged";
     let ops = Operands::check(kernel, [(q, ql), (k, kl), (v, vl)])?;
-    let [batch, _, total, _] = ops.dims;
+    let [batch, heads, total, dh] = ops.dims;
     if batch != 1 || kl.dims[2] != total {
         return Err(error(
             kernel,
@@ -240,7 +261,18 @@ pub fn attention_ragged(
         let len = (w[1] - w[0]) as usize;
         work += len * len;
     }
-    ops.run(kernel, Seqs::Ragged(offsets), None, work, scale, dst, par)
+    check_dst(kernel, dst.len(), total * heads * dh)?;
+    let packed = Packed {
+        ops,
+        offsets,
+        scale,
+    };
+    packed.seqs(
+        0..offsets.len() - 1,
+        dst,
+        pieces(par, work * heads * dh * 4),
+    );
+    Ok(())
 }
 
 /// The three checked operands of either form.
@@ -293,30 +325,13 @@ impl<'a> Operands<'a> {
         })
     }
 
-    /// Runs the blocks of `seqs`; `work` is the number of (query, key) pairs of one
-    /// head.
-    #[allow(clippy::too_many_arguments)]
-    fn run(
-        self,
-        kernel: &str,
-        seqs: Seqs<'a>,
-        bias: Option<Bias<'a>>,
-        work: usize,
-        scale: f32,
-        dst: &mut [f32],
-        par: Par,
-    ) -> Result<(), KernelError> {
-        let [batch, heads, lq, dh] = self.dims;
-        check_dst(kernel, dst.len(), batch * lq * heads * dh)?;
-        if dst.is_empty() {
-            return Ok(());
-        }
-        if let Seqs::Dense { lk: 0, .. } = seqs {
-            // No keys: the softmax of nothing; the unfused path gives NaN rows too.
-            dst.fill(f32::NAN);
-            return Ok(());
-        }
-        let job = Job {
+    /// The blocks of `lq` query rows against `lk` keys per batch entry. Work is cut
+    /// into blocks of query rows of one sequence, all heads (a block's output rows are
+    /// contiguous in `dst`); the rows of a sequence are shared evenly between its
+    /// blocks, so 20 rows make two blocks of 10, not 16 and 4.
+    fn job(&self, bias: Option<Bias<'a>>, scale: f32, lq: usize, lk: usize) -> Job<'a> {
+        let blocks_per_seq = lq.div_ceil(QB);
+        Job {
             q: self.q,
             k: self.k,
             v: self.v,
@@ -325,57 +340,56 @@ impl<'a> Operands<'a> {
             vr: self.vr,
             bias,
             scale,
-            heads,
+            heads: self.dims[1],
             lq,
-            dh,
-            seqs,
-        };
-        let pieces = if par.threads > 1 && worth_splitting(work * heads * dh * 4) {
-            // A few pieces per thread, so an uneven split still keeps every core busy.
-            4 * par.threads
-        } else {
-            1
-        };
-        job.seqs(0..job.seqs.count(), dst, pieces);
-        Ok(())
-    }
-}
-
-/// Where the sequences of a call lie.
-#[derive(Clone, Copy, Debug)]
-enum Seqs<'a> {
-    /// One sequence per batch entry, every query seeing all `lk` keys of its entry.
-    Dense { batch: usize, lk: usize },
-    /// Sequences packed along the tokens of batch entry 0, bounded by these offsets.
-    Ragged(&'a [u32]),
-}
-
-impl Seqs<'_> {
-    fn count(&self) -> usize {
-        match *self {
-            Seqs::Dense { batch, .. } => batch,
-            Seqs::Ragged(offsets) => offsets.len() - 1,
+            lk,
+            dh: self.dims[3],
+            block_rows: lq.div_ceil(blocks_per_seq.max(1)),
+            blocks_per_seq,
         }
     }
 }
 
-/// One sequence: its batch entry, its query rows `q0..q0 + qn` and keys
-/// `k0..k0 + kn`.
-#[derive(Clone, Copy, Debug)]
-struct Seq {
-    b: usize,
-    q0: usize,
-    qn: usize,
-    k0: usize,
-    kn: usize,
+/// A packed batch: each sequence runs as a [`Job`] of one batch entry whose rows
+/// start at the sequence's first token.
+struct Packed<'a> {
+    ops: Operands<'a>,
+    offsets: &'a [u32],
+    scale: f32,
 }
 
-impl Seq {
-    /// Blocks of this sequence's rows, and rows per block (at most [`QB`]; the rows
-    /// are shared evenly, so 20 rows make two blocks of 10, not 16 and 4).
-    fn blocks(&self) -> (usize, usize) {
-        let n = self.qn.div_ceil(QB);
-        (n, self.qn.div_ceil(n.max(1)))
+impl Packed<'_> {
+    /// Sequences `range`, whose rows are `out`, cut in up to `pieces` parts run at
+    /// once (`rayon::join`, near the middle token); one sequence left takes the
+    /// remaining pieces for its blocks.
+    fn seqs(&self, range: std::ops::Range<usize>, out: &mut [f32], pieces: usize) {
+        let row = self.ops.dims[1] * self.ops.dims[3];
+        let at = |s: usize| self.offsets[s] as usize;
+        if pieces > 1 && range.len() > 1 {
+            let half = (at(range.start) + at(range.end)) / 2;
+            let n = self.offsets[range.clone()].partition_point(|&o| o as usize <= half);
+            let mid = (range.start + n).clamp(range.start + 1, range.end - 1);
+            let (left, right) = out.split_at_mut((at(mid) - at(range.start)) * row);
+            rayon::join(
+                || self.seqs(range.start..mid, left, pieces / 2),
+                || self.seqs(mid..range.end, right, pieces - pieces / 2),
+            );
+            return;
+        }
+        let mut done = 0;
+        for s in range {
+            let (first, len) = (at(s), at(s + 1) - at(s));
+            if len == 0 {
+                continue;
+            }
+            let mut job = self.ops.job(None, self.scale, len, len);
+            job.qr = job.qr.starting_at(first);
+            job.kr = job.kr.starting_at(first);
+            job.vr = job.vr.starting_at(first);
+            let rows = &mut out[done..done + len * row];
+            job.blocks(0..job.blocks_per_seq, rows, pieces);
+            done += len * row;
+        }
     }
 }
 
@@ -390,101 +404,49 @@ struct Job<'a> {
     bias: Option<Bias<'a>>,
     scale: f32,
     heads: usize,
-    /// Query rows of one batch entry.
     lq: usize,
+    lk: usize,
     dh: usize,
-    seqs: Seqs<'a>,
+    /// Query rows per block (at most [`QB`]).
+    block_rows: usize,
+    /// Blocks per sequence.
+    blocks_per_seq: usize,
 }
 
 impl Job<'_> {
-    fn seq(&self, s: usize) -> Seq {
-        match self.seqs {
-            Seqs::Dense { lk, .. } => Seq {
-                b: s,
-                q0: 0,
-                qn: self.lq,
-                k0: 0,
-                kn: lk,
-            },
-            Seqs::Ragged(offsets) => {
-                let (q0, end) = (offsets[s] as usize, offsets[s + 1] as usize);
-                Seq {
-                    b: 0,
-                    q0,
-                    qn: end - q0,
-                    k0: q0,
-                    kn: end - q0,
-                }
-            }
-        }
+    /// The sequence, first row and row count of block `g` (head 0).
+    fn block_at(&self, g: usize) -> (usize, usize, usize) {
+        let (b, i0) = (
+            g / self.blocks_per_seq,
+            (g % self.blocks_per_seq) * self.block_rows,
+        );
+        (b, i0, self.block_rows.min(self.lq - i0))
     }
 
-    /// The offset in `dst` of row `i` of batch entry `b`.
-    fn row_at(&self, b: usize, i: usize) -> usize {
-        (b * self.lq + i) * self.heads * self.dh
+    /// The offset in `dst` of block `g`'s first row (`lq` for the end of the last).
+    fn start_of(&self, g: usize) -> usize {
+        let (b, i0, _) = self.block_at(g);
+        (b * self.lq + i0) * self.heads * self.dh
     }
 
-    /// Sequences `range`, whose rows are `out`, cut in up to `pieces` parts run at
-    /// once (`rayon::join`: no allocation): between sequences while there are several
-    /// (a packed batch is cut near its middle token), then between the blocks of one.
-    fn seqs(&self, range: std::ops::Range<usize>, out: &mut [f32], pieces: usize) {
-        if pieces > 1 && range.len() > 1 {
-            let mid = match self.seqs {
-                Seqs::Dense { .. } => range.start + range.len() / 2,
-                Seqs::Ragged(offsets) => {
-                    let half = (offsets[range.start] + offsets[range.end]) / 2;
-                    let at = offsets[range.clone()].partition_point(|&o| o <= half);
-                    (range.start + at).clamp(range.start + 1, range.end - 1)
-                }
-            };
-            let first = self.seq(range.start);
-            let m = self.seq(mid);
-            let split = self.row_at(m.b, m.q0) - self.row_at(first.b, first.q0);
-            let (left, right) = out.split_at_mut(split);
-            rayon::join(
-                || self.seqs(range.start..mid, left, pieces / 2),
-                || self.seqs(mid..range.end, right, pieces - pieces / 2),
-            );
-            return;
-        }
-        let mut at = 0;
-        for s in range {
-            let seq = self.seq(s);
-            let (n, _) = seq.blocks();
-            let len = seq.qn * self.heads * self.dh;
-            self.blocks(seq, 0..n, &mut out[at..at + len], pieces);
-            at += len;
-        }
-    }
-
-    /// Blocks `range` of sequence `seq`, whose rows are `out`, cut in up to `pieces`
-    /// parts run at once.
-    fn blocks(&self, seq: Seq, range: std::ops::Range<usize>, out: &mut [f32], pieces: usize) {
-        let (_, rows) = seq.blocks();
-        let row = self.heads * self.dh;
+    /// Blocks `range`, whose rows are `out`, cut in up to `pieces` parts run at once
+    /// (`rayon::join`: no allocation).
+    fn blocks(&self, range: std::ops::Range<usize>, out: &mut [f32], pieces: usize) {
         if pieces > 1 && range.len() > 1 {
             let mid = range.start + range.len() / 2;
-            let (left, right) = out.split_at_mut((mid - range.start) * rows * row);
+            let (left, right) = out.split_at_mut(self.start_of(mid) - self.start_of(range.start));
             rayon::join(
-                || self.blocks(seq, range.start..mid, left, pieces / 2),
-                || self.blocks(seq, mid..range.end, right, pieces - pieces / 2),
+                || self.blocks(range.start..mid, left, pieces / 2),
+                || self.blocks(mid..range.end, right, pieces - pieces / 2),
             );
             return;
         }
+        let row = self.heads * self.dh;
         let mut at = 0;
         for g in range {
-            let i0 = seq.q0 + g * rows;
-            let len = rows.min(seq.q0 + seq.qn - i0);
+            let (b, i0, len) = self.block_at(g);
             for h in 0..self.heads {
-                let blk = Block {
-                    b: seq.b,
-                    h,
-                    i0,
-                    len,
-                    k0: seq.k0,
-                    kn: seq.kn,
-                };
-                self.block(blk, &mut out[at + h * self.dh..]);
+                self.block(Block { b, h, i0, len }, &mut out[at + h * self.dh..]);
             }
             at += len * row;
         }
@@ -559,11 +521,10 @@ impl Job<'_> {
         qt
     }
 
-    /// Key `j` of the block's keys (row `k0 + j`) of key (or value) operand `rows` of
-    /// the block's head.
+    /// Row `j` of key (or value) operand `rows` of the block's head.
     #[inline(always)]
     fn row<'a>(&self, data: &'a [f32], rows: &Rows, blk: Block, j: usize) -> &'a [f32] {
-        let at = rows.at(blk.b, blk.h, blk.k0 + j);
+        let at = rows.at(blk.b, blk.h, j);
         &data[at..at + self.dh]
     }
 
@@ -573,7 +534,7 @@ impl Job<'_> {
     fn bias_lanes(&self, blk: Block, j: usize) -> Option<[f32; QB]> {
         let bias = self.bias.as_ref()?;
         let [sb, sh, si, sj] = bias.strides;
-        let base = bias.offset + blk.b * sb + blk.h * sh + (blk.k0 + j) * sj;
+        let base = bias.offset + blk.b * sb + blk.h * sh + j * sj;
         if si == 0 {
             return Some([bias.data[base]; QB]);
         }
@@ -603,15 +564,13 @@ impl Job<'_> {
 }
 
 /// One unit of the kernel's work: query rows `i0..i0 + len` (`len <= QB`) of head `h`
-/// of batch entry `b`, scored against its keys `k0..k0 + kn`.
+/// of sequence `b`.
 #[derive(Clone, Copy, Debug)]
 struct Block {
     b: usize,
     h: usize,
     i0: usize,
     len: usize,
-    k0: usize,
-    kn: usize,
 }
 
 #[cfg(test)]

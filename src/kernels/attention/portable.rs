@@ -19,8 +19,8 @@ impl Job<'_> {
         let mut max = [f32::NEG_INFINITY; QB];
         let mut sum = [0f32; QB];
         let mut j0 = 0;
-        while j0 < blk.kn {
-            let kn = KB.min(blk.kn - j0);
+        while j0 < self.lk {
+            let kn = KB.min(self.lk - j0);
             // Scores of this key block.
             for (jj, sj) in s[..kn].iter_mut().enumerate() {
                 let mut acc = [0f32; QB];
