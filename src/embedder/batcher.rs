@@ -6,7 +6,8 @@
 //! texts may be spread over several batches (and workers), and a batch holds
 //! sequences of many requests. A worker takes sequences in arrival order while they
 //! fit in its budget (`max_batch_tokens`, or an even share of the queued tokens when
-//! other workers are idle too), waits at most `max_wait` for more when it emptied the
+//! other workers are idle too), keeping each request's texts in one batch unless the
+//! request alone is over `max_batch_tokens`, waits at most `max_wait` for more when it emptied the
 //! queue and has room, runs the batch as one packed forward pass on its own stream,
 //! and hands each vector to its request. If a batch fails, each of its sequences is run again alone,
 //! so only the requests whose own sequences fail get an error. Panics in a forward
@@ -92,6 +93,8 @@ pub(super) struct Item {
     pub(super) ids: Vec<u32>,
     pub(super) request: Arc<Request>,
     pub(super) index: usize,
+    /// Tokens of the whole request (the same for each of its items).
+    pub(super) request_tokens: usize,
 }
 
 struct Queue {
@@ -209,7 +212,14 @@ impl Batcher {
         let mut tokens = 0;
         loop {
             while let Some(next) = q.items.front() {
-                if !batch.is_empty() && tokens + next.ids.len() > budget {
+                // A request's texts stay together (one batch answers it), unless it
+                // is larger than max_batch_tokens: a request starts a batch or fits
+                // whole in the budget; its next texts follow up to the hard limit.
+                let fits = match next.index {
+                    0 => tokens + next.request_tokens <= budget,
+                    _ => tokens + next.ids.len() <= max,
+                };
+                if !batch.is_empty() && !fits {
                     break;
                 }
                 let item = q.items.pop_front().expect("front exists");
@@ -383,6 +393,7 @@ pub(super) mod tests {
                 ids: ids.clone(),
                 request: Arc::clone(&request),
                 index,
+                request_tokens: tokens,
             }));
         }
         b.shut_down();

@@ -303,6 +303,7 @@ impl Embedder {
                 ids,
                 request: Arc::clone(&request),
                 index,
+                request_tokens: tokens,
             }));
         Ok(())
     }
