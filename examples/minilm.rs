@@ -33,6 +33,8 @@ use std::time::Instant;
 use streamfuse::models::bert::length_sorted_batches;
 use streamfuse::models::BertModel;
 
+#[path = "common/cli.rs"]
+mod cli;
 #[path = "common/fetch.rs"]
 mod fetch;
 use fetch::find_or_fetch_model;
@@ -69,47 +71,18 @@ fn parse_args() -> Result<Args, String> {
         threads: 1,
         out: None,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "-h" || flag == "--help" {
-            println!("{USAGE}");
-            std::process::exit(0);
-        }
-        let (name, inline) = match flag.split_once('=') {
-            Some((n, v)) => (n.to_string(), Some(v.to_string())),
-            None => (flag.clone(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        let count = |v: String, what: &str| -> Result<usize, String> {
-            match v.parse::<usize>() {
-                Ok(n) if n >= 1 => Ok(n),
-                _ => Err(format!(
-                    "{what} must be a whole number of at least 1, got `{v}`"
-                )),
-            }
-        };
-        match name.as_str() {
+    cli::each_flag(USAGE, |name, value| {
+        match name {
             "--model" => args.model = Some(PathBuf::from(value()?)),
             "--sentences" => args.sentences = Some(PathBuf::from(value()?)),
             "--out" => args.out = Some(PathBuf::from(value()?)),
-            "--batch" => args.batch = count(value()?, "--batch")?,
-            "--threads" => args.threads = count(value()?, "--threads")?,
+            "--batch" => args.batch = cli::count(value()?, "--batch")?,
+            "--threads" => args.threads = cli::count(value()?, "--threads")?,
             other => return Err(format!("unknown argument `{other}`")),
         }
-    }
+        Ok(())
+    })?;
     Ok(args)
-}
-
-/// Peak resident memory of this process in KiB (VmHWM), where /proc has it.
-fn peak_rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// CPU time (user + system, all threads) this process has used, in seconds, where
@@ -122,7 +95,7 @@ fn cpu_seconds() -> Option<f64> {
 }
 
 fn run() -> Result<(), String> {
-    let args = parse_args().map_err(|e| format!("{e}\n{USAGE}"))?;
+    let args = parse_args()?;
     let sentences: Vec<String> = match &args.sentences {
         None => BUILTIN.iter().map(|s| s.to_string()).collect(),
         Some(path) => std::fs::read_to_string(path)
@@ -220,16 +193,16 @@ fn run() -> Result<(), String> {
             path.display()
         );
     }
-    if let Some(kib) = peak_rss_kib() {
-        println!("peak RSS: {:.1} MiB", kib as f64 / 1024.0);
+    if let Some(mib) = cli::status_mib("VmHWM:") {
+        println!("peak RSS: {mib:.1} MiB");
     }
     println!("time: {secs:.3} s");
     if let Some(cpu) = cpu {
         println!("cpu: {cpu:.2} s");
     }
     latencies.sort_by(f64::total_cmp);
-    println!("p50_ms: {:.3}", percentile(&latencies, 50.0) * 1e3);
-    println!("p99_ms: {:.3}", percentile(&latencies, 99.0) * 1e3);
+    println!("p50_ms: {:.3}", cli::percentile(&latencies, 50.0) * 1e3);
+    println!("p99_ms: {:.3}", cli::percentile(&latencies, 99.0) * 1e3);
     println!("sentences/s: {:.1}", sentences.len() as f64 / secs);
     Ok(())
 }
@@ -307,22 +280,6 @@ fn embed_timed(
     Ok((embeddings, latencies.into_inner().unwrap()))
 }
 
-/// The `p`th percentile (nearest rank) of ascending `sorted`; 0 when it is empty.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 fn main() -> ExitCode {
-    env_logger::init();
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::main_with(run)
 }

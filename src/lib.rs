@@ -21,6 +21,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "text")]
+pub mod embedder;
 mod error;
 mod fusion;
 pub mod inspect;

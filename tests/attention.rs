@@ -246,3 +246,133 @@ fn empty_and_degenerate_shapes_do_not_panic() {
     let want = reference(&q, &k, &v, Some(&all), 1.0);
     assert!(worst_rel(&got, &want) <= BOUND);
 }
+
+/// Each sequence of a packed batch, run alone through `Tensor::attention`, as the
+/// packed result's rows `[total, heads, dh]`.
+fn per_sequence(q: &Tensor, k: &Tensor, v: &Tensor, offsets: &[u32], scale: f32) -> Vec<f32> {
+    let mut out = Vec::new();
+    for w in offsets.windows(2) {
+        let (s, n) = (w[0] as usize, (w[1] - w[0]) as usize);
+        if n == 0 {
+            continue;
+        }
+        let part = |t: &Tensor| t.narrow(1, s, n).unwrap().unsqueeze(0).unwrap();
+        out.extend(
+            part(q)
+                .attention(&part(k), &part(v), None, scale)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+        );
+    }
+    out
+}
+
+#[test]
+fn ragged_batches_equal_each_sequence_alone() {
+    // Lengths around the 16-row blocks, an empty sequence, one of a single token.
+    for (lens, heads, dh, threads) in [
+        (vec![5usize, 17, 0, 1, 33, 16], 3, 32, 1),
+        (vec![40, 3, 70], 2, 64, 2),
+        (vec![9], 1, 7, 2),
+        (vec![2; 30], 4, 16, 2),
+    ] {
+        let total: usize = lens.iter().sum();
+        let mut offsets = vec![0u32];
+        for l in &lens {
+            offsets.push(offsets.last().unwrap() + *l as u32);
+        }
+        let q = tensor(&[heads, total, dh], 1, 2.0);
+        let k = tensor(&[heads, total, dh], 2, 2.0);
+        let v = tensor(&[heads, total, dh], 3, 1.0);
+        let offs = Tensor::from_vec(offsets.clone(), &[offsets.len()]).unwrap();
+        let got = std::thread::scope(|s| {
+            s.spawn(|| {
+                streamfuse::set_kernel_threads(threads);
+                let out = q.attention_ragged(&k, &v, &offs, 0.3).unwrap();
+                assert_eq!(out.dims(), &[total, heads, dh]);
+                out.to_vec::<f32>().unwrap()
+            })
+            .join()
+            .unwrap()
+        });
+        let want = per_sequence(&q, &k, &v, &offsets, 0.3);
+        assert!(
+            worst_rel(&got, &want) <= BOUND,
+            "lengths {lens:?} heads {heads} dh {dh}"
+        );
+    }
+}
+
+#[test]
+fn ragged_reads_views_of_a_packed_qkv_projection() {
+    // [total, 3 · hidden] viewed as [3, heads, total, dh], as the packed BERT does.
+    let (heads, dh) = (3, 16);
+    let offsets = [0u32, 7, 19, 20];
+    let total = 20;
+    let qkv = Tensor::from_vec(data(total * 3 * heads * dh, 9), &[total, 3, heads, dh])
+        .unwrap()
+        .permute(&[1, 2, 0, 3])
+        .unwrap();
+    let part = |i: usize| qkv.narrow(0, i, 1).unwrap().squeeze(0).unwrap();
+    let (q, k, v) = (part(0), part(1), part(2));
+    let offs = Tensor::from_vec(offsets.to_vec(), &[4]).unwrap();
+    let got = q
+        .attention_ragged(&k, &v, &offs, 0.25)
+        .unwrap()
+        .reshape(&[total, heads * dh])
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert!(worst_rel(&got, &per_sequence(&q, &k, &v, &offsets, 0.25)) <= BOUND);
+}
+
+#[test]
+fn ragged_bad_arguments_and_offsets_are_named_errors() {
+    let q = tensor(&[2, 6, 8], 1, 1.0);
+    let offs = |v: Vec<u32>| Tensor::from_vec(v.clone(), &[v.len()]).unwrap();
+    let is = |r: streamfuse::Result<Tensor>, what: &str| match r {
+        Err(e @ (Error::Shape { .. } | Error::Arg { .. } | Error::DType { .. })) => {
+            let m = e.to_string();
+            assert!(m.contains("attention_ragged") && m.contains(what), "{m}");
+        }
+        other => panic!("expected an error naming {what}, got {other:?}"),
+    };
+    is(
+        q.attention_ragged(&tensor(&[2, 5, 8], 2, 1.0), &q, &offs(vec![0, 6]), 1.0),
+        "same shape",
+    );
+    is(
+        q.unsqueeze(0)
+            .and_then(|q4| q4.attention_ragged(&q4, &q4, &offs(vec![0, 6]), 1.0)),
+        "rank 3",
+    );
+    is(
+        q.attention_ragged(&q, &q, &Tensor::full(0.0, &[2]).unwrap(), 1.0),
+        "u32",
+    );
+    is(
+        q.attention_ragged(&q, &q, &offs(vec![0, 6]), f32::INFINITY),
+        "scale",
+    );
+    // Offsets are data: checked when the op runs, an error on its result.
+    for (bad, what) in [
+        (vec![0, 4], "from 0 to the 6 tokens"),
+        (vec![1, 6], "from 0"),
+        (vec![0, 4, 2, 6], "decrease"),
+    ] {
+        let e = q
+            .attention_ragged(&q, &q, &offs(bad), 1.0)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(what), "{e}");
+    }
+    // The stream goes on.
+    let ok = q
+        .attention_ragged(&q, &q, &offs(vec![0, 2, 6]), 1.0)
+        .unwrap();
+    assert_eq!(ok.to_vec::<f32>().unwrap().len(), 2 * 6 * 8);
+    let _ = streamfuse::sync();
+}

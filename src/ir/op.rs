@@ -161,10 +161,14 @@ pub enum OpKind {
     /// Inputs q `[b, heads, lq, dh]`, k and v `[b, heads, lk, dh]` (each row's `dh`
     /// elements contiguous) and optionally an additive bias read as
     /// `[b, heads, lq, lk]`: `softmax(q·kᵀ · scale + bias) · v`, written as
-    /// `[b, lq, heads, dh]`.
+    /// `[b, lq, heads, dh]`. When `ragged`, the fourth input is instead the u32
+    /// sequence offsets `[n + 1]` of a packed batch (`b` = 1, `lq` = `lk` = total
+    /// tokens) and each sequence attends only to itself.
     Attention {
         /// Bits of the score scale (an `f64`).
         scale: u64,
+        /// Whether the batch is packed, its fourth input the sequence offsets.
+        ragged: bool,
     },
     /// Inputs x, weight, bias: layer norm over the last dim.
     LayerNorm {

@@ -52,7 +52,7 @@ pub(crate) mod teardown;
 #[cfg(test)]
 mod testutil;
 
-pub use attention::{attention, MAX_HEAD_DIM};
+pub use attention::{attention, attention_ragged, MAX_HEAD_DIM};
 pub use chain::{chain, ChainMatMul, ChainNorm};
 pub use copy::{cast, cat, copy, fill};
 pub use elementwise::{binary, unary};

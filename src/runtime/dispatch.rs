@@ -380,7 +380,22 @@ pub fn run_into(
             kernels::reduce::<T>(*r, typed(input(0))?, lay(0), *dim, dst(b)?, par)?
         }),
         OpKind::Softmax => kernels::softmax(typed(input(0))?, lay(0), dst(b)?, par)?,
-        OpKind::Attention { scale } => {
+        OpKind::Attention {
+            scale,
+            ragged: true,
+        } => kernels::attention_ragged(
+            typed(input(0))?,
+            lay(0),
+            typed(input(1))?,
+            lay(1),
+            typed(input(2))?,
+            lay(2),
+            contiguous_u32(typed(input(3))?, lay(3))?,
+            f64::from_bits(*scale) as f32,
+            dst(b)?,
+            par,
+        )?,
+        OpKind::Attention { scale, .. } => {
             let (q, k) = (lay(0), lay(1));
             let bias = match op.inputs.len() {
                 3 => None,
@@ -444,6 +459,25 @@ pub fn run_into(
         OpKind::Drop => {}
     }
     Ok(())
+}
+
+/// The elements of a contiguous 1-D u32 input (the sequence offsets of a packed batch).
+fn contiguous_u32<'a>(data: &'a [u32], layout: &Layout) -> Result<&'a [u32], KernelError> {
+    let n = layout.dims.first().copied().unwrap_or(0);
+    if layout.dims.len() != 1 || (n > 1 && layout.strides[0] != 1) {
+        return Err(KernelError(format!(
+            "sequence offsets must be a contiguous 1-D tensor, got dims {:?} (engine bug)",
+            layout.dims
+        )));
+    }
+    data.get(layout.offset..layout.offset + n).ok_or_else(|| {
+        KernelError(format!(
+            "sequence offsets {}..{} lie outside their buffer of {}",
+            layout.offset,
+            layout.offset + n,
+            data.len()
+        ))
+    })
 }
 
 fn broadcast(layout: &Layout, dims: &[usize]) -> Result<Layout, KernelError> {

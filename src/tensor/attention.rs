@@ -1,5 +1,7 @@
 //! [`Tensor::attention`]: scaled dot-product attention as one op, recorded for the
-//! fused kernel (`kernels::attention`), which never stores the score matrix.
+//! fused kernel (`kernels::attention`), which never stores the score matrix; and
+//! [`Tensor::attention_ragged`], the same over a packed batch of sequences of
+//! different lengths (no padding), each attending only to itself.
 
 use super::Tensor;
 use crate::ir::{Layout, OpKind};
@@ -38,23 +40,8 @@ impl Tensor {
     ) -> Result<Tensor> {
         let op = "attention";
         let named = [("q", self), ("k", k), ("v", v)];
-        for (what, t) in named.iter().chain(bias.map(|b| ("bias", b)).iter()) {
-            if t.dtype() != DType::F32 {
-                return Err(Error::DType {
-                    op,
-                    msg: format!("{what} must be f32, got {}", t.dtype()),
-                });
-            }
-            if t.rank() != 4 {
-                return Err(Error::Shape {
-                    op,
-                    msg: format!(
-                        "{what} must have rank 4 ([batch, heads, len, head_dim]), got shape {:?}",
-                        t.dims()
-                    ),
-                });
-            }
-        }
+        let all = named.iter().copied().chain(bias.map(|b| ("bias", b)));
+        check_operands(op, all, "4 ([batch, heads, len, head_dim])")?;
         let (qd, kd, vd) = (self.dims(), k.dims(), v.dims());
         if kd[..2] != qd[..2] || kd[3] != qd[3] || vd != kd {
             return Err(Error::Shape {
@@ -67,18 +54,7 @@ impl Tensor {
         }
         let [b, heads, lq, dh] = [qd[0], qd[1], qd[2], qd[3]];
         let lk = kd[2];
-        if dh > MAX_HEAD_DIM {
-            return Err(Error::Arg {
-                op,
-                msg: format!("head_dim {dh} is above the largest supported, {MAX_HEAD_DIM}"),
-            });
-        }
-        if !scale.is_finite() {
-            return Err(Error::Arg {
-                op,
-                msg: format!("scale must be finite, got {scale}"),
-            });
-        }
+        check_head(op, dh, scale)?;
         let scores = [b, heads, lq, lk];
         if let Some(bias) = bias {
             let bd = bias.dims();
@@ -91,23 +67,133 @@ impl Tensor {
                 });
             }
         }
-        let rows = |t: &Tensor| -> Result<Tensor> {
-            let l = t.layout();
-            if l.dims()[3] > 1 && l.strides()[3] != 1 {
-                t.contiguous()
-            } else {
-                Ok(t.clone())
-            }
-        };
         let (q, k, v) = (rows(self)?, rows(k)?, rows(v)?);
         let out = Layout::contiguous(&[b, lq, heads, dh]);
         super::checked_numel(out.dims(), op)?;
         let kind = OpKind::Attention {
             scale: f64::from(scale).to_bits(),
+            ragged: false,
         };
         Ok(match bias {
             Some(bias) => Tensor::record(kind, &[&q, &k, &v, bias], DType::F32, out),
             None => Tensor::record(kind, &[&q, &k, &v], DType::F32, out),
         })
     }
+
+    /// Attention over a packed (ragged) batch: several sequences of different lengths
+    /// laid one after another along the token axis with no padding, each attending
+    /// only to its own tokens (FlashAttention's "varlen" form), with `self` as `q`.
+    ///
+    /// - `self` (q), `k` and `v` are `[heads, total_tokens, head_dim]`, f32, read where
+    ///   they lie when each row's `head_dim` elements are contiguous (a permuted view
+    ///   of a fused QKV projection of `[total_tokens, 3 · hidden]` is).
+    /// - `seq_offsets` is a 1-D u32 tensor of `n + 1` offsets (`cu_seqlens`): sequence
+    ///   `s` is tokens `seq_offsets[s]..seq_offsets[s + 1]`. They must start at 0,
+    ///   never decrease and end at `total_tokens`; that is checked when the op runs
+    ///   (the offsets are data), and a violation is an error on the result.
+    /// - Returns `[total_tokens, heads, head_dim]`: per sequence and head,
+    ///   `softmax(q·kᵀ · scale) · v`, so `reshape(&[total_tokens, heads · head_dim])`
+    ///   is free.
+    ///
+    /// The work is the sum of each sequence's squared length, never the square of the
+    /// total; every row equals what [`Tensor::attention`] gives the sequence on its own
+    /// (`tests/attention.rs`).
+    pub fn attention_ragged(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        seq_offsets: &Tensor,
+        scale: f32,
+    ) -> Result<Tensor> {
+        let op = "attention_ragged";
+        let named = [("q", self), ("k", k), ("v", v)];
+        check_operands(op, named, "3 ([heads, total_tokens, head_dim])")?;
+        let (qd, kd, vd) = (self.dims(), k.dims(), v.dims());
+        if kd != qd || vd != qd {
+            return Err(Error::Shape {
+                op,
+                msg: format!("q {qd:?}, k {kd:?} and v {vd:?} must have the same shape"),
+            });
+        }
+        let [heads, total, dh] = [qd[0], qd[1], qd[2]];
+        check_head(op, dh, scale)?;
+        if seq_offsets.dtype() != DType::U32 || seq_offsets.rank() != 1 || seq_offsets.numel() == 0
+        {
+            return Err(Error::Arg {
+                op,
+                msg: format!(
+                    "seq_offsets must be a non-empty 1-D u32 tensor (n + 1 offsets), got {} {:?}",
+                    seq_offsets.dtype(),
+                    seq_offsets.dims()
+                ),
+            });
+        }
+        let offsets = if seq_offsets.numel() > 1 && seq_offsets.layout().strides()[0] != 1 {
+            seq_offsets.contiguous()?
+        } else {
+            seq_offsets.clone()
+        };
+        let (q, k, v) = (
+            rows(&self.unsqueeze(0)?)?,
+            rows(&k.unsqueeze(0)?)?,
+            rows(&v.unsqueeze(0)?)?,
+        );
+        let out = Layout::contiguous(&[1, total, heads, dh]);
+        super::checked_numel(out.dims(), op)?;
+        let kind = OpKind::Attention {
+            scale: f64::from(scale).to_bits(),
+            ragged: true,
+        };
+        Tensor::record(kind, &[&q, &k, &v, &offsets], DType::F32, out).squeeze(0)
+    }
+}
+
+/// `t` (rank 4) itself when each row's last dim is contiguous, else a contiguous copy.
+fn rows(t: &Tensor) -> Result<Tensor> {
+    let l = t.layout();
+    if l.dims()[3] > 1 && l.strides()[3] != 1 {
+        t.contiguous()
+    } else {
+        Ok(t.clone())
+    }
+}
+
+/// Every operand is f32 and of `rank` (the text names the rank and the dims' meaning).
+fn check_operands<'t>(
+    op: &'static str,
+    named: impl IntoIterator<Item = (&'static str, &'t Tensor)>,
+    rank: &str,
+) -> Result<()> {
+    for (what, t) in named {
+        if t.dtype() != DType::F32 {
+            return Err(Error::DType {
+                op,
+                msg: format!("{what} must be f32, got {}", t.dtype()),
+            });
+        }
+        if rank.split(' ').next().and_then(|r| r.parse().ok()) != Some(t.rank()) {
+            return Err(Error::Shape {
+                op,
+                msg: format!("{what} must have rank {rank}, got shape {:?}", t.dims()),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The head size fits the kernel's tiles and the scale is finite.
+fn check_head(op: &'static str, dh: usize, scale: f32) -> Result<()> {
+    if dh > MAX_HEAD_DIM {
+        return Err(Error::Arg {
+            op,
+            msg: format!("head_dim {dh} is above the largest supported, {MAX_HEAD_DIM}"),
+        });
+    }
+    if !scale.is_finite() {
+        return Err(Error::Arg {
+            op,
+            msg: format!("scale must be finite, got {scale}"),
+        });
+    }
+    Ok(())
 }

@@ -27,6 +27,12 @@
 //! Scratch is the three tiles on the stack (at most 66 KiB with `dh` = 256), so the
 //! kernel allocates nothing.
 //!
+//! [`attention_ragged`] runs the same blocks over a *packed* batch: sequences laid one
+//! after another along the token axis, as FlashAttention's varlen form takes them, with
+//! their boundaries given by offsets (`cu_seqlens`). Each sequence runs as a batch of
+//! one whose rows start at its first token, so its queries score only its own keys and
+//! the work is the sum of the squared sequence lengths, never the square of the total.
+//!
 //! Accuracy: the same products and sums as the unfused path in a different order,
 //! `exp` within 2 ulp; `tests/attention.rs` holds every output within 1e-6 of the
 //! unfused path's, relative to the largest of them.
@@ -105,6 +111,14 @@ impl Rows {
     fn at(&self, b: usize, h: usize, i: usize) -> usize {
         self.offset + b * self.sb + h * self.sh + i * self.si
     }
+
+    /// The same operand with row `i` as row 0.
+    fn starting_at(&self, i: usize) -> Rows {
+        Rows {
+            offset: self.offset + i * self.si,
+            ..*self
+        }
+    }
 }
 
 /// The additive bias's geometry: element `(b, h, i, j)` at
@@ -138,31 +152,9 @@ pub fn attention(
     par: Par,
 ) -> Result<(), KernelError> {
     let kernel = "attention";
-    check_input(kernel, "q", q.len(), ql)?;
-    check_input(kernel, "k", k.len(), kl)?;
-    check_input(kernel, "v", v.len(), vl)?;
-    let (qr, kr, vr) = (
-        Rows::of(kernel, "q", ql)?,
-        Rows::of(kernel, "k", kl)?,
-        Rows::of(kernel, "v", vl)?,
-    );
-    let [batch, heads, lq, dh] = [ql.dims[0], ql.dims[1], ql.dims[2], ql.dims[3]];
+    let ops = Operands::check(kernel, [(q, ql), (k, kl), (v, vl)])?;
+    let [batch, heads, lq, dh] = ops.dims;
     let lk = kl.dims[2];
-    if kl.dims[..2] != ql.dims[..2] || kl.dims[3] != dh || vl.dims[..] != kl.dims[..] {
-        return Err(error(
-            kernel,
-            format_args!(
-                "q {:?}, k {:?} and v {:?} must agree on batch, heads and head size, and k with v on length",
-                ql.dims, kl.dims, vl.dims
-            ),
-        ));
-    }
-    if dh > MAX_HEAD_DIM {
-        return Err(error(
-            kernel,
-            format_args!("head size {dh} is above the largest supported, {MAX_HEAD_DIM}"),
-        ));
-    }
     let bias = match bias {
         None => None,
         Some((data, bl)) => {
@@ -193,35 +185,212 @@ pub fn attention(
         dst.fill(f32::NAN);
         return Ok(());
     }
-    // Work is cut into blocks of query rows of one sequence, all heads (a block's
-    // output rows are contiguous in `dst`); the rows of a sequence are shared evenly
-    // between its blocks, so 20 rows make two blocks of 10, not 16 and 4.
-    let blocks_per_seq = lq.div_ceil(QB);
-    let job = Job {
-        q,
-        k,
-        v,
-        qr,
-        kr,
-        vr,
-        bias,
-        scale,
-        heads,
-        lq,
-        lk,
-        dh,
-        block_rows: lq.div_ceil(blocks_per_seq),
-        blocks_per_seq,
-    };
+    let job = ops.job(bias, scale, lq, lk);
     let work = batch * heads * lq * lk * dh * 4;
-    let pieces = if par.threads > 1 && worth_splitting(work) {
-        // A few pieces per thread, so an uneven split still keeps every core busy.
+    job.blocks(0..batch * job.blocks_per_seq, dst, pieces(par, work));
+    Ok(())
+}
+
+/// How many parts to cut `work` (element operations) into: a few per thread, so an
+/// uneven split still keeps every core busy; 1 when it is not worth splitting.
+fn pieces(par: Par, work: usize) -> usize {
+    if par.threads > 1 && worth_splitting(work) {
         4 * par.threads
     } else {
         1
+    }
+}
+
+/// Attention within each sequence of a packed (ragged) batch: `q`, `k` and `v` are
+/// `[1, heads, total, dh]` (read through their layouts, last dim contiguous), holding
+/// the tokens of every sequence one after another; sequence `s` is rows
+/// `offsets[s]..offsets[s + 1]` and its queries see only its own keys
+/// (`softmax(q·kᵀ · scale) · v` per sequence and head). `offsets` starts at 0, never
+/// decreases and ends at `total` (an empty sequence is allowed and writes nothing).
+/// The result is `[1, total, heads, dh]` rows in `dst`. Work is `Σ len²`, not
+/// `total²`.
+#[allow(clippy::too_many_arguments)] // three operands with their layouts, as every kernel
+pub fn attention_ragged(
+    q: &[f32],
+    ql: &Layout,
+    k: &[f32],
+    kl: &Layout,
+    v: &[f32],
+    vl: &Layout,
+    offsets: &[u32],
+    scale: f32,
+    dst: &mut [f32],
+    par: Par,
+) -> Result<(), KernelError> {
+    let kernel = "attention_ragged";
+    let ops = Operands::check(kernel, [(q, ql), (k, kl), (v, vl)])?;
+    let [batch, heads, total, dh] = ops.dims;
+    if batch != 1 || kl.dims[2] != total {
+        return Err(error(
+            kernel,
+            format_args!(
+                "a packed batch is q, k and v of [1, heads, total, head size] with as many \
+                 keys as queries, got q {:?} and k {:?}",
+                ql.dims, kl.dims
+            ),
+        ));
+    }
+    if offsets.first() != Some(&0) || offsets.last().map(|&x| x as usize) != Some(total) {
+        return Err(error(
+            kernel,
+            format_args!(
+                "sequence offsets must run from 0 to the {total} tokens, got {} offsets \
+                 starting at {:?} and ending at {:?}",
+                offsets.len(),
+                offsets.first(),
+                offsets.last()
+            ),
+        ));
+    }
+    let mut work = 0usize;
+    for (s, w) in offsets.windows(2).enumerate() {
+        if w[1] < w[0] {
+            return Err(error(
+                kernel,
+                format_args!(
+                    "sequence offsets decrease at sequence {s}: {} then {}",
+                    w[0], w[1]
+                ),
+            ));
+        }
+        let len = (w[1] - w[0]) as usize;
+        work += len * len;
+    }
+    check_dst(kernel, dst.len(), total * heads * dh)?;
+    let packed = Packed {
+        ops,
+        offsets,
+        scale,
     };
-    job.blocks(0..batch * blocks_per_seq, dst, pieces);
+    packed.seqs(
+        0..offsets.len() - 1,
+        dst,
+        pieces(par, work * heads * dh * 4),
+    );
     Ok(())
+}
+
+/// The three checked operands of either form.
+struct Operands<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    qr: Rows,
+    kr: Rows,
+    vr: Rows,
+    /// q's dims: `[batch, heads, lq, dh]`.
+    dims: [usize; 4],
+}
+
+impl<'a> Operands<'a> {
+    fn check(kernel: &str, ops: [(&'a [f32], &Layout); 3]) -> Result<Operands<'a>, KernelError> {
+        let [(q, ql), (k, kl), (v, vl)] = ops;
+        check_input(kernel, "q", q.len(), ql)?;
+        check_input(kernel, "k", k.len(), kl)?;
+        check_input(kernel, "v", v.len(), vl)?;
+        let (qr, kr, vr) = (
+            Rows::of(kernel, "q", ql)?,
+            Rows::of(kernel, "k", kl)?,
+            Rows::of(kernel, "v", vl)?,
+        );
+        let dh = ql.dims[3];
+        if kl.dims[..2] != ql.dims[..2] || kl.dims[3] != dh || vl.dims[..] != kl.dims[..] {
+            return Err(error(
+                kernel,
+                format_args!(
+                    "q {:?}, k {:?} and v {:?} must agree on batch, heads and head size, and k with v on length",
+                    ql.dims, kl.dims, vl.dims
+                ),
+            ));
+        }
+        if dh > MAX_HEAD_DIM {
+            return Err(error(
+                kernel,
+                format_args!("head size {dh} is above the largest supported, {MAX_HEAD_DIM}"),
+            ));
+        }
+        Ok(Operands {
+            q,
+            k,
+            v,
+            qr,
+            kr,
+            vr,
+            dims: [ql.dims[0], ql.dims[1], ql.dims[2], dh],
+        })
+    }
+
+    /// The blocks of `lq` query rows against `lk` keys per batch entry. Work is cut
+    /// into blocks of query rows of one sequence, all heads (a block's output rows are
+    /// contiguous in `dst`); the rows of a sequence are shared evenly between its
+    /// blocks, so 20 rows make two blocks of 10, not 16 and 4.
+    fn job(&self, bias: Option<Bias<'a>>, scale: f32, lq: usize, lk: usize) -> Job<'a> {
+        let blocks_per_seq = lq.div_ceil(QB);
+        Job {
+            q: self.q,
+            k: self.k,
+            v: self.v,
+            qr: self.qr,
+            kr: self.kr,
+            vr: self.vr,
+            bias,
+            scale,
+            heads: self.dims[1],
+            lq,
+            lk,
+            dh: self.dims[3],
+            block_rows: lq.div_ceil(blocks_per_seq.max(1)),
+            blocks_per_seq,
+        }
+    }
+}
+
+/// A packed batch: each sequence runs as a [`Job`] of one batch entry whose rows
+/// start at the sequence's first token.
+struct Packed<'a> {
+    ops: Operands<'a>,
+    offsets: &'a [u32],
+    scale: f32,
+}
+
+impl Packed<'_> {
+    /// Sequences `range`, whose rows are `out`, cut in up to `pieces` parts run at
+    /// once (`rayon::join`, near the middle token); one sequence left takes the
+    /// remaining pieces for its blocks.
+    fn seqs(&self, range: std::ops::Range<usize>, out: &mut [f32], pieces: usize) {
+        let row = self.ops.dims[1] * self.ops.dims[3];
+        let at = |s: usize| self.offsets[s] as usize;
+        if pieces > 1 && range.len() > 1 {
+            let half = (at(range.start) + at(range.end)) / 2;
+            let n = self.offsets[range.clone()].partition_point(|&o| o as usize <= half);
+            let mid = (range.start + n).clamp(range.start + 1, range.end - 1);
+            let (left, right) = out.split_at_mut((at(mid) - at(range.start)) * row);
+            rayon::join(
+                || self.seqs(range.start..mid, left, pieces / 2),
+                || self.seqs(mid..range.end, right, pieces - pieces / 2),
+            );
+            return;
+        }
+        let mut done = 0;
+        for s in range {
+            let (first, len) = (at(s), at(s + 1) - at(s));
+            if len == 0 {
+                continue;
+            }
+            let mut job = self.ops.job(None, self.scale, len, len);
+            job.qr = job.qr.starting_at(first);
+            job.kr = job.kr.starting_at(first);
+            job.vr = job.vr.starting_at(first);
+            let rows = &mut out[done..done + len * row];
+            job.blocks(0..job.blocks_per_seq, rows, pieces);
+            done += len * row;
+        }
+    }
 }
 
 /// Everything a block of output rows needs.

@@ -57,7 +57,7 @@ impl BertModel {
         Ok(out.chunks_exact(self.dim()).map(|c| c.to_vec()).collect())
     }
 
-    fn check_sequence(&self, op: &'static str, i: usize, s: &[u32]) -> Result<()> {
+    pub(super) fn check_sequence(&self, op: &'static str, i: usize, s: &[u32]) -> Result<()> {
         let max = self.config.max_position_embeddings;
         if s.is_empty() || s.len() > max {
             return Err(Error::Arg {

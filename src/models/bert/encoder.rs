@@ -1,7 +1,7 @@
 //! The forward pass: embeddings, the transformer layers, mean pooling over the real
 //! tokens and L2 normalisation ([`BertModel::forward`]).
 
-use super::BertModel;
+use super::{BertModel, Layer};
 use crate::{DType, Error, Result, Tensor};
 
 impl BertModel {
@@ -57,34 +57,18 @@ impl BertModel {
         // 0 where a key is a real token, -1e9 where it is padding.
         let key_bias = mask.affine(1e9, -1e9)?.reshape(&[b, 1, 1, l])?;
         for layer in &self.layers {
-            // Attention: one matmul for q, k and v, viewed as [3, b, heads, l, dh].
-            let qkv = x
-                .matmul(&layer.qkv_w)?
-                .add(&layer.qkv_b)?
-                .reshape(&[b, l, 3, heads, dh])?
-                .permute(&[2, 0, 3, 1, 4])?;
-            let q = qkv.narrow(0, 0, 1)?.squeeze(0)?;
-            let k = qkv.narrow(0, 1, 1)?.squeeze(0)?;
-            let v = qkv.narrow(0, 2, 1)?.squeeze(0)?;
-            // One kernel: scores, mask, softmax and the product with v, per head, read
-            // from the projection's layout and written as [b, l, heads, dh] rows. The
-            // 1/√dh scale is folded into the q weights at load time.
-            let ctx = q
-                .attention(&k, &v, Some(&key_bias), 1.0)?
-                .reshape(&[b * l, h])?;
-            let a = ctx
-                .matmul(&layer.out_w)?
-                .add(&layer.out_b)?
-                .add(&x)?
-                .layer_norm(&layer.ln1_w, &layer.ln1_b, cfg.layer_norm_eps)?;
-            // Feed-forward.
-            let f = self
-                .act
-                .apply(&a.matmul(&layer.ff_in_w)?.add(&layer.ff_in_b)?)?
-                .matmul(&layer.ff_out_w)?
-                .add(&layer.ff_out_b)?
-                .add(&a)?;
-            x = f.layer_norm(&layer.ln2_w, &layer.ln2_b, cfg.layer_norm_eps)?;
+            x = self.layer(layer, &x, |qkv| {
+                // q, k and v viewed as [3, b, heads, l, dh]: one kernel for scores,
+                // mask, softmax and the product with v, per head, read from the
+                // projection's layout and written as [b, l, heads, dh] rows.
+                let qkv = qkv
+                    .reshape(&[b, l, 3, heads, dh])?
+                    .permute(&[2, 0, 3, 1, 4])?;
+                let part = |i| qkv.narrow(0, i, 1)?.squeeze(0);
+                part(0)?
+                    .attention(&part(1)?, &part(2)?, Some(&key_bias), 1.0)?
+                    .reshape(&[b * l, h])
+            })?;
         }
 
         // Mean pooling over real tokens: mask [b, 1, l] x hidden [b, l, h].
@@ -100,5 +84,31 @@ impl BertModel {
             .sqrt()?
             .maximum(&Tensor::full(1e-12, &[1])?)?;
         mean.div(&norm)
+    }
+
+    /// One post-norm transformer layer over hidden states `x` `[rows, hidden]`:
+    /// `attend` turns the fused QKV projection `[rows, 3 · hidden]` (query part
+    /// pre-scaled by 1/√dh at load) into the attention context `[rows, hidden]`, so
+    /// the padded and the packed forward passes share everything else.
+    pub(super) fn layer(
+        &self,
+        layer: &Layer,
+        x: &Tensor,
+        attend: impl FnOnce(&Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let eps = self.config.layer_norm_eps;
+        let ctx = attend(&x.matmul(&layer.qkv_w)?.add(&layer.qkv_b)?)?;
+        let a = ctx
+            .matmul(&layer.out_w)?
+            .add(&layer.out_b)?
+            .add(x)?
+            .layer_norm(&layer.ln1_w, &layer.ln1_b, eps)?;
+        // Feed-forward.
+        self.act
+            .apply(&a.matmul(&layer.ff_in_w)?.add(&layer.ff_in_b)?)?
+            .matmul(&layer.ff_out_w)?
+            .add(&layer.ff_out_b)?
+            .add(&a)?
+            .layer_norm(&layer.ln2_w, &layer.ln2_b, eps)
     }
 }

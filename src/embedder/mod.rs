@@ -1,0 +1,355 @@
+//! Serving sentence embeddings from text: [`Embedder`] loads a sentence-transformers
+//! model folder once and embeds texts submitted from any number of threads, batching
+//! them dynamically on worker threads of its own.
+//!
+//! This module owns the path from text to vector: reading the folder (`folder.rs`:
+//! weights, config, tokenizer, pooling mode, `max_seq_length`), tokenising on the
+//! submitting thread, and the dynamic batcher (`batcher.rs`: the queue, the workers,
+//! each with its own stream, and the answer of each request). The forward pass itself
+//! is the model's ([`BertModel::embed_packed`]): each batch is ragged, its sequences
+//! packed one after another with no padding.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use streamfuse::embedder::Embedder;
+//! # fn main() -> Result<(), streamfuse::embedder::EmbedError> {
+//! let embedder = Arc::new(Embedder::load("target/models/all-MiniLM-L6-v2")?);
+//! let vectors = embedder.embed(&["The cat sits outside", "A man is playing guitar"])?;
+//! assert_eq!(vectors.len(), 2);
+//! assert_eq!(vectors[0].len(), embedder.dim());
+//! # Ok(())
+//! # }
+//! ```
+
+mod batcher;
+mod folder;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokenizers::Tokenizer;
+
+use crate::models::bert::Pooling;
+use crate::models::BertModel;
+use batcher::{Batcher, Done, Item, Request};
+
+/// How an [`Embedder`] batches and spreads its work. `Default` gives sensible values
+/// for a server; each field says what it trades.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmbedderSettings {
+    /// Worker threads, each running batches on its own stream (at least 1). Default:
+    /// the number of cores. More workers run more batches at once; fewer make each
+    /// batch larger.
+    pub workers: usize,
+    /// Kernel threads of each worker's stream (see
+    /// [`set_kernel_threads`](crate::set_kernel_threads)); 0 (the default) shares the
+    /// cores between the workers, at least 1 each.
+    pub kernel_threads: usize,
+    /// The most tokens one batch holds, summed over its texts (text-embeddings-
+    /// inference's name). Default 2048. When several workers are idle, a burst is
+    /// shared evenly between them instead. At least the model's longest text
+    /// ([`Embedder::max_tokens`], 256 for all-MiniLM-L6-v2), so any text fits in a
+    /// batch. Larger batches use the cores better and take more memory (about 20 KiB
+    /// a token for MiniLM) and longer to come back.
+    pub max_batch_tokens: usize,
+    /// How long a worker waits for more texts when it emptied the queue and its
+    /// batch is not full (default 2 ms). Longer waits make larger batches under light load, at that cost in
+    /// latency; under heavy load batches fill without waiting.
+    pub max_wait: Duration,
+    /// After this long without work, the engine's pooled memory and cached plans are
+    /// freed (`Some(2 s)` by default; `None` never): memory goes back down after a
+    /// burst instead of staying at its largest batch. This empties the process-wide
+    /// plan cache and pool, which other users of streamfuse in the process share
+    /// (their plans are rebuilt when next needed).
+    pub idle_trim: Option<Duration>,
+}
+
+impl Default for EmbedderSettings {
+    fn default() -> Self {
+        EmbedderSettings {
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            kernel_threads: 0,
+            max_batch_tokens: 2048,
+            max_wait: Duration::from_millis(2),
+            idle_trim: Some(Duration::from_secs(2)),
+        }
+    }
+}
+
+/// Why an [`Embedder`] could not be made or a request could not be answered. Each
+/// names what was wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EmbedError {
+    /// The model folder or one of its files is missing or broken.
+    Load {
+        /// The folder or file.
+        path: PathBuf,
+        /// What was wrong with it.
+        msg: String,
+    },
+    /// An [`EmbedderSettings`] field is out of range.
+    Settings(String),
+    /// Text `index` of the request is empty or only whitespace.
+    EmptyText {
+        /// Its position in the request.
+        index: usize,
+    },
+    /// Text `index` could not be tokenised, or its tokens do not fit the model.
+    Tokenize {
+        /// Its position in the request.
+        index: usize,
+        /// What the tokenizer or the check said.
+        msg: String,
+    },
+    /// The forward pass failed (a kernel error, memory refused by the system).
+    Model(crate::Error),
+    /// The worker threads could not be started.
+    Workers(String),
+}
+
+impl fmt::Display for EmbedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EmbedError::Load { path, msg } => write!(f, "{}: {msg}", path.display()),
+            EmbedError::Settings(msg) => write!(f, "embedder settings: {msg}"),
+            EmbedError::EmptyText { index } => {
+                write!(f, "text {index} is empty; every text needs some content")
+            }
+            EmbedError::Tokenize { index, msg } => write!(f, "text {index}: {msg}"),
+            EmbedError::Model(e) => write!(f, "embedding failed: {e}"),
+            EmbedError::Workers(msg) => write!(f, "embedder workers: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for EmbedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            EmbedError::Model(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// The answer to one request: a vector per text, in order, and the tokens the texts
+/// made (after truncation, special tokens included: OpenAI's `usage.prompt_tokens`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Embeddings {
+    /// One L2-normalised vector of [`Embedder::dim`] values per text.
+    pub vectors: Vec<Vec<f32>>,
+    /// Tokens of all the texts together.
+    pub tokens: usize,
+}
+
+/// Sentence embeddings from text, for any number of threads at once.
+///
+/// `Embedder` is `Send + Sync`; share it with `Arc`. Each call tokenises its texts on
+/// the calling thread (no padding; texts longer than the model's `max_seq_length`
+/// are **truncated** to it, as sentence-transformers does, keeping the special
+/// tokens) and queues them; the embedder's worker threads take queued texts of all
+/// callers in ragged batches of up to [`EmbedderSettings::max_batch_tokens`] tokens
+/// and run each as one forward pass with no padding. The pooling is the folder's
+/// (mean when it names none) and every vector is L2-normalised.
+///
+/// Requests fail alone: an empty text is refused at once; if a batch fails, its texts
+/// are run again one by one so only the request whose text fails gets the error.
+/// Dropping the last handle lets the workers finish what is queued and joins them.
+pub struct Embedder {
+    batcher: Arc<Batcher>,
+    tokenizer: Tokenizer,
+    max_tokens: usize,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Embedder {
+    /// Loads the sentence-transformers folder `dir` (config.json, model.safetensors,
+    /// tokenizer.json; the pooling module's config.json and sentence_bert_config.json
+    /// when present) and starts the workers with default settings.
+    pub fn load(dir: impl AsRef<Path>) -> Result<Embedder, EmbedError> {
+        Embedder::load_with(dir, EmbedderSettings::default())
+    }
+
+    /// [`Embedder::load`] with `settings`.
+    pub fn load_with(
+        dir: impl AsRef<Path>,
+        settings: EmbedderSettings,
+    ) -> Result<Embedder, EmbedError> {
+        let f = folder::Folder::load(dir.as_ref())?;
+        if settings.workers == 0 {
+            return Err(EmbedError::Settings("workers must be at least 1".into()));
+        }
+        if settings.max_batch_tokens < f.max_tokens {
+            return Err(EmbedError::Settings(format!(
+                "max_batch_tokens {} is below the model's longest text, {} tokens",
+                settings.max_batch_tokens, f.max_tokens
+            )));
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let kernel_threads = match settings.kernel_threads {
+            0 => (cores / settings.workers).max(1),
+            n => n,
+        };
+        let batcher = Arc::new(Batcher::new(f.model, f.pooling, settings));
+        let mut workers = Vec::new();
+        for i in 0..batcher.settings().workers {
+            let b = Arc::clone(&batcher);
+            let spawned = std::thread::Builder::new()
+                .name(format!("streamfuse-embed-{i}"))
+                .spawn(move || b.work(kernel_threads));
+            match spawned {
+                Ok(h) => workers.push(h),
+                Err(e) => {
+                    batcher.shut_down();
+                    return Err(EmbedError::Workers(format!(
+                        "cannot start worker thread {i}: {e}"
+                    )));
+                }
+            }
+        }
+        Ok(Embedder {
+            batcher,
+            tokenizer: f.tokenizer,
+            max_tokens: f.max_tokens,
+            workers,
+        })
+    }
+
+    /// One L2-normalised vector per text, in order; blocks until they are made. An
+    /// empty list gives an empty list.
+    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed_counted(texts).map(|e| e.vectors)
+    }
+
+    /// [`Embedder::embed`], with the number of tokens the texts made.
+    pub fn embed_counted<S: AsRef<str>>(&self, texts: &[S]) -> Result<Embeddings, EmbedError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.submit(texts, move |r| {
+            let _ = tx.send(r);
+        })?;
+        rx.recv()
+            .unwrap_or_else(|_| Err(EmbedError::Workers("the request was lost".into())))
+    }
+
+    /// Queues `texts` and returns at once; `done` is called, on a worker thread, with
+    /// the answer once every text is embedded (right away, on this thread, for an
+    /// empty list). An empty text or one the tokenizer refuses is an `Err` here, and
+    /// `done` is then never called. `done` should be quick (send the answer
+    /// somewhere): it runs on the thread that embeds the next batch.
+    pub fn submit<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        done: impl FnOnce(Result<Embeddings, EmbedError>) + Send + 'static,
+    ) -> Result<(), EmbedError> {
+        let mut seqs = Vec::with_capacity(texts.len());
+        for (index, text) in texts.iter().enumerate() {
+            let text = text.as_ref();
+            if text.trim().is_empty() {
+                return Err(EmbedError::EmptyText { index });
+            }
+            let enc = self
+                .tokenizer
+                .encode(text, true)
+                .map_err(|e| EmbedError::Tokenize {
+                    index,
+                    msg: e.to_string(),
+                })?;
+            seqs.push(enc.get_ids().to_vec());
+        }
+        self.submit_tokens(seqs, done)
+    }
+
+    /// [`Embedder::submit`] for texts already tokenised (with their special tokens):
+    /// each sequence must have 1 to [`Embedder::max_tokens`] ids, each in the model's
+    /// vocabulary; a sequence that does not is an `Err` naming it.
+    pub fn submit_tokens(
+        &self,
+        seqs: Vec<Vec<u32>>,
+        done: impl FnOnce(Result<Embeddings, EmbedError>) + Send + 'static,
+    ) -> Result<(), EmbedError> {
+        let vocab = self.model().config().vocab_size;
+        for (index, s) in seqs.iter().enumerate() {
+            if s.is_empty() || s.len() > self.max_tokens {
+                return Err(EmbedError::Tokenize {
+                    index,
+                    msg: format!(
+                        "{} tokens; a sequence needs 1 to {}",
+                        s.len(),
+                        self.max_tokens
+                    ),
+                });
+            }
+            if let Some(bad) = s.iter().find(|&&t| t as usize >= vocab) {
+                return Err(EmbedError::Tokenize {
+                    index,
+                    msg: format!("token id {bad} is outside the model's vocabulary of {vocab}"),
+                });
+            }
+        }
+        let tokens = seqs.iter().map(Vec::len).sum();
+        if seqs.is_empty() {
+            done(Ok(Embeddings {
+                vectors: Vec::new(),
+                tokens: 0,
+            }));
+            return Ok(());
+        }
+        let done: Done = Box::new(done);
+        let request = Request::new(seqs.len(), tokens, done);
+        self.batcher
+            .push(seqs.into_iter().enumerate().map(|(index, ids)| Item {
+                ids,
+                request: Arc::clone(&request),
+                index,
+                request_tokens: tokens,
+            }));
+        Ok(())
+    }
+
+    /// Width of the vectors (384 for all-MiniLM-L6-v2).
+    pub fn dim(&self) -> usize {
+        self.model().dim()
+    }
+
+    /// The most tokens a text keeps (the folder's `max_seq_length`, else the model's
+    /// positions); longer texts are truncated to it.
+    pub fn max_tokens(&self) -> usize {
+        self.max_tokens
+    }
+
+    /// The settings the embedder runs with.
+    pub fn settings(&self) -> &EmbedderSettings {
+        self.batcher.settings()
+    }
+
+    /// The model, for callers that also want [`BertModel::embed`] and the like.
+    pub fn model(&self) -> &BertModel {
+        self.batcher.model()
+    }
+
+    /// The pooling mode read from the folder.
+    pub fn pooling(&self) -> Pooling {
+        self.batcher.pooling()
+    }
+
+    /// The folder's tokenizer, set up as the embedder uses it (truncation at
+    /// [`Embedder::max_tokens`], no padding).
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+}
+
+impl Drop for Embedder {
+    fn drop(&mut self) {
+        self.batcher.shut_down();
+        let me = std::thread::current().id();
+        for h in self.workers.drain(..) {
+            // A last handle dropped inside a callback runs on a worker: not itself.
+            if h.thread().id() != me {
+                let _ = h.join();
+            }
+        }
+    }
+}

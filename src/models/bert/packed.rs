@@ -1,0 +1,209 @@
+//! Ragged batches: [`BertModel::embed_packed`] runs several sequences of different
+//! lengths as one forward pass with no padding. Their tokens are packed one after
+//! another into `[total_tokens, hidden]`, so every dense op (the projections, the
+//! feed-forward, the norms) works on real tokens only; each sequence's positions come
+//! from the position table by index; attention runs per sequence over the packed rows
+//! ([`Tensor::attention_ragged`], given the sequences' offsets); pooling and L2
+//! normalisation are done per sequence on the last hidden states.
+//!
+//! [`Packing::Bucketed`] rounds the packed length up (by at most 1/16, as one filler
+//! sequence that is computed and thrown away) so that a server seeing every possible
+//! total length builds and caches a few dozen plans instead of one per length.
+
+use super::BertModel;
+use crate::{Error, Result, Tensor};
+
+/// How a sentence embedding is pooled from the last hidden states of its tokens
+/// (sentence-transformers' `1_Pooling/config.json` names these modes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pooling {
+    /// The mean over the tokens (`pooling_mode_mean_tokens`; all-MiniLM-L6-v2's).
+    #[default]
+    Mean,
+    /// The first token's state (`pooling_mode_cls_token`).
+    Cls,
+    /// The sum over the tokens divided by √length (`pooling_mode_mean_sqrt_len_tokens`).
+    MeanSqrtLen,
+}
+
+/// Whether a packed batch is run at its exact length or rounded up to a bucket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Packing {
+    /// Exactly the sequences' tokens.
+    #[default]
+    Exact,
+    /// The total rounded up to a multiple of `max(8, 2^⌊log2 total⌋ / 16)` tokens and
+    /// the number of sequences to a power of two, both with filler that is thrown
+    /// away: at most 1/16 (or 7 tokens) more work, and few distinct shapes for the plan
+    /// cache.
+    Bucketed,
+}
+
+/// `total` rounded up as [`Packing::Bucketed`] does.
+pub(crate) fn bucket_tokens(total: usize) -> usize {
+    if total == 0 {
+        return 0;
+    }
+    let pow = 1usize << (usize::BITS - 1 - total.leading_zeros());
+    let step = (pow / 16).max(8);
+    total.div_ceil(step) * step
+}
+
+impl BertModel {
+    /// Embeddings of `seqs` (token ids, each 1 to `max_position_embeddings` long and
+    /// below `vocab_size`) from one ragged forward pass: no padding, attention per
+    /// sequence, then `pooling` and L2 normalisation per sequence. Results are in
+    /// input order and equal [`BertModel::embed_batch`]'s (mean pooling) to float
+    /// rounding, whatever the mix of lengths.
+    pub fn embed_packed(
+        &self,
+        seqs: &[&[u32]],
+        pooling: Pooling,
+        packing: Packing,
+    ) -> Result<Vec<Vec<f32>>> {
+        let op = "bert_embed_packed";
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        for (i, s) in seqs.iter().enumerate() {
+            self.check_sequence(op, i, s)?;
+        }
+        let real: usize = seqs.iter().map(|s| s.len()).sum();
+        let (total, n_offsets) = match packing {
+            Packing::Exact => (real, seqs.len() + 1),
+            // The filler is one more sequence; empty ones pad the offsets.
+            Packing::Bucketed => (
+                bucket_tokens(real),
+                (seqs.len() + 2).next_power_of_two().max(8),
+            ),
+        };
+        if u32::try_from(total).is_err() {
+            return Err(Error::Arg {
+                op,
+                msg: format!("a packed batch of {total} tokens is more than u32 offsets hold"),
+            });
+        }
+        let mut ids = Vec::with_capacity(total);
+        let mut positions = Vec::with_capacity(total);
+        let mut offsets = Vec::with_capacity(n_offsets);
+        offsets.push(0u32);
+        for s in seqs {
+            ids.extend_from_slice(s);
+            positions.extend(0..s.len() as u32);
+            offsets.push(ids.len() as u32);
+        }
+        // Filler: pad tokens at position 0, one sequence of their own.
+        ids.resize(total, self.config.pad_token_id);
+        positions.resize(total, 0);
+        offsets.resize(n_offsets, total as u32);
+
+        let hidden = self.encode_packed(
+            &Tensor::from_vec(ids, &[total])?,
+            &Tensor::from_vec(positions, &[total])?,
+            &Tensor::from_vec(offsets, &[n_offsets])?,
+        )?;
+        let states = hidden.to_vec::<f32>()?;
+        let h = self.dim();
+        let mut at = 0;
+        Ok(seqs
+            .iter()
+            .map(|s| {
+                let rows = &states[at * h..(at + s.len()) * h];
+                at += s.len();
+                pool(rows, h, pooling)
+            })
+            .collect())
+    }
+
+    /// The last hidden states `[total, hidden]` of a packed batch: token ids `[total]`
+    /// (u32), each token's position in its sequence `[total]` (u32) and the sequences'
+    /// offsets `[n + 1]` (u32, from 0 to `total`).
+    fn encode_packed(&self, ids: &Tensor, positions: &Tensor, offsets: &Tensor) -> Result<Tensor> {
+        let cfg = &self.config;
+        let (h, heads, dh) = (cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim());
+        let total = ids.dims()[0];
+        let mut x = self
+            .word_emb
+            .index_select(ids, 0)?
+            .add(&self.pos_type_emb.index_select(positions, 0)?)?
+            .layer_norm(&self.emb_ln_w, &self.emb_ln_b, cfg.layer_norm_eps)?;
+        for layer in &self.layers {
+            x = self.layer(layer, &x, |qkv| {
+                // q, k and v viewed as [3, heads, total, dh]; attention within each
+                // sequence, written as [total, heads, dh] rows.
+                let qkv = qkv
+                    .reshape(&[total, 3, heads, dh])?
+                    .permute(&[1, 2, 0, 3])?;
+                let part = |i| qkv.narrow(0, i, 1)?.squeeze(0);
+                part(0)?
+                    .attention_ragged(&part(1)?, &part(2)?, offsets, 1.0)?
+                    .reshape(&[total, h])
+            })?;
+        }
+        Ok(x)
+    }
+}
+
+/// One sequence's embedding from its rows of last hidden states (`rows.len()` a
+/// positive multiple of `h`): pooled, then L2-normalised (as sentence-transformers'
+/// Normalize: divided by the norm, at least 1e-12).
+fn pool(rows: &[f32], h: usize, pooling: Pooling) -> Vec<f32> {
+    let n = rows.len() / h;
+    let mut out = vec![0.0f64; h];
+    match pooling {
+        Pooling::Cls => {
+            for (o, &x) in out.iter_mut().zip(&rows[..h]) {
+                *o = f64::from(x);
+            }
+        }
+        Pooling::Mean | Pooling::MeanSqrtLen => {
+            for row in rows.chunks_exact(h) {
+                for (o, &x) in out.iter_mut().zip(row) {
+                    *o += f64::from(x);
+                }
+            }
+            let div = match pooling {
+                Pooling::Mean => n as f64,
+                _ => (n as f64).sqrt(),
+            };
+            out.iter_mut().for_each(|o| *o /= div);
+        }
+    }
+    let norm = out.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
+    out.iter().map(|x| (x / norm) as f32).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_round_up_by_at_most_a_sixteenth_or_seven_tokens() {
+        assert_eq!(bucket_tokens(0), 0);
+        assert_eq!(bucket_tokens(1), 8);
+        assert_eq!(bucket_tokens(8), 8);
+        assert_eq!(bucket_tokens(9), 16);
+        assert_eq!(bucket_tokens(130), 136);
+        assert_eq!(bucket_tokens(1000), 1024);
+        assert_eq!(bucket_tokens(1025), 1088);
+        for t in 1..5000 {
+            let b = bucket_tokens(t);
+            assert!(b >= t && (b - t <= 7 || (b - t) * 16 <= t), "{t} -> {b}");
+        }
+        let distinct: std::collections::BTreeSet<usize> = (1..=2048).map(bucket_tokens).collect();
+        assert!(distinct.len() <= 100, "{} buckets", distinct.len());
+    }
+
+    #[test]
+    fn pooling_modes() {
+        let rows = [3.0f32, 0.0, 3.0, 8.0];
+        assert_eq!(pool(&rows, 2, Pooling::Cls), vec![1.0, 0.0]);
+        let m = pool(&rows, 2, Pooling::Mean);
+        assert!(
+            (m[0] - 0.6).abs() < 1e-6 && (m[1] - 0.8).abs() < 1e-6,
+            "{m:?}"
+        );
+        assert_eq!(pool(&rows, 2, Pooling::MeanSqrtLen), m);
+        assert_eq!(pool(&[0.0, 0.0], 2, Pooling::Mean), vec![0.0, 0.0]);
+    }
+}
