@@ -62,15 +62,7 @@ pub fn encoder_params(h: usize, ffn: usize) -> Vec<Tensor> {
 pub fn encoder(x: &Tensor, p: &[Tensor], heads: usize, mask: Option<&Tensor>) -> Tensor {
     let (b, s, h) = (x.dims()[0], x.dims()[1], x.dims()[2]);
     let d = h / heads;
-    let split = |t: Tensor| {
-        t.reshape(&[b, s, heads, d])
-            .unwrap()
-            .transpose(1, 2)
-            .unwrap()
-    };
-    let q = split(x.matmul(&p[0]).unwrap().add(&p[1]).unwrap());
-    let k = split(x.matmul(&p[2]).unwrap().add(&p[3]).unwrap());
-    let v = split(x.matmul(&p[4]).unwrap().add(&p[5]).unwrap());
+    let [q, k, v] = heads_qkv(x, p, heads);
     let mut scores = q
         .matmul(&k.transpose(2, 3).unwrap())
         .unwrap()
@@ -95,21 +87,29 @@ pub fn encoder(x: &Tensor, p: &[Tensor], heads: usize, mask: Option<&Tensor>) ->
 pub fn encoder_fused_attention(x: &Tensor, p: &[Tensor], heads: usize) -> Tensor {
     let (b, s, h) = (x.dims()[0], x.dims()[1], x.dims()[2]);
     let d = h / heads;
-    let split = |t: Tensor| {
-        t.reshape(&[b, s, heads, d])
-            .unwrap()
-            .transpose(1, 2)
-            .unwrap()
-    };
-    let q = split(x.matmul(&p[0]).unwrap().add(&p[1]).unwrap());
-    let k = split(x.matmul(&p[2]).unwrap().add(&p[3]).unwrap());
-    let v = split(x.matmul(&p[4]).unwrap().add(&p[5]).unwrap());
+    let [q, k, v] = heads_qkv(x, p, heads);
     let ctx = q
         .attention(&k, &v, None, 1.0 / (d as f32).sqrt())
         .unwrap()
         .reshape(&[b, s, h])
         .unwrap();
     encoder_tail(&ctx, x, p)
+}
+
+/// The layer's q, k and v projections of `x`, each split into heads
+/// `[batch, heads, seq, head_dim]`.
+fn heads_qkv(x: &Tensor, p: &[Tensor], heads: usize) -> [Tensor; 3] {
+    let (b, s, h) = (x.dims()[0], x.dims()[1], x.dims()[2]);
+    [0, 2, 4].map(|i| {
+        x.matmul(&p[i])
+            .unwrap()
+            .add(&p[i + 1])
+            .unwrap()
+            .reshape(&[b, s, heads, h / heads])
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+    })
 }
 
 /// The output projection, residual, norm and feed-forward of [`encoder`].
