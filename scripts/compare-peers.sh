@@ -71,30 +71,16 @@ if [ ! -f "$MODEL/model.safetensors" ]; then
 fi
 
 # --- Python: PyTorch, ONNX Runtime ---------------------------------------------------
-VENV=$PEERS/venv
-PY=$VENV/bin/python
-if [ ! -x "$PY" ]; then
-    log "creating $VENV"
-    python3 -m venv "$VENV"
-fi
-if ! "$PY" -c "import torch, numpy, tokenizers, onnxruntime, onnx" 2>/dev/null; then
-    log "installing torch, numpy, tokenizers, onnxruntime, onnx from PyPI into $VENV (large download)"
-    "$PY" -m pip install --quiet --disable-pip-version-check torch numpy tokenizers onnxruntime onnx >&2
-fi
+# shellcheck source=scripts/peers/python-env.sh
+. scripts/peers/python-env.sh
+python_env
 SHIM=""
 if ! grep -q GenuineIntel /proc/cpuinfo && command -v cc >/dev/null; then
     echo 'int mkl_serv_intel_cpu_true(void) { return 1; }' > "$PEERS/mkl_shim.c"
     cc -shared -fPIC -O2 -o "$PEERS/libmkl_shim.so" "$PEERS/mkl_shim.c"
     SHIM=$PEERS/libmkl_shim.so
 fi
-ONNX=$PEERS/onnx
-log "ONNX models in $ONNX (exported once from $MODEL/model.safetensors)"
-if ! "$PY" scripts/peers/ort_export.py --model "$MODEL" --dir "$ONNX" --sentences "$SENTENCES" \
-    --threads "$THREADS" > "$OUT/export.txt" 2>&1; then
-    cat "$OUT/export.txt" >&2
-    log "the ONNX export failed"
-    exit 1
-fi
+onnx_export
 sed 's/^/    /' "$OUT/export.txt" >&2
 
 # --- candle ---------------------------------------------------------------------------

@@ -68,24 +68,10 @@ if [ ! -f "$MODEL/model.safetensors" ]; then
 fi
 
 # --- ONNX Runtime (the venv and export of compare-peers.sh) ----------------------------
-VENV=$PEERS/venv
-PY=$VENV/bin/python
-if [ ! -x "$PY" ]; then
-    log "creating $VENV"
-    python3 -m venv "$VENV"
-fi
-if ! "$PY" -c "import torch, numpy, tokenizers, onnxruntime, onnx" 2>/dev/null; then
-    log "installing torch, numpy, tokenizers, onnxruntime, onnx from PyPI into $VENV (large download)"
-    "$PY" -m pip install --quiet --disable-pip-version-check torch numpy tokenizers onnxruntime onnx >&2
-fi
-ONNX=$PEERS/onnx
-log "ONNX models in $ONNX (exported once from $MODEL/model.safetensors)"
-if ! "$PY" scripts/peers/ort_export.py --model "$MODEL" --dir "$ONNX" --sentences "$SENTENCES" \
-    --threads "$THREADS" > "$OUT/export.txt" 2>&1; then
-    cat "$OUT/export.txt" >&2
-    log "the ONNX export failed"
-    exit 1
-fi
+# shellcheck source=scripts/peers/python-env.sh
+. scripts/peers/python-env.sh
+python_env
+onnx_export
 [ "$MODE" = setup ] && { log "set up; MODE=setup runs nothing"; exit 0; }
 
 # --- the runs ---------------------------------------------------------------------------
