@@ -52,6 +52,19 @@ def pad(encoded, idx):
     return ids, mask
 
 
+def ort_session(path, threads):
+    """An ONNX Runtime session as its users make one for CPU inference: every graph
+    optimisation on, `threads` intra-op threads, sequential execution."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
 def percentile(sorted_values, p):
     """The p-th percentile (nearest rank) of ascending values; 0 when empty."""
     if not sorted_values:

@@ -29,12 +29,7 @@ import common  # noqa: E402
 
 def main():
     args = common.arguments(extra=["--onnx"])
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = args.threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(args.onnx, so, providers=["CPUExecutionProvider"])
+    session = common.ort_session(args.onnx, args.threads)
 
     def forward(ids, mask):
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}

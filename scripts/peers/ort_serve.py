@@ -82,12 +82,7 @@ def main():
     work = [requests(sentences, c, args) for c in range(args.clients)]
     texts = sum(len(r) for w in work for r in w)
     tok = common.tokenizer(args.model)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = args.threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(args.onnx, so, providers=["CPUExecutionProvider"])
+    session = common.ort_session(args.onnx, args.threads)
     print(
         f"onnxruntime {ort.__version__} {os.path.basename(args.onnx)}, one session, "
         f"{args.threads} intra-op threads, {args.clients} client threads",

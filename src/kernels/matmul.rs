@@ -51,7 +51,7 @@ pub fn matmul_prepacked(
 
 /// Whether `packed` can stand for the right operand `rhs_layout` of a product with
 /// `lhs_layout` (the same batch dims, the matrix it packs).
-pub fn packs_for(packed: &PackedRhs, lhs_layout: &Layout, rhs_layout: &Layout) -> bool {
+fn packs_for(packed: &PackedRhs, lhs_layout: &Layout, rhs_layout: &Layout) -> bool {
     let (l, r) = (&lhs_layout.dims, &rhs_layout.dims);
     l.len() == r.len()
         && l.len() >= 2
