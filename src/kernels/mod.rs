@@ -37,6 +37,7 @@
 mod attention;
 mod chain;
 mod copy;
+pub(crate) mod cpu;
 mod elementwise;
 mod fused;
 mod index;

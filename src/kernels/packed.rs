@@ -124,14 +124,7 @@ impl PackedRhs {
 
 /// Whether the packed kernel can run here.
 pub fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    super::cpu::has_avx512()
 }
 
 /// Products of at most this many rows are split between threads by columns (tests

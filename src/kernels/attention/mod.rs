@@ -59,7 +59,7 @@ pub const MAX_HEAD_DIM: usize = 256;
 static FORCE_PORTABLE: AtomicBool = AtomicBool::new(false);
 
 fn force_portable() -> bool {
-    FORCE_PORTABLE.load(Ordering::Relaxed)
+    FORCE_PORTABLE.load(Ordering::Relaxed) || crate::kernels::cpu::forced_portable()
 }
 
 /// Makes every later call take the portable path (`true`) or the fastest (`false`);

@@ -83,6 +83,9 @@ impl Path {
     pub(super) fn detect() -> Path {
         #[cfg(target_arch = "x86_64")]
         {
+            if crate::kernels::cpu::forced_portable() {
+                return Path::Portable;
+            }
             if std::arch::is_x86_feature_detected!("avx512f")
                 && std::arch::is_x86_feature_detected!("avx512vl")
                 && std::arch::is_x86_feature_detected!("avx2")
