@@ -16,6 +16,15 @@ pub enum DType {
     U32,
     /// 64-bit signed integer: indices as most tokenizers produce them.
     I64,
+    /// bfloat16 (the top half of an f32: 8 exponent bits, 7 mantissa bits): weights
+    /// kept in half the memory and multiplied with AVX512_BF16. A matrix `[k, n]`,
+    /// made by [`to_dtype`](crate::Tensor::to_dtype) and used as the right operand of
+    /// `matmul` (see `Tensor::to_dtype` for what it allows).
+    BF16,
+    /// Signed 8-bit integers with one f32 scale per column: weights kept in a quarter
+    /// of the memory and multiplied with AVX512_VNNI. A matrix `[k, n]`, as
+    /// [`DType::BF16`].
+    I8,
 }
 
 impl DType {
@@ -24,7 +33,15 @@ impl DType {
         match self {
             DType::F32 | DType::U32 => 4,
             DType::I64 => 8,
+            DType::BF16 => 2,
+            DType::I8 => 1,
         }
+    }
+
+    /// Whether tensors of this type are weights kept in reduced precision (`BF16`,
+    /// `I8`): matrices that only `matmul` (as its right operand) and `to_dtype` take.
+    pub fn is_weight_only(self) -> bool {
+        matches!(self, DType::BF16 | DType::I8)
     }
 
     /// Whether this is a floating-point type (transcendental ops need one).
@@ -38,6 +55,8 @@ impl DType {
             DType::F32 => "f32",
             DType::U32 => "u32",
             DType::I64 => "i64",
+            DType::BF16 => "bf16",
+            DType::I8 => "i8",
         }
     }
 }

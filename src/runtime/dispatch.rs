@@ -285,11 +285,14 @@ fn dst<T: StorageElement>(d: DataMut<'_>) -> Result<&mut [T], KernelError> {
     })
 }
 
-/// Calls `$body` with `$T` bound to the Rust type of `$dtype`.
+/// Calls `$body` with `$T` bound to the Rust type of `$dtype`'s elements as kernels
+/// read them: a weight kept in bf16 or int8 is read as its values in f32 (a product by
+/// it reads the packed form instead; the Tensor API lets no other op make or read one,
+/// except `to_dtype`).
 macro_rules! with_dtype {
     ($dtype:expr, $T:ident => $body:expr) => {
         match $dtype {
-            DType::F32 => {
+            DType::F32 | DType::BF16 | DType::I8 => {
                 type $T = f32;
                 $body
             }

@@ -1,0 +1,104 @@
+//! The f32 tile: up to [`MR`] rows by one panel of [`NR`] columns, on AVX-512.
+//!
+//! `MR × 2` accumulators; per step of `k`, two vector loads of the panel and one
+//! broadcast of each row's element of the left operand, read in place.
+
+use super::{by_rows, Cols, Out, MR, NR};
+
+/// One tile's operands: rows of `a` (element `(i, p)` at `i * lda + p * cs`) and the
+/// panel `b` (`k` rows of [`NR`]).
+pub(super) struct Tile<'a> {
+    pub a: &'a [f32],
+    pub lda: usize,
+    pub cs: usize,
+    pub k: usize,
+    pub b: &'a [f32],
+    pub at: Cols,
+}
+
+/// `dst[i][j0..j0 + width] = a[i] · b` for the tile's `rows` rows.
+pub(super) fn tile(t: &Tile<'_>, rows: usize, dst: Out) {
+    macro_rules! call {
+        ($r:literal) => {
+            if t.cs == 1 {
+                checked::<$r, true>(t, dst)
+            } else {
+                checked::<$r, false>(t, dst)
+            }
+        };
+    }
+    by_rows!(rows, call!())
+}
+
+/// `UNIT`: the rows of `a` are contiguous (`cs == 1`, the common case, compiled apart).
+fn checked<const R: usize, const UNIT: bool>(t: &Tile<'_>, dst: Out) {
+    // The bounds every access below relies on, checked once (a failed check is a bug of
+    // this module, caught at the kernel boundary as a panic).
+    let w = t.at;
+    assert!(R >= 1 && R <= MR && w.width >= 1 && w.width <= NR);
+    assert!(t.b.len() >= t.k * NR);
+    assert!(t.k >= 1 && t.a.len() > (R - 1) * t.lda + (t.k - 1) * t.cs);
+    assert!(!UNIT || t.cs == 1);
+    assert!(dst.len >= (R - 1) * w.ldc + w.j0 + w.width);
+    #[cfg(target_arch = "x86_64")]
+    {
+        assert!(
+            super::has_avx512(),
+            "the f32 packed kernel runs only on AVX-512"
+        );
+        // SAFETY: AVX-512F is present (asserted), the asserts above are the bounds
+        // `avx512::tile` documents, and this tile's elements of `dst` are written by no
+        // one else (see `Out`).
+        unsafe { avx512::tile::<R, UNIT>(t, dst.ptr) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("PackedRhs::pack gives None without AVX-512");
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{Tile, NR};
+    use std::arch::x86_64::*;
+
+    /// The tile on AVX-512: `R × 2` accumulators, one step of `k` per iteration.
+    ///
+    /// # Safety
+    ///
+    /// The CPU has AVX-512F; `t.k >= 1` and `t.b` holds at least `t.k * NR` elements;
+    /// `t.a` holds more than `(R - 1) * t.lda + (t.k - 1) * t.cs`, and `t.cs == 1`
+    /// when `UNIT`; `dst` is valid for writes of
+    /// `(R - 1) * ldc + j0 + width` elements (`t.at`), of which nobody else reads or
+    /// writes the tile's during the call, and `1 <= width <= NR`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn tile<const R: usize, const UNIT: bool>(t: &Tile<'_>, dst: *mut f32) {
+        let mut acc0 = [_mm512_setzero_ps(); R];
+        let mut acc1 = [_mm512_setzero_ps(); R];
+        let (a, b) = (t.a.as_ptr(), t.b.as_ptr());
+        for p in 0..t.k {
+            let col = if UNIT { p } else { p * t.cs };
+            // SAFETY: p < k, so `b[p * NR..p * NR + 32]` is inside `t.b` (k * NR
+            // elements), and `a[i * lda + p * cs]` for i < R is inside `t.a` (whose
+            // last element is at (R - 1) * lda + (k - 1) * cs or beyond).
+            unsafe {
+                let b0 = _mm512_loadu_ps(b.add(p * NR));
+                let b1 = _mm512_loadu_ps(b.add(p * NR + 16));
+                for i in 0..R {
+                    let x = _mm512_set1_ps(*a.add(i * t.lda + col));
+                    acc0[i] = _mm512_fmadd_ps(x, b0, acc0[i]);
+                    acc1[i] = _mm512_fmadd_ps(x, b1, acc1[i]);
+                }
+            }
+        }
+        let (m0, m1) = t.at.masks();
+        for i in 0..R {
+            // SAFETY: row i's columns j0..j0 + width are at i * ldc + j0.., inside
+            // `dst` (its length is at least (R - 1) * ldc + j0 + width); the masks write
+            // only the first `width` lanes.
+            unsafe {
+                let row = dst.add(i * t.at.ldc + t.at.j0);
+                _mm512_mask_storeu_ps(row, m0, acc0[i]);
+                _mm512_mask_storeu_ps(row.add(16), m1, acc1[i]);
+            }
+        }
+    }
+}
