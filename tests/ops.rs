@@ -109,6 +109,7 @@ fn zeros_ones_full() {
                 assert_eq!(z.to_vec::<i64>().unwrap(), vec![0; 6]);
                 assert_eq!(o.to_vec::<i64>().unwrap(), vec![1; 6]);
             }
+            _ => unreachable!("weight-only dtypes are not filled"),
         }
     }
     let f = Tensor::full(2.5, &[4, 2]).unwrap();

@@ -7,8 +7,9 @@
 
 use std::fmt;
 
-/// The element type of a tensor.
+/// The element type of a tensor. More types may come (the enum is non-exhaustive).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DType {
     /// 32-bit IEEE float: the type of activations and weights.
     F32,

@@ -74,10 +74,10 @@ impl Tensor {
             scale: f64::from(scale).to_bits(),
             ragged: false,
         };
-        Ok(match bias {
+        match bias {
             Some(bias) => Tensor::record(kind, &[&q, &k, &v, bias], DType::F32, out),
             None => Tensor::record(kind, &[&q, &k, &v], DType::F32, out),
-        })
+        }
     }
 
     /// Attention over a packed (ragged) batch: several sequences of different lengths
@@ -144,7 +144,7 @@ impl Tensor {
             scale: f64::from(scale).to_bits(),
             ragged: true,
         };
-        Tensor::record(kind, &[&q, &k, &v, &offsets], DType::F32, out).squeeze(0)
+        Tensor::record(kind, &[&q, &k, &v, &offsets], DType::F32, out)?.squeeze(0)
     }
 }
 

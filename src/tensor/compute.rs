@@ -32,21 +32,23 @@ impl Tensor {
     }
 
     /// Matrix product of the last two dims, `[.., m, k] x [.., k, n] -> [.., m, n]`;
-    /// leading (batch) dims broadcast as in numpy. Both operands must be f32 and have
-    /// rank 2 or more.
+    /// leading (batch) dims broadcast as in numpy. Both operands have rank 2 or more;
+    /// the left one is f32, the right one f32 or a weight kept in `BF16` or `I8` (see
+    /// [`Tensor::to_dtype`]: the product then reads the weight's packed form, rounds or
+    /// quantises the left rows inside the kernel, and sums in f32). The result is f32.
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         let op = "matmul";
-        for t in [self, rhs] {
-            if t.dtype() != DType::F32 {
-                return Err(Error::DType {
-                    op,
-                    msg: format!(
-                        "needs f32 operands, got {} and {}",
-                        self.dtype(),
-                        rhs.dtype()
-                    ),
-                });
-            }
+        if self.dtype() != DType::F32
+            || !(rhs.dtype() == DType::F32 || rhs.dtype().is_weight_only())
+        {
+            return Err(Error::DType {
+                op,
+                msg: format!(
+                    "needs an f32 left operand and an f32, bf16 or i8 right one, got {} and {}",
+                    self.dtype(),
+                    rhs.dtype()
+                ),
+            });
         }
         let (a, b) = (self.dims(), rhs.dims());
         if a.len() < 2 || b.len() < 2 {
@@ -75,12 +77,12 @@ impl Tensor {
         dims.push(m);
         dims.push(n);
         super::checked_numel(&dims, op)?;
-        Ok(Tensor::record(
+        Tensor::record(
             OpKind::MatMul,
             &[self, rhs],
             DType::F32,
             Layout::contiguous(&dims),
-        ))
+        )
     }
 
     fn reduce(&self, op: ReduceOp, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
@@ -108,7 +110,7 @@ impl Tensor {
         } else {
             dims.remove(d);
         }
-        Ok(Tensor::record(
+        Tensor::record(
             OpKind::Reduce {
                 op,
                 dim: d,
@@ -117,7 +119,7 @@ impl Tensor {
             &[self],
             dtype,
             Layout::contiguous(&dims),
-        ))
+        )
     }
 
     /// Sum over `dim`, which is removed.
@@ -164,12 +166,12 @@ impl Tensor {
         if d != last {
             return self.transpose(d, last)?.softmax(last)?.transpose(d, last);
         }
-        Ok(Tensor::record(
+        Tensor::record(
             OpKind::Softmax,
             &[self],
             DType::F32,
             Layout::contiguous(self.dims()),
-        ))
+        )
     }
 
     /// Layer normalisation over the last dim: `(x - mean) / sqrt(var + eps) * weight +
@@ -178,12 +180,12 @@ impl Tensor {
     pub fn layer_norm(&self, weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
         let op = "layer_norm";
         self.check_norm(op, &[("weight", weight), ("bias", bias)])?;
-        Ok(Tensor::record(
+        Tensor::record(
             OpKind::LayerNorm { eps: eps.to_bits() },
             &[self, weight, bias],
             DType::F32,
             Layout::contiguous(self.dims()),
-        ))
+        )
     }
 
     /// RMS normalisation over the last dim: `x / sqrt(mean(x^2) + eps) * weight`;
@@ -191,12 +193,12 @@ impl Tensor {
     pub fn rms_norm(&self, weight: &Tensor, eps: f64) -> Result<Tensor> {
         let op = "rms_norm";
         self.check_norm(op, &[("weight", weight)])?;
-        Ok(Tensor::record(
+        Tensor::record(
             OpKind::RmsNorm { eps: eps.to_bits() },
             &[self, weight],
             DType::F32,
             Layout::contiguous(self.dims()),
-        ))
+        )
     }
 
     fn check_norm(&self, op: &'static str, params: &[(&str, &Tensor)]) -> Result<()> {

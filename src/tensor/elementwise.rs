@@ -7,6 +7,7 @@
 use super::Tensor;
 use crate::error::{Error, Result};
 use crate::ir::{BinaryOp, DType, Dims, Layout, OpKind, UnaryOp};
+use crate::runtime::TensorBuffer;
 
 /// The shape both operands broadcast to, or an error naming `op` and both shapes.
 pub(crate) fn broadcast_shape(a: &[usize], b: &[usize], op: &'static str) -> Result<Dims> {
@@ -55,12 +56,12 @@ impl Tensor {
         }
         let dims = broadcast_shape(self.dims(), rhs.dims(), op.name())?;
         super::checked_numel(&dims, op.name())?;
-        Ok(Tensor::record(
+        Tensor::record(
             OpKind::Binary(op),
             &[self, rhs],
             self.dtype(),
             Layout::contiguous(&dims),
-        ))
+        )
     }
 
     /// `self + rhs`, element-wise with broadcasting.
@@ -104,12 +105,12 @@ impl Tensor {
                 ),
             });
         }
-        Ok(Tensor::record(
+        Tensor::record(
             OpKind::Unary(op),
             &[self],
             self.dtype(),
             Layout::contiguous(self.dims()),
-        ))
+        )
     }
 
     /// `self * mul + add`, element-wise.
@@ -187,15 +188,64 @@ impl Tensor {
 
     /// The tensor converted to `dtype` (float to integer truncates toward zero and
     /// saturates; NaN becomes 0). Converting to the same dtype returns `self`.
+    ///
+    /// **Weights in reduced precision.** To `BF16` or `I8`, an f32 matrix `[k, n]`
+    /// becomes a weight kept in that precision, packed once for the product kernel
+    /// (half or a quarter of the memory): `BF16` rounds each element to the nearest
+    /// bfloat16; `I8` stores each column as signed 8-bit integers times one f32 scale
+    /// (the column's largest magnitude / 127). Such a tensor can only be the right
+    /// operand of [`Tensor::matmul`] or converted again; any other op on it is an
+    /// [`Error::DType`]. This conversion is not lazy: it computes the source (running
+    /// what it waits on) and packs it at the call, as a model does when it loads. From
+    /// `BF16` or `I8`, `to_dtype(DType::F32)` gives the weight's values (the rounded
+    /// or dequantised ones). Errors: a source that is not a 2-D f32 matrix (or a
+    /// weight), non-finite elements for `I8`, memory the system refuses.
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
-        Ok(Tensor::record(
+        if dtype.is_weight_only() {
+            return self.to_weight(dtype);
+        }
+        Tensor::record(
             OpKind::Cast,
             &[self],
             dtype,
             Layout::contiguous(self.dims()),
+        )
+    }
+
+    /// `to_dtype` to a weight-only dtype: packs the matrix at once.
+    fn to_weight(&self, dtype: DType) -> Result<Tensor> {
+        let op = "to_dtype";
+        let src = match self.dtype() {
+            DType::F32 => self.clone(),
+            d if d.is_weight_only() => self.to_dtype(DType::F32)?,
+            d => {
+                return Err(Error::DType {
+                    op,
+                    msg: format!("only f32 matrices convert to {dtype}, got a {d} tensor"),
+                })
+            }
+        };
+        if src.rank() != 2 {
+            return Err(Error::Shape {
+                op,
+                msg: format!(
+                    "a {dtype} tensor is a weight matrix [k, n], got dims {:?}",
+                    src.dims()
+                ),
+            });
+        }
+        let buffer = src.materialize()?;
+        let data = buffer.as_slice::<f32>().unwrap_or_default();
+        let packed = crate::kernels::PackedRhs::pack_as(data, src.layout(), dtype)
+            .map_err(|e| Error::Arg { op, msg: e.0 })?;
+        let len = src.numel();
+        Ok(Tensor::ready(
+            TensorBuffer::from_packed(packed, len),
+            dtype,
+            Layout::contiguous(src.dims()),
         ))
     }
 }

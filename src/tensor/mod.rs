@@ -234,15 +234,23 @@ impl Tensor {
     }
 
     fn fill(value: f64, dims: &[usize], dtype: DType, op: &'static str) -> Result<Tensor> {
+        if dtype.is_weight_only() {
+            return Err(Error::DType {
+                op,
+                msg: format!(
+                    "{dtype} tensors are weights: make an f32 one and convert it with to_dtype"
+                ),
+            });
+        }
         checked_numel(dims, op)?;
-        Ok(Tensor::record(
+        Tensor::record(
             OpKind::Fill {
                 value: value.to_bits(),
             },
             &[],
             dtype,
             Layout::contiguous(dims),
-        ))
+        )
     }
 
     fn ready(buffer: TensorBuffer, dtype: DType, layout: Layout) -> Tensor {
@@ -257,19 +265,45 @@ impl Tensor {
 
     /// Queues `kind` on the calling thread's stream with `inputs`, and returns the
     /// handle of its output (of `dtype`, read through `layout`). The caller has checked
-    /// every argument: recording cannot fail.
-    pub(crate) fn record(kind: OpKind, inputs: &[&Tensor], dtype: DType, layout: Layout) -> Tensor {
+    /// every argument but one, checked here for every op: a weight kept in reduced
+    /// precision (`BF16`, `I8`) is only the right operand of a product or the input of
+    /// `to_dtype`.
+    pub(crate) fn record(
+        kind: OpKind,
+        inputs: &[&Tensor],
+        dtype: DType,
+        layout: Layout,
+    ) -> Result<Tensor> {
+        for (i, t) in inputs.iter().enumerate() {
+            let allowed = match kind {
+                OpKind::MatMul => i == 1,
+                OpKind::Cast => true,
+                _ => false,
+            };
+            if t.dtype().is_weight_only() && !allowed {
+                return Err(Error::DType {
+                    op: kind.name(),
+                    msg: format!(
+                        "a {} tensor is a weight: it can only be the right operand of matmul \
+                         (or converted with to_dtype); input {i} is {} with dims {:?}",
+                        t.dtype(),
+                        t.dtype(),
+                        t.dims()
+                    ),
+                });
+            }
+        }
         let desc = TensorDesc {
             id: TensorId::fresh(),
             dtype,
             layout,
         };
-        stream::record(
+        Ok(stream::record(
             kind,
             inputs.iter().map(|t| (&t.h().desc, t.slot(), &t.h().home)),
             desc.clone(),
             |slot, home| Tensor::from_parts(desc, slot, home),
-        )
+        ))
     }
 
     /// The tensor's SSA id (unique in the process).

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::ir::{DType, Dims, Layout, OpKind};
 
 impl Tensor {
-    fn view(&self, layout: Layout) -> Tensor {
+    fn view(&self, layout: Layout) -> Result<Tensor> {
         Tensor::record(OpKind::View, &[self], self.dtype(), layout)
     }
 
@@ -29,11 +29,11 @@ impl Tensor {
             });
         }
         match self.layout().reshape(dims) {
-            Some(layout) => Ok(self.view(layout)),
+            Some(layout) => self.view(layout),
             None => {
                 let c = self.contiguous()?;
                 let layout = c.layout().reshape(dims).expect("contiguous reshapes");
-                Ok(c.view(layout))
+                c.view(layout)
             }
         }
     }
@@ -44,7 +44,7 @@ impl Tensor {
         let b = d1.resolve(self.rank(), "transpose")?;
         let mut perm: Dims = (0..self.rank()).collect();
         perm.swap(a, b);
-        Ok(self.view(self.layout().permute(&perm)))
+        self.view(self.layout().permute(&perm))
     }
 
     /// Reorders the dims: dim `i` of the result is dim `perm[i]` of `self` (a view).
@@ -64,7 +64,7 @@ impl Tensor {
                 ),
             });
         }
-        Ok(self.view(self.layout().permute(perm)))
+        self.view(self.layout().permute(perm))
     }
 
     /// `len` elements of `dim` starting at `start` (a view).
@@ -81,7 +81,7 @@ impl Tensor {
                 ),
             });
         }
-        Ok(self.view(self.layout().narrow(d, start, len)))
+        self.view(self.layout().narrow(d, start, len))
     }
 
     /// Inserts a dim of size 1 at `dim` (`-1` appends one at the end) (a view).
@@ -90,7 +90,7 @@ impl Tensor {
         let mut dims = self.dims().to_vec();
         dims.insert(d, 1);
         super::checked_numel(&dims, "unsqueeze")?;
-        Ok(self.view(self.layout().unsqueeze(d)))
+        self.view(self.layout().unsqueeze(d))
     }
 
     /// Removes `dim`, which must have size 1 (a view).
@@ -106,14 +106,14 @@ impl Tensor {
                 ),
             });
         }
-        Ok(self.view(self.layout().squeeze(d)))
+        self.view(self.layout().squeeze(d))
     }
 
     /// The tensor read as `dims` by numpy broadcasting (a view; no data is repeated).
     pub fn broadcast_as(&self, dims: &[usize]) -> Result<Tensor> {
         super::checked_numel(dims, "broadcast_as")?;
         match self.layout().broadcast_as(dims) {
-            Some(layout) => Ok(self.view(layout)),
+            Some(layout) => self.view(layout),
             None => Err(Error::Shape {
                 op: "broadcast_as",
                 msg: format!("cannot broadcast shape {:?} to {dims:?}", self.dims()),
@@ -126,12 +126,12 @@ impl Tensor {
         if self.layout().is_contiguous() {
             return Ok(self.clone());
         }
-        Ok(Tensor::record(
+        Tensor::record(
             OpKind::Contiguous,
             &[self],
             self.dtype(),
             Layout::contiguous(self.dims()),
-        ))
+        )
     }
 
     /// The tensors joined along `dim`; all must have the same dtype and the same dims
@@ -180,12 +180,12 @@ impl Tensor {
                 })?;
         }
         super::checked_numel(&dims, op)?;
-        Ok(Tensor::record(
+        Tensor::record(
             OpKind::Cat { dim: d },
             tensors,
             first.dtype(),
             Layout::contiguous(&dims),
-        ))
+        )
     }
 
     /// The entries of `dim` picked by `indices` (1-D, u32 or i64), in that order. An
@@ -230,11 +230,11 @@ impl Tensor {
         }
         let mut dims = self.dims().to_vec();
         dims[d] = indices.dims()[0];
-        Ok(Tensor::record(
+        Tensor::record(
             OpKind::IndexSelect { dim: d },
             &[self, indices],
             self.dtype(),
             Layout::contiguous(&dims),
-        ))
+        )
     }
 }

@@ -146,6 +146,23 @@ impl PackedRhs {
         })
     }
 
+    /// Packs the `[k, n]` matrix `layout` reads from `src` in `dtype` (`BF16` or
+    /// `I8`), as the matrix of a contiguous `[k, n]` tensor: the weight `to_dtype`
+    /// makes.
+    pub fn pack_as(src: &[f32], layout: &Layout, dtype: DType) -> Result<PackedRhs, KernelError> {
+        let mut p = match dtype {
+            DType::BF16 => PackedRhs::pack_bf16(src, layout)?,
+            _ => {
+                return Err(error(
+                    "pack",
+                    format_args!("weights are not kept in {dtype} (yet)"),
+                ))
+            }
+        };
+        p.source = (0, p.n, 1);
+        Ok(p)
+    }
+
     /// The element type the matrix is kept in: `F32` or `BF16`.
     pub fn dtype(&self) -> DType {
         match self.panels {
