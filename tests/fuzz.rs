@@ -321,6 +321,7 @@ impl Data {
             DType::U32 => v.iter().map(|&x| x as u32 as i64).collect(),
             DType::I64 => v,
             DType::F32 => v.iter().map(|&x| x as f32 as i64).collect(),
+            _ => unreachable!("the fuzzer makes no weight-only tensors"),
         })
     }
 }
@@ -828,6 +829,7 @@ fn type_max(dtype: DType) -> f64 {
         DType::F32 => f64::INFINITY,
         DType::U32 => u32::MAX as f64,
         DType::I64 => i64::MAX as f64,
+        _ => unreachable!("the fuzzer makes no weight-only tensors"),
     }
 }
 
@@ -2584,6 +2586,7 @@ fn apply(op: &Op, held: &HashMap<V, Tensor>) -> Result<streamfuse::Result<Tensor
                     Tensor::from_vec(data.ints(n).into_iter().map(|x| x as u32).collect(), dims)
                 }
                 DType::I64 => Tensor::from_vec(data.ints(n), dims),
+                _ => unreachable!("the fuzzer makes no weight-only tensors"),
             }
         }
         Op::Fill { kind, dims, dtype } => match kind {
@@ -2672,6 +2675,7 @@ fn read(t: &Tensor, as_dtype: DType) -> Result<Vals, Error> {
         DType::F32 => t.to_vec::<f32>().map(Vals::F32),
         DType::U32 => t.to_vec::<u32>().map(Vals::U32),
         DType::I64 => t.to_vec::<i64>().map(Vals::I64),
+        _ => unreachable!("the fuzzer makes no weight-only tensors"),
     }
 }
 
