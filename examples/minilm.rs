@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example minilm -- [--model DIR] [--sentences FILE] [--batch N]
-//!     [--threads T] [--out FILE]
+//!     [--threads T] [--out FILE] [--precision f32|bf16|int8] [--compare f32|bf16|int8]
 //! ```
 //!
 //! - The model folder (config.json, model.safetensors, tokenizer.json) is looked for in
@@ -18,6 +18,12 @@
 //!   weights and take batches in turn.
 //! - `--out FILE`: the embeddings as little-endian f32 rows, 384 per sentence, in input
 //!   order.
+//! - `--precision P` (default f32): the precision the model's matrix weights are kept
+//!   in (`streamfuse::models::Precision`).
+//! - `--compare Q`: after the timed run, embeds the same sentences again with the
+//!   weights in precision Q and prints how close the P embeddings are to the Q ones:
+//!   `cosine to Q: min .. median .. mean ..` and `top-10 overlap with Q: ..` (the share
+//!   of each sentence's 10 nearest neighbours that both agree on).
 //!
 //! stdout ends with `p50_ms: X`, `p99_ms: Y` (the median and 99th-percentile latency of
 //! one forward call, `embed_batch` on one batch: per sentence with `--batch 1`) and
@@ -31,7 +37,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use streamfuse::models::bert::length_sorted_batches;
-use streamfuse::models::BertModel;
+use streamfuse::models::{agreement, BertModel, Precision};
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -52,8 +58,8 @@ const BUILTIN: [&str; 6] = [
     "The new movie is so great",
 ];
 
-const USAGE: &str =
-    "usage: minilm [--model DIR] [--sentences FILE] [--batch N] [--threads T] [--out FILE]";
+const USAGE: &str = "usage: minilm [--model DIR] [--sentences FILE] [--batch N] [--threads T] \
+     [--out FILE] [--precision f32|bf16|int8] [--compare f32|bf16|int8]";
 
 struct Args {
     model: Option<PathBuf>,
@@ -61,6 +67,8 @@ struct Args {
     batch: usize,
     threads: usize,
     out: Option<PathBuf>,
+    precision: Precision,
+    compare: Option<Precision>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -70,6 +78,8 @@ fn parse_args() -> Result<Args, String> {
         batch: 32,
         threads: 1,
         out: None,
+        precision: Precision::F32,
+        compare: None,
     };
     cli::each_flag(USAGE, |name, value| {
         match name {
@@ -78,6 +88,8 @@ fn parse_args() -> Result<Args, String> {
             "--out" => args.out = Some(PathBuf::from(value()?)),
             "--batch" => args.batch = cli::count(value()?, "--batch")?,
             "--threads" => args.threads = cli::count(value()?, "--threads")?,
+            "--precision" => args.precision = value()?.parse()?,
+            "--compare" => args.compare = Some(value()?.parse()?),
             other => return Err(format!("unknown argument `{other}`")),
         }
         Ok(())
@@ -119,12 +131,14 @@ fn run() -> Result<(), String> {
             ..Default::default()
         }))
         .map_err(|e| format!("cannot set truncation: {e}"))?;
-    let model = BertModel::load(&dir).map_err(|e| format!("cannot load the model: {e}"))?;
+    let model = BertModel::load_as(&dir, args.precision)
+        .map_err(|e| format!("cannot load the model: {e}"))?;
     println!(
-        "model: {} ({} layers, hidden {}), loaded in {:.0} ms",
+        "model: {} ({} layers, hidden {}, {} weights), loaded in {:.0} ms",
         dir.display(),
         model.config().num_hidden_layers,
         model.dim(),
+        model.precision(),
         t_load.elapsed().as_secs_f64() * 1e3
     );
 
@@ -204,6 +218,16 @@ fn run() -> Result<(), String> {
     println!("p50_ms: {:.3}", cli::percentile(&latencies, 50.0) * 1e3);
     println!("p99_ms: {:.3}", cli::percentile(&latencies, 99.0) * 1e3);
     println!("sentences/s: {:.1}", sentences.len() as f64 / secs);
+
+    if let Some(q) = args.compare {
+        drop(model);
+        let other = BertModel::load_as(&dir, q)
+            .map_err(|e| format!("cannot load the model in {q} for --compare: {e}"))?;
+        let (reference, _) = embed_timed(&other, &ids, args.batch, args.threads)?;
+        let a = agreement(&embeddings, &reference, 10);
+        println!("cosine to {q}: {}", a.cosine);
+        println!("top-{} overlap with {q}: {}", a.k, a.overlap);
+    }
     Ok(())
 }
 

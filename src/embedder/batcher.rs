@@ -428,6 +428,7 @@ pub(super) mod tests {
             max_batch_tokens,
             max_wait: Duration::ZERO,
             idle_trim: None,
+            precision: crate::models::Precision::F32,
         }
     }
 

@@ -9,7 +9,7 @@ use tokenizers::{Tokenizer, TruncationParams};
 
 use super::EmbedError;
 use crate::models::bert::Pooling;
-use crate::models::{BertModel, ModelError};
+use crate::models::{BertModel, ModelError, Precision};
 
 /// What [`Embedder`](super::Embedder) needs from a model folder.
 pub(super) struct Folder {
@@ -40,7 +40,7 @@ fn read_json(path: &Path) -> Result<Option<serde_json::Value>, EmbedError> {
 }
 
 impl Folder {
-    pub(super) fn load(dir: &Path) -> Result<Folder, EmbedError> {
+    pub(super) fn load(dir: &Path, precision: Precision) -> Result<Folder, EmbedError> {
         if !dir.is_dir() {
             return Err(load_error(
                 dir,
@@ -48,7 +48,7 @@ impl Folder {
                  config.json, model.safetensors and tokenizer.json",
             ));
         }
-        let model = BertModel::load(dir).map_err(|e| match e {
+        let model = BertModel::load_as(dir, precision).map_err(|e| match e {
             ModelError::Io { path, error } => load_error(&path, format!("cannot read it: {error}")),
             ModelError::Format { path, msg } => load_error(&path, msg),
             ModelError::Tensor(e) => load_error(dir, format!("building a weight: {e}")),
@@ -231,7 +231,7 @@ mod tests {
 
     #[test]
     fn a_missing_folder_or_file_is_named() {
-        let e = Folder::load(Path::new("/no/such/folder"))
+        let e = Folder::load(Path::new("/no/such/folder"), Precision::F32)
             .err()
             .unwrap()
             .to_string();
@@ -240,7 +240,7 @@ mod tests {
             "{e}"
         );
         let d = folder(&[("config.json", "{}")]);
-        let e = Folder::load(&d).err().unwrap().to_string();
+        let e = Folder::load(&d, Precision::F32).err().unwrap().to_string();
         assert!(
             e.contains("config.json") && e.contains("missing field"),
             "{e}"

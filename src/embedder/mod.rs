@@ -33,7 +33,7 @@ use std::time::Duration;
 use tokenizers::Tokenizer;
 
 use crate::models::bert::Pooling;
-use crate::models::BertModel;
+use crate::models::{BertModel, Precision};
 use batcher::{Batcher, Done, Item, Request};
 
 /// How an [`Embedder`] batches and spreads its work. `Default` gives sensible values
@@ -65,6 +65,9 @@ pub struct EmbedderSettings {
     /// plan cache and pool, which other users of streamfuse in the process share
     /// (their plans are rebuilt when next needed).
     pub idle_trim: Option<Duration>,
+    /// The precision the model's matrix weights are kept in (`F32` by default; see
+    /// [`Precision`] for the accuracy each reduced one keeps).
+    pub precision: Precision,
 }
 
 impl Default for EmbedderSettings {
@@ -75,6 +78,7 @@ impl Default for EmbedderSettings {
             max_batch_tokens: 2048,
             max_wait: Duration::from_millis(2),
             idle_trim: Some(Duration::from_secs(2)),
+            precision: Precision::F32,
         }
     }
 }
@@ -177,7 +181,7 @@ impl Embedder {
         dir: impl AsRef<Path>,
         settings: EmbedderSettings,
     ) -> Result<Embedder, EmbedError> {
-        let f = folder::Folder::load(dir.as_ref())?;
+        let f = folder::Folder::load(dir.as_ref(), settings.precision)?;
         if settings.workers == 0 {
             return Err(EmbedError::Settings("workers must be at least 1".into()));
         }

@@ -9,12 +9,78 @@
 //! but the public tensor API, so every engine improvement (fusion, plan cache, memory
 //! planning) speeds them up without changing them.
 
+pub mod accuracy;
 pub mod bert;
 
+pub use accuracy::{agreement, Agreement};
 pub use bert::{BertConfig, BertModel, EmbedOptions};
 
 use std::fmt;
 use std::path::PathBuf;
+use std::str::FromStr;
+
+use crate::DType;
+
+/// The precision a model keeps its matrix weights in (the embeddings, biases and norms
+/// stay f32, and every activation is f32). Each reduced precision has an accuracy
+/// contract, measured on all-MiniLM-L6-v2 against its f32 embeddings over
+/// `scripts/data/sentences-512.txt` (`examples/minilm --precision P --compare f32`)
+/// and held by `tests/minilm.rs` on a smaller set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// f32 weights: the reference.
+    #[default]
+    F32,
+    /// bfloat16 weights (half the memory; AVX512_BF16 products). Contract: minimum
+    /// cosine to the f32 embeddings ≥ 0.9999.
+    Bf16,
+    /// 8-bit integer weights with one scale per output channel, activations quantised
+    /// per row inside the product (a quarter of the memory; AVX512_VNNI products).
+    /// Contract: minimum cosine ≥ 0.99, top-10 neighbour overlap ≥ 0.9.
+    Int8,
+}
+
+impl Precision {
+    /// The dtype the matrix weights are kept in.
+    pub fn dtype(self) -> DType {
+        match self {
+            Precision::F32 => DType::F32,
+            Precision::Bf16 => DType::BF16,
+            Precision::Int8 => DType::I8,
+        }
+    }
+
+    /// The name used on command lines: `f32`, `bf16` or `int8`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+            Precision::Int8 => "int8",
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Precision {
+    type Err = String;
+
+    /// `f32`, `bf16` or `int8` (also `i8`).
+    fn from_str(s: &str) -> Result<Precision, String> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "bf16" => Ok(Precision::Bf16),
+            "int8" | "i8" => Ok(Precision::Int8),
+            other => Err(format!(
+                "unknown precision `{other}`: expected f32, bf16 or int8"
+            )),
+        }
+    }
+}
 
 /// Why a model could not be loaded.
 #[derive(Debug)]

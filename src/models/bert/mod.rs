@@ -30,6 +30,7 @@ pub use config::BertConfig;
 pub use embed::{length_sorted_batches, EmbedOptions};
 pub use packed::{Packing, Pooling};
 
+use super::Precision;
 use crate::Tensor;
 use config::Activation;
 
@@ -58,6 +59,8 @@ struct Layer {
 /// that every stream reads without copying).
 pub struct BertModel {
     config: BertConfig,
+    /// What the matrix weights are kept in.
+    precision: Precision,
     act: Activation,
     /// `[vocab, hidden]`.
     word_emb: Tensor,
@@ -72,6 +75,11 @@ impl BertModel {
     /// The model's config.
     pub fn config(&self) -> &BertConfig {
         &self.config
+    }
+
+    /// The precision of the matrix weights.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// Width of the embeddings (`hidden_size`).

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use safetensors::{Dtype, SafeTensors};
 
-use super::super::ModelError;
+use super::super::{ModelError, Precision};
 use super::config::{Activation, BertConfig};
 use super::{BertModel, Layer};
 use crate::Tensor;
@@ -15,6 +15,34 @@ use crate::Tensor;
 struct WeightReader<'a> {
     st: SafeTensors<'a>,
     path: &'a Path,
+    /// What the matrix weights become.
+    precision: Precision,
+}
+
+/// The little-endian bytes of one tensor in the file, by dtype.
+#[derive(Clone, Copy)]
+enum Raw<'a> {
+    F32(&'a [u8]),
+    /// bfloat16: widened to f32 exactly (a bf16 model loaded in bf16 keeps its values).
+    Bf16(&'a [u8]),
+}
+
+impl<'a> Raw<'a> {
+    /// The values, in f32.
+    fn values(self) -> Box<dyn Iterator<Item = f32> + 'a> {
+        match self {
+            Raw::F32(b) => Box::new(f32s(b)),
+            Raw::Bf16(b) => Box::new(
+                b.chunks_exact(2)
+                    .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16)),
+            ),
+        }
+    }
+
+    /// Elements `from..to` of it, in f32.
+    fn range(self, from: usize, to: usize) -> impl Iterator<Item = f32> + 'a {
+        self.values().skip(from).take(to - from)
+    }
 }
 
 impl<'a> WeightReader<'a> {
@@ -25,33 +53,41 @@ impl<'a> WeightReader<'a> {
         }
     }
 
-    /// The raw little-endian f32 bytes of `name` (also tried with a `bert.` prefix),
-    /// checked against `shape`.
-    fn bytes(&self, name: &str, shape: &[usize]) -> std::result::Result<&'a [u8], ModelError> {
+    /// The raw little-endian bytes of `name` (also tried with a `bert.` prefix),
+    /// checked against `shape`: f32 or bf16.
+    fn bytes(&self, name: &str, shape: &[usize]) -> std::result::Result<Raw<'a>, ModelError> {
         let view = self
             .st
             .tensor(name)
             .or_else(|_| self.st.tensor(&format!("bert.{name}")))
             .map_err(|_| self.err(format!("weight `{name}` is missing")))?;
-        if view.dtype() != Dtype::F32 {
-            return Err(self.err(format!(
-                "weight `{name}` is {:?}; only F32 weights are supported",
-                view.dtype()
-            )));
-        }
         if view.shape() != shape {
             return Err(self.err(format!(
                 "weight `{name}` has shape {:?}, expected {shape:?}",
                 view.shape()
             )));
         }
-        Ok(view.data())
+        match view.dtype() {
+            Dtype::F32 => Ok(Raw::F32(view.data())),
+            Dtype::BF16 => Ok(Raw::Bf16(view.data())),
+            other => Err(self.err(format!(
+                "weight `{name}` is {other:?}; only F32 and BF16 weights are supported"
+            ))),
+        }
+    }
+
+    /// A matrix weight `[k, n]` in the model's precision, kept packed for products.
+    fn weight(&self, w: Vec<f32>, dims: [usize; 2]) -> std::result::Result<Tensor, ModelError> {
+        Ok(match self.precision {
+            Precision::F32 => Tensor::weight(w, &dims)?,
+            p => Tensor::from_vec(w, &dims)?.to_dtype(p.dtype())?,
+        })
     }
 
     /// `name` as a tensor of `shape`, converted in one pass.
     fn tensor(&self, name: &str, shape: &[usize]) -> std::result::Result<Tensor, ModelError> {
-        let bytes = self.bytes(name, shape)?;
-        Ok(Tensor::from_vec(f32s(bytes).collect(), shape)?)
+        let raw = self.bytes(name, shape)?;
+        Ok(Tensor::from_vec(raw.values().collect(), shape)?)
     }
 
     /// The linear weight `name` (`[out, in]` in the file) transposed to `[in, out]`,
@@ -63,17 +99,16 @@ impl<'a> WeightReader<'a> {
         scale: f32,
         dst: Columns<'_>,
     ) -> std::result::Result<(), ModelError> {
-        let bytes = self.bytes(name, &[out, inp])?;
-        for (o, row) in bytes.chunks_exact(inp * 4).enumerate() {
-            for (i, x) in f32s(row).enumerate() {
-                dst.data[i * dst.cols + dst.first + o] = x * scale;
-            }
+        let raw = self.bytes(name, &[out, inp])?;
+        for (at, x) in raw.values().enumerate() {
+            let (o, i) = (at / inp, at % inp);
+            dst.data[i * dst.cols + dst.first + o] = x * scale;
         }
         Ok(())
     }
 
     /// The linear weight `name` (`[out, in]` in the file) as an `[in, out]` tensor, kept
-    /// packed for products (`Tensor::weight`).
+    /// packed for products in the model's precision.
     fn linear(
         &self,
         name: &str,
@@ -91,7 +126,7 @@ impl<'a> WeightReader<'a> {
                 first: 0,
             },
         )?;
-        Ok(Tensor::weight(w, &[inp, out])?)
+        self.weight(w, [inp, out])
     }
 
     fn bias_into(
@@ -101,8 +136,8 @@ impl<'a> WeightReader<'a> {
         scale: f32,
         dst: &mut [f32],
     ) -> std::result::Result<(), ModelError> {
-        let bytes = self.bytes(name, &[n])?;
-        for (d, x) in dst.iter_mut().zip(f32s(bytes)) {
+        let raw = self.bytes(name, &[n])?;
+        for (d, x) in dst.iter_mut().zip(raw.values()) {
             *d = x * scale;
         }
         Ok(())
@@ -132,21 +167,38 @@ impl BertModel {
     /// weights and position ids in the file are not used by sentence embeddings and
     /// are not loaded.
     pub fn load(dir: &Path) -> std::result::Result<BertModel, ModelError> {
+        BertModel::load_as(dir, Precision::F32)
+    }
+
+    /// [`BertModel::load`] keeping the matrix weights in `precision`: a bf16 or int8
+    /// model is made from the file's f32 weights (or bf16 ones, widened exactly) as it
+    /// loads, so it never holds more than one weight in f32 at a time.
+    pub fn load_as(dir: &Path, precision: Precision) -> std::result::Result<BertModel, ModelError> {
         let config = BertConfig::load(&dir.join("config.json"))?;
         let path = dir.join("model.safetensors");
         let bytes = std::fs::read(&path).map_err(|error| ModelError::Io {
             path: path.clone(),
             error,
         })?;
-        BertModel::from_safetensors(config, &bytes, &path)
+        BertModel::from_safetensors_as(config, &bytes, &path, precision)
     }
 
     /// Builds the model from `config` and the bytes of a safetensors file (`path` is
-    /// only used in error messages).
+    /// only used in error messages), with f32 weights.
     pub fn from_safetensors(
         config: BertConfig,
         bytes: &[u8],
         path: &Path,
+    ) -> std::result::Result<BertModel, ModelError> {
+        BertModel::from_safetensors_as(config, bytes, path, Precision::F32)
+    }
+
+    /// [`BertModel::from_safetensors`] keeping the matrix weights in `precision`.
+    pub fn from_safetensors_as(
+        config: BertConfig,
+        bytes: &[u8],
+        path: &Path,
+        precision: Precision,
     ) -> std::result::Result<BertModel, ModelError> {
         config.validate().map_err(|msg| ModelError::Format {
             path: PathBuf::from("config.json"),
@@ -156,7 +208,11 @@ impl BertModel {
             path: path.to_path_buf(),
             msg: format!("not a valid safetensors file: {e:?}"),
         })?;
-        let r = WeightReader { st, path };
+        let r = WeightReader {
+            st,
+            path,
+            precision,
+        };
         let h = config.hidden_size;
         let inter = config.intermediate_size;
         let positions = config.max_position_embeddings;
@@ -167,8 +223,9 @@ impl BertModel {
             "embeddings.token_type_embeddings.weight",
             &[config.type_vocab_size, h],
         )?;
-        let type0: Vec<f32> = f32s(&types[..h * 4]).collect();
-        let pos_type: Vec<f32> = f32s(pos)
+        let type0: Vec<f32> = types.range(0, h).collect();
+        let pos_type: Vec<f32> = pos
+            .values()
             .enumerate()
             .map(|(i, p)| p + type0[i % h])
             .collect();
@@ -205,7 +262,7 @@ impl BertModel {
                 )?;
             }
             layers.push(Layer {
-                qkv_w: Tensor::weight(qkv_w, &[h, 3 * h])?,
+                qkv_w: r.weight(qkv_w, [h, 3 * h])?,
                 qkv_b: Tensor::from_vec(qkv_b, &[3 * h])?,
                 out_w: r.linear(&format!("{p}attention.output.dense.weight"), h, h)?,
                 out_b: r.tensor(&format!("{p}attention.output.dense.bias"), &[h])?,
@@ -225,6 +282,7 @@ impl BertModel {
         })?;
         Ok(BertModel {
             config,
+            precision,
             act,
             word_emb,
             pos_type_emb,
