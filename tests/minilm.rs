@@ -178,3 +178,34 @@ fn bad_inputs_are_errors() {
     assert!(!fetch::has_model(&missing));
     assert!(BertModel::load(&missing).is_err());
 }
+
+/// The accuracy contract of each reduced precision against f32, on the first 96 of
+/// `scripts/data/sentences-512.txt` (the example's `--compare f32` gives the figures
+/// for all 512): bf16 keeps every embedding's cosine ≥ 0.9999.
+#[test]
+fn reduced_precisions_keep_their_accuracy_contract() {
+    use streamfuse::models::{agreement, Precision};
+    let s = setup();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/data/sentences-512.txt");
+    let text = std::fs::read_to_string(&path).expect("sentences");
+    let seqs: Vec<Vec<u32>> = text.lines().take(96).map(|t| ids(s, t)).collect();
+    let opts = EmbedOptions {
+        batch: 32,
+        threads: 1,
+        kernel_threads: None,
+    };
+    let f32s = s.model.embed(&seqs, &opts).expect("embed f32");
+    let dir = find_or_fetch_model(None).expect("model");
+    for (precision, min_cosine) in [(Precision::Bf16, 0.9999)] {
+        let model = BertModel::load_as(&dir, precision).expect("load");
+        assert_eq!(model.precision(), precision);
+        let got = model.embed(&seqs, &opts).expect("embed");
+        let a = agreement(&got, &f32s, 10);
+        assert!(
+            a.cosine.min >= min_cosine,
+            "{precision}: cosine to f32 {}",
+            a.cosine
+        );
+        assert!(a.overlap.mean >= 0.9, "{precision}: overlap {}", a.overlap);
+    }
+}
