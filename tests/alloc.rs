@@ -141,5 +141,35 @@ fn a_repeated_bert_layer_forward_pass_allocates_nothing_in_the_engine() {
         if std::arch::is_x86_feature_detected!("avx512f") {
             assert_eq!(rec_gemm + run_gemm, 0, "a product went through gemm");
         }
+
+        // The same layer with its weights kept in reduced precision: the products
+        // round (or quantise) their left rows into per-thread scratch that is kept.
+        for dtype in [streamfuse::DType::BF16] {
+            let q: Vec<streamfuse::Tensor> = p
+                .iter()
+                .map(|t| {
+                    if t.rank() == 2 {
+                        t.to_dtype(dtype).unwrap()
+                    } else {
+                        t.clone()
+                    }
+                })
+                .collect();
+            let out = support::encoder_fused_attention(&x, &q, heads)
+                .to_vec::<f32>()
+                .unwrap();
+            let mut y = None;
+            let (rec, rec_gemm) =
+                allocations(|| y = Some(support::encoder_fused_attention(&x, &q, heads)));
+            let info_rec = first_other();
+            let (run, run_gemm) = allocations(|| streamfuse::sync().unwrap());
+            let info_run = first_other();
+            assert!(streamfuse::last_flush().unwrap().cache_hit);
+            assert_eq!(y.unwrap().to_vec::<f32>().unwrap(), out);
+            eprintln!("hidden {h}, {dtype} weights: {rec} + {run} allocations");
+            assert_eq!(rec, 0, "{dtype}: recording allocated; first at:\n{info_rec}");
+            assert_eq!(run, 0, "{dtype}: running allocated; first at:\n{info_run}");
+            assert_eq!(rec_gemm + run_gemm, 0, "{dtype}: a product went through gemm");
+        }
     }
 }
