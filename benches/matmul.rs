@@ -55,10 +55,7 @@ fn bench_minilm_weights(c: &mut Criterion) {
         .iter()
         .filter_map(|(w, l)| kernels::PackedRhs::pack(w, l))
         .collect();
-    let bf16: Vec<kernels::PackedRhs> = weights
-        .iter()
-        .map(|(w, l)| kernels::PackedRhs::pack_bf16(w, l).unwrap())
-        .collect();
+
     let mut group = c.benchmark_group("minilm_weights");
     group.sample_size(10);
     for rows in [28usize, 896] {
@@ -95,9 +92,6 @@ fn bench_minilm_weights(c: &mut Criterion) {
                     bench.iter(|| pass(Some(&packed), &mut out))
                 });
             }
-            group.bench_function(BenchmarkId::new(format!("bf16_{name}"), rows), |bench| {
-                bench.iter(|| pass(Some(&bf16), &mut out))
-            });
         }
     }
     group.finish();

@@ -138,13 +138,13 @@ fn a_repeated_bert_layer_forward_pass_allocates_nothing_in_the_engine() {
         );
         assert_eq!(rec, 0, "recording allocated; first at:\n{info_rec}");
         assert_eq!(run, 0, "running allocated; first at:\n{info_run}");
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if streamfuse::inspect::kernels::has_avx512() {
             assert_eq!(rec_gemm + run_gemm, 0, "a product went through gemm");
         }
 
         // The same layer with its weights kept in reduced precision: the products
         // round (or quantise) their left rows into per-thread scratch that is kept.
-        for dtype in [streamfuse::DType::BF16] {
+        for dtype in [streamfuse::DType::BF16, streamfuse::DType::I8] {
             let q: Vec<streamfuse::Tensor> = p
                 .iter()
                 .map(|t| {
@@ -167,9 +167,16 @@ fn a_repeated_bert_layer_forward_pass_allocates_nothing_in_the_engine() {
             assert!(streamfuse::last_flush().unwrap().cache_hit);
             assert_eq!(y.unwrap().to_vec::<f32>().unwrap(), out);
             eprintln!("hidden {h}, {dtype} weights: {rec} + {run} allocations");
-            assert_eq!(rec, 0, "{dtype}: recording allocated; first at:\n{info_rec}");
+            assert_eq!(
+                rec, 0,
+                "{dtype}: recording allocated; first at:\n{info_rec}"
+            );
             assert_eq!(run, 0, "{dtype}: running allocated; first at:\n{info_run}");
-            assert_eq!(rec_gemm + run_gemm, 0, "{dtype}: a product went through gemm");
+            assert_eq!(
+                rec_gemm + run_gemm,
+                0,
+                "{dtype}: a product went through gemm"
+            );
         }
     }
 }

@@ -138,3 +138,67 @@ fn weights_in_reduced_precision_refuse_every_other_use() {
     assert!(w16.to_vec::<f32>().is_err());
     assert_stream_usable();
 }
+
+/// Each column's int8 values times its scale, as f64 (the weight an I8 tensor holds).
+fn dequantised(w: &[f32], k: usize, n: usize) -> Vec<f64> {
+    let mut out = vec![0.0; k * n];
+    for j in 0..n {
+        let max = (0..k).fold(0.0f32, |m, p| m.max(w[p * n + j].abs()));
+        let scale = max / 127.0;
+        for p in 0..k {
+            let q = if scale > 0.0 {
+                (w[p * n + j] / scale).round_ties_even()
+            } else {
+                0.0
+            };
+            out[p * n + j] = q as f64 * scale as f64;
+        }
+    }
+    out
+}
+
+#[test]
+fn int8_weights_hold_their_quantised_values_and_products_stay_close() {
+    let (k, n) = (40, 72);
+    let (w, rw) = rand_pair(&[k, n], 8, -1.0, 1.0);
+    let w8 = w.to_dtype(DType::I8).unwrap();
+    assert_eq!(w8.dtype(), DType::I8);
+    let wd = dequantised(&rw.to_f32(), k, n);
+    let got = read_f32(&w8.to_dtype(DType::F32).unwrap());
+    for (g, d) in got.iter().zip(&wd) {
+        assert!(
+            (*g as f64 - d).abs() <= 1e-6 * (1.0 + d.abs()),
+            "{g} vs {d}"
+        );
+    }
+    let (b, rb) = rand_pair(&[n], 9, -1.0, 1.0);
+    for (i, rows) in [1usize, 3, 14, 28, 33, 200].into_iter().enumerate() {
+        let (x, rx) = rand_pair(&[rows, k], 30 + i as u64, -1.0, 1.0);
+        // Each activation is off by at most half its row's step (max|x| / 254), so
+        // an output by at most that times Σ|ŵ| over its column.
+        let y = read_f32(&x.matmul(&w8).unwrap().add(&b).unwrap());
+        let want = rx.matmul(&rw).add(&rb);
+        for r in 0..rows {
+            let xs = &rx.data[r * k..(r + 1) * k];
+            let step = xs.iter().fold(0.0f64, |m, v| m.max(v.abs())) / 127.0;
+            for j in 0..n {
+                let exact: f64 = (0..k).map(|p| xs[p] * wd[p * n + j]).sum::<f64>() + rb.data[j];
+                let col: f64 = (0..k).map(|p| wd[p * n + j].abs()).sum();
+                let g = y[r * n + j] as f64;
+                assert!(
+                    (g - exact).abs() <= 0.5001 * step * col + 1e-5,
+                    "row {r} col {j}"
+                );
+            }
+            let c = cosine(&y[r * n..(r + 1) * n], &want.data[r * n..(r + 1) * n]);
+            assert!(c >= 0.999, "row {r}: cosine {c} to the f32 product");
+        }
+    }
+    // The same refusals as bf16.
+    let e = assert_err_names(w8.add(&w8), "add");
+    assert!(e.contains("i8"), "{e}");
+    let (bad, _) = rand_pair(&[4, 4], 10, -1.0, 1.0);
+    let inf = bad.affine(f64::INFINITY, 0.0).unwrap();
+    assert_err_names(inf.to_dtype(DType::I8), "to_dtype");
+    assert_stream_usable();
+}

@@ -11,7 +11,6 @@ use std::sync::OnceLock;
 
 /// The features our kernels use, as detected (and possibly switched off).
 #[derive(Clone, Copy, Debug, Default)]
-#[allow(dead_code)] // `avx512_vnni`: for the int8 kernel, on its way
 struct Features {
     avx512: bool,
     avx512_bf16: bool,
@@ -64,7 +63,6 @@ pub fn has_avx512_bf16() -> bool {
 }
 
 /// AVX-512 with `vpdpbusd` (four u8 × i8 products summed into i32).
-#[allow(dead_code)] // for the int8 kernel, on its way
 pub fn has_avx512_vnni() -> bool {
     features().avx512_vnni
 }

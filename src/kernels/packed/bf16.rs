@@ -5,9 +5,9 @@
 //! 16 pairs of bf16 from each operand and adds both products of a pair into one f32
 //! lane: the panel holds rows `2q` and `2q + 1` of a column in one 32-bit pair, and
 //! each left row's elements `2q, 2q + 1` are broadcast as one pair. The left operand is
-//! rounded to bf16 once per product, into a scratch vector the calling thread keeps
-//! (taken out while in use, so a call nested inside it, e.g. a rayon task run while
-//! waiting, makes its own; grown only, so no allocation after warm-up).
+//! rounded to bf16 a chunk of rows at a time, into a scratch on the stack (so no
+//! allocation, whichever thread runs the product), and each chunk is multiplied by
+//! every panel of the thread's part.
 //!
 //! Accuracy: each operand is rounded to the nearest bf16 (8 significant bits: relative
 //! error at most 2⁻⁸), the products are exact, and the sums are f32; a product of `k`
@@ -16,9 +16,10 @@
 //! Without AVX512_BF16 the portable tile computes the same sums in the same order
 //! with f32 operations.
 
+#[cfg(test)]
 use std::cell::Cell;
 
-use super::{by_rows, Cols, Matrix, Out, MR, NR};
+use super::{by_rows, Cols, Matrix, Out, Part, MR, NR};
 use crate::kernels::{error, KernelError};
 
 /// `x` rounded to the nearest bf16 (ties to even); NaN stays a (quiet) NaN.
@@ -74,21 +75,19 @@ pub(super) fn pack(
     Ok(data)
 }
 
+#[cfg(test)]
 thread_local! {
-    /// The calling thread's rows in bf16, reused from product to product.
-    static ROWS: Cell<Vec<u32>> = const { Cell::new(Vec::new()) };
     /// Tests: this thread runs the portable loops.
-    #[cfg(test)]
     static PORTABLE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether the AVX512_BF16 paths run (on this thread).
-fn simd() -> bool {
+/// Whether the AVX512_BF16 paths may run (on this thread; tests can say no).
+pub(super) fn allowed() -> bool {
     #[cfg(test)]
     if PORTABLE.with(Cell::get) {
         return false;
     }
-    crate::kernels::cpu::has_avx512_bf16()
+    true
 }
 
 /// Makes products on this thread take the portable loops (`true`) or the fastest.
@@ -97,67 +96,91 @@ pub(super) fn force_portable(on: bool) {
     PORTABLE.with(|c| c.set(on));
 }
 
-/// Rounds the rows of `g` to bf16 pairs (`ceil(k / 2)` per row, contiguous) and calls
-/// `f` with them. An error when the scratch cannot grow.
-pub(super) fn with_rows<R>(g: Matrix<'_>, f: impl FnOnce(&[u32]) -> R) -> Result<R, KernelError> {
+/// Pairs of the stack scratch that holds one chunk of rows in bf16 (64 KiB).
+const SCRATCH: usize = 16 << 10;
+/// The most rows of one chunk (18 tiles of [`MR`]).
+const CHUNK_ROWS: usize = 18 * MR;
+
+/// Computes `part` of the product of `g` by the bf16 panels `data`: its rows a chunk
+/// at a time (as many as the stack scratch holds, whole tiles), each chunk rounded to
+/// bf16 once and multiplied by every panel of the part. The scratch is on the stack,
+/// so a product allocates nothing, whichever thread runs it.
+pub(super) fn part(g: Matrix<'_>, data: &[u32], part: Part, simd: bool, out: Out) {
     let kp = g.k.div_ceil(2);
-    let len = g.m * kp;
-    let mut rows = ROWS.with(Cell::take);
-    rows.clear();
-    if rows.try_reserve(len).is_err() {
-        return Err(error(
-            "matmul",
-            format_args!("no memory for {} bytes of bf16 rows", len * 4),
-        ));
-    }
-    for i in 0..g.m {
-        let row = &g.a[i * g.lda..];
-        #[cfg(target_arch = "x86_64")]
-        if g.cs == 1 && simd() {
-            let start = rows.len();
-            rows.resize(start + kp, 0);
-            // SAFETY: the CPU has AVX512_BF16 (checked); the row's k elements are
-            // `row[..k]` (cs == 1 and `g.a` ends at the last element of the last row,
-            // so every row has k elements), and the destination holds kp = ceil(k/2)
-            // pairs.
-            unsafe { avx512::round_row(&row[..g.k], &mut rows[start..]) };
-            continue;
+    let fit = (SCRATCH / kp).clamp(1, CHUNK_ROWS);
+    let chunk = if fit >= MR { fit / MR * MR } else { fit };
+    let mut scratch = [0u32; SCRATCH];
+    let (first, end) = part.rows;
+    let mut c0 = first;
+    while c0 < end {
+        let rows = chunk.min(end - c0);
+        let buf = &mut scratch[..rows * kp];
+        for (i, dst) in buf.chunks_exact_mut(kp).enumerate() {
+            round_row(g, c0 + i, simd, dst);
         }
-        rows.extend((0..kp).map(|q| {
-            let hi = if 2 * q + 1 < g.k {
-                row[(2 * q + 1) * g.cs]
-            } else {
-                0.0
-            };
-            pair(row[2 * q * g.cs], hi)
-        }));
+        let buf = &*buf;
+        for pj in part.panels.0..part.panels.1 {
+            let b = &data[pj * kp * NR..(pj + 1) * kp * NR];
+            let at = part.cols(pj);
+            Part::blocks(c0, rows, |r0, h| {
+                let t = Tile {
+                    a: &buf[(r0 - c0) * kp..(r0 - c0 + h) * kp],
+                    kp,
+                    b,
+                    at,
+                };
+                tile(&t, h, simd, out.skip(r0 * part.n));
+            });
+        }
+        c0 += rows;
     }
-    let r = f(&rows);
-    ROWS.with(|c| c.set(rows));
-    Ok(r)
+}
+
+/// Rounds row `i` of `g` to bf16 pairs in `dst` (`ceil(k / 2)` of them).
+fn round_row(g: Matrix<'_>, i: usize, simd: bool, dst: &mut [u32]) {
+    let row = &g.a[i * g.lda..];
+    #[cfg(target_arch = "x86_64")]
+    if g.cs == 1 && simd {
+        assert!(crate::kernels::cpu::has_avx512_bf16() && dst.len() == g.k.div_ceil(2));
+        // SAFETY: the CPU has AVX512_BF16 (asserted); the row's k elements are
+        // `row[..k]` (cs == 1, and `g.a` ends at the last element of the last row, so
+        // every row has k elements), and `dst` holds ceil(k / 2) pairs (asserted).
+        unsafe { avx512::round_row(&row[..g.k], dst) };
+        return;
+    }
+    let _ = simd;
+    for (q, x) in dst.iter_mut().enumerate() {
+        let hi = if 2 * q + 1 < g.k {
+            row[(2 * q + 1) * g.cs]
+        } else {
+            0.0
+        };
+        *x = pair(row[2 * q * g.cs], hi);
+    }
 }
 
 /// One tile's operands: rows of bf16 pairs (`kp` each, contiguous) and the panel `b`
 /// (`kp` rows of [`NR`] pairs).
-pub(super) struct Tile<'a> {
-    pub a: &'a [u32],
-    pub kp: usize,
-    pub b: &'a [u32],
-    pub at: Cols,
+struct Tile<'a> {
+    a: &'a [u32],
+    kp: usize,
+    b: &'a [u32],
+    at: Cols,
 }
 
 /// `dst[i][j0..j0 + width] = a[i] · b` for the tile's `rows` rows.
-pub(super) fn tile(t: &Tile<'_>, rows: usize, dst: Out) {
+fn tile(t: &Tile<'_>, rows: usize, simd: bool, dst: Out) {
     let w = t.at;
     // The bounds every access below relies on, checked once.
     assert!((1..=MR).contains(&rows) && w.width >= 1 && w.width <= NR);
     assert!(t.kp >= 1 && t.b.len() >= t.kp * NR && t.a.len() >= rows * t.kp);
     assert!(dst.len >= (rows - 1) * w.ldc + w.j0 + w.width);
     #[cfg(target_arch = "x86_64")]
-    if simd() {
+    if simd {
+        assert!(crate::kernels::cpu::has_avx512_bf16());
         macro_rules! call {
             ($r:literal) => {
-                // SAFETY: AVX512_BF16 is present (checked) and the asserts above are
+                // SAFETY: AVX512_BF16 is present (asserted) and the asserts above are
                 // the bounds `avx512::tile` documents; this tile's elements of `dst`
                 // are written by no one else (see `Out`).
                 unsafe { avx512::tile::<$r>(t, dst.ptr) }
@@ -165,6 +188,7 @@ pub(super) fn tile(t: &Tile<'_>, rows: usize, dst: Out) {
         }
         return by_rows!(rows, call!());
     }
+    let _ = simd;
     portable(t, rows, dst)
 }
 

@@ -3,21 +3,43 @@
 //! `MR × 2` accumulators; per step of `k`, two vector loads of the panel and one
 //! broadcast of each row's element of the left operand, read in place.
 
-use super::{by_rows, Cols, Out, MR, NR};
+use super::{by_rows, Cols, Matrix, Out, Part, MR, NR};
+
+/// Computes `part` of the product of `g` by the f32 panels `data`: panel by panel, and
+/// in each panel row block by row block (so a panel stays in L2 while every row block
+/// reads it).
+pub(super) fn part(g: Matrix<'_>, data: &[f32], part: Part, out: Out) {
+    let k = g.k;
+    for pj in part.panels.0..part.panels.1 {
+        let b = &data[pj * k * NR..(pj + 1) * k * NR];
+        let at = part.cols(pj);
+        Part::blocks(part.rows.0, part.rows.1 - part.rows.0, |r0, h| {
+            let t = Tile {
+                a: &g.a[r0 * g.lda..],
+                lda: g.lda,
+                cs: g.cs,
+                k,
+                b,
+                at,
+            };
+            tile(&t, h, out.skip(r0 * part.n));
+        });
+    }
+}
 
 /// One tile's operands: rows of `a` (element `(i, p)` at `i * lda + p * cs`) and the
 /// panel `b` (`k` rows of [`NR`]).
-pub(super) struct Tile<'a> {
-    pub a: &'a [f32],
-    pub lda: usize,
-    pub cs: usize,
-    pub k: usize,
-    pub b: &'a [f32],
-    pub at: Cols,
+struct Tile<'a> {
+    a: &'a [f32],
+    lda: usize,
+    cs: usize,
+    k: usize,
+    b: &'a [f32],
+    at: Cols,
 }
 
 /// `dst[i][j0..j0 + width] = a[i] · b` for the tile's `rows` rows.
-pub(super) fn tile(t: &Tile<'_>, rows: usize, dst: Out) {
+fn tile(t: &Tile<'_>, rows: usize, dst: Out) {
     macro_rules! call {
         ($r:literal) => {
             if t.cs == 1 {

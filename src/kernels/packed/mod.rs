@@ -35,6 +35,7 @@
 
 mod bf16;
 mod f32;
+mod i8;
 
 use super::{check_input, error, KernelError, Par};
 use crate::ir::{DType, Layout};
@@ -65,6 +66,8 @@ enum Panels {
     /// `ceil(k / 2) * NR` pairs each: the pair at `q * NR + j` holds rows `2q` (low
     /// half) and `2q + 1` (high half, zero past `k`) of column `j`, in bf16.
     Bf16(Vec<u32>),
+    /// Signed 8-bit values with a scale per column (module `i8`).
+    I8(i8::PackedI8),
 }
 
 /// The `[k, n]` matrix `layout` reads from `src`: `(k, n, row stride, column stride)`,
@@ -152,6 +155,7 @@ impl PackedRhs {
     pub fn pack_as(src: &[f32], layout: &Layout, dtype: DType) -> Result<PackedRhs, KernelError> {
         let mut p = match dtype {
             DType::BF16 => PackedRhs::pack_bf16(src, layout)?,
+            DType::I8 => PackedRhs::pack_i8(src, layout)?,
             _ => {
                 return Err(error(
                     "pack",
@@ -163,11 +167,35 @@ impl PackedRhs {
         Ok(p)
     }
 
+    /// Quantises the `[k, n]` matrix `layout` reads from `src` to int8 with one scale
+    /// per column, on any CPU (module `i8`). Errors name a layout that is not 2-D or
+    /// does not fit `src`, an empty matrix, a `k` beyond `i8::MAX_K`, a non-finite
+    /// element, or memory the system refused.
+    pub fn pack_i8(src: &[f32], layout: &Layout) -> Result<PackedRhs, KernelError> {
+        let (k, n, rs, cs) = matrix_of("pack_i8", src, layout)?;
+        Ok(PackedRhs {
+            k,
+            n,
+            source: (layout.offset, rs, cs),
+            panels: Panels::I8(i8::PackedI8::quantize(src, layout)?),
+        })
+    }
+
+    /// The panels, borrowed.
+    fn form(&self) -> Form<'_> {
+        match &self.panels {
+            Panels::F32(d) => Form::F32(d),
+            Panels::Bf16(d) => Form::Bf16(d),
+            Panels::I8(w) => Form::I8(w),
+        }
+    }
+
     /// The element type the matrix is kept in: `F32` or `BF16`.
     pub fn dtype(&self) -> DType {
         match self.panels {
             Panels::F32(_) => DType::F32,
             Panels::Bf16(_) => DType::BF16,
+            Panels::I8(_) => DType::I8,
         }
     }
 
@@ -187,10 +215,13 @@ impl PackedRhs {
             && (layout.offset, layout.strides[r - 2], layout.strides[r - 1]) == self.source
     }
 
-    /// The `[k, n]` matrix back in f32, row-major (a bf16 matrix's values exactly, as
-    /// f32), or `None` when the memory cannot be had.
+    /// The `[k, n]` matrix back in f32, row-major (a bf16 matrix's values exactly, an
+    /// int8 one's values times their scales), or `None` when the memory cannot be had.
     pub fn unpack(&self) -> Option<Vec<f32>> {
         let (k, n) = (self.k, self.n);
+        if let Panels::I8(w) = &self.panels {
+            return w.dequantize();
+        }
         let mut out = Vec::new();
         out.try_reserve_exact(k.checked_mul(n)?).ok()?;
         for p in 0..k {
@@ -201,6 +232,7 @@ impl PackedRhs {
                         let at = (j0 / NR) * k * NR + p * NR;
                         out.extend_from_slice(&data[at..at + w]);
                     }
+                    Panels::I8(_) => unreachable!("dequantised above"),
                     Panels::Bf16(data) => {
                         let at = (j0 / NR) * k.div_ceil(2) * NR + (p / 2) * NR;
                         let half = 16 * (p % 2) as u32;
@@ -221,6 +253,7 @@ impl PackedRhs {
         match &self.panels {
             Panels::F32(d) => d.capacity() * std::mem::size_of::<f32>(),
             Panels::Bf16(d) => d.capacity() * std::mem::size_of::<u32>(),
+            Panels::I8(w) => w.bytes(),
         }
     }
 }
@@ -240,7 +273,8 @@ const PAR_WORK: usize = if cfg!(test) { 1 << 9 } else { 64 * 64 * 64 };
 /// Multiplies `[b.., m, k]` (read through `lhs_layout`, any strides; rows with
 /// contiguous elements take the fastest path) by the packed `[k, n]` into `dst`
 /// (`b * m * n` elements, row-major). A bf16 matrix multiplies the left operand's
-/// elements rounded to bf16, summing the products in f32.
+/// elements rounded to bf16, an int8 one its rows quantised to int8 (module `i8`);
+/// both sum in f32.
 pub fn matmul_packed(
     lhs: &[f32],
     lhs_layout: &Layout,
@@ -248,20 +282,53 @@ pub fn matmul_packed(
     dst: &mut [f32],
     par: Par,
 ) -> Result<(), KernelError> {
+    let form = rhs.form();
+    product(lhs, lhs_layout, (rhs.k, rhs.n), form, form.simd(), dst, par)
+}
+
+/// The panels of a packed matrix, borrowed, in their element type.
+#[derive(Clone, Copy)]
+enum Form<'a> {
+    F32(&'a [f32]),
+    Bf16(&'a [u32]),
+    I8(&'a i8::PackedI8),
+}
+
+impl Form<'_> {
+    /// Whether this CPU runs the form's instruction-set path (f32 panels exist only
+    /// where it does).
+    fn simd(self) -> bool {
+        match self {
+            Form::F32(_) => true,
+            Form::Bf16(_) => super::cpu::has_avx512_bf16() && bf16::allowed(),
+            Form::I8(_) => super::cpu::has_avx512_vnni(),
+        }
+    }
+}
+
+/// [`matmul_packed`] by the `[k, n]` matrix whose panels are `form`, on the
+/// instruction-set path when `simd`, on the portable loops otherwise (the tests run
+/// both).
+fn product(
+    lhs: &[f32],
+    lhs_layout: &Layout,
+    (k, n): (usize, usize),
+    form: Form<'_>,
+    simd: bool,
+    dst: &mut [f32],
+    par: Par,
+) -> Result<(), KernelError> {
     let kernel = "matmul";
     check_input(kernel, "lhs", lhs.len(), lhs_layout)?;
     let ld = &lhs_layout.dims;
     let rank = ld.len();
-    if rank < 2 || ld[rank - 1] != rhs.k {
+    if rank < 2 || ld[rank - 1] != k {
         return Err(error(
             kernel,
-            format_args!(
-                "cannot multiply lhs dims {ld:?} by a packed [{}, {}]",
-                rhs.k, rhs.n
-            ),
+            format_args!("cannot multiply lhs dims {ld:?} by a packed [{k}, {n}]"),
         ));
     }
-    let (m, k, n) = (ld[rank - 2], rhs.k, rhs.n);
+    let m = ld[rank - 2];
     // Strides of size-1 dims are never multiplied by a non-zero index.
     let lda = if m > 1 {
         lhs_layout.strides[rank - 2]
@@ -282,6 +349,10 @@ pub fn matmul_packed(
     if numel == 0 {
         return Ok(());
     }
+    if k == 0 {
+        dst.fill(0.0);
+        return Ok(());
+    }
     let work = m.saturating_mul(n).saturating_mul(k);
     let threads = if work >= PAR_WORK { par.threads } else { 1 };
     for (b, out) in dst.chunks_exact_mut(m * n).enumerate() {
@@ -294,17 +365,21 @@ pub fn matmul_packed(
         // The matrix: element (i, p) at i * lda + p * cs. The layout fits `lhs`
         // (checked), so its last element is inside it.
         let a = &lhs[base..base + (m - 1) * lda + (k - 1) * cs + 1];
-        let g = Matrix { a, lda, cs, m, k };
-        match &rhs.panels {
-            Panels::F32(panels) => run(&Job::F32 { g, panels }, m, n, out, threads),
-            Panels::Bf16(panels) => bf16::with_rows(g, |rows| {
-                let job = Job::Bf16 {
-                    rows,
-                    kp: k.div_ceil(2),
-                    panels,
-                };
-                run(&job, m, n, out, threads)
-            })?,
+        let job = Job {
+            g: Matrix { a, lda, cs, k },
+            n,
+            form,
+            simd,
+        };
+        let out = Out::new(out);
+        let panels = (0, n.div_ceil(NR));
+        // The rows of a request or two: split by columns, so each thread reads only
+        // its part of the weight (from DRAM, for a model larger than the cache);
+        // taller products: by rows.
+        if threads > 1 && m > SHORT_M {
+            split_rows(&job, (0, m), out, threads);
+        } else {
+            split_columns(&job, (0, m), out, panels, threads);
         }
     }
     Ok(())
@@ -317,48 +392,30 @@ struct Matrix<'a> {
     a: &'a [f32],
     lda: usize,
     cs: usize,
-    m: usize,
     k: usize,
 }
 
-/// What the tiles of one product read: the left operand's rows and the panels, in the
-/// weight's element type.
-enum Job<'a> {
-    /// f32 rows read in place, f32 panels.
-    F32 { g: Matrix<'a>, panels: &'a [f32] },
-    /// Rows rounded to bf16 pairs (`kp` pairs each, contiguous), bf16 panels.
-    Bf16 {
-        rows: &'a [u32],
-        kp: usize,
-        panels: &'a [u32],
-    },
-}
-
-/// Computes the `m × n` product of `job` into `out` with up to `threads` threads: the
-/// rows of a request or two split by columns, so each thread reads only its part of the
-/// weight (from DRAM, for a model larger than the cache); taller products by rows.
-fn run(job: &Job<'_>, m: usize, n: usize, out: &mut [f32], threads: usize) {
-    let panels = (0, n.div_ceil(NR));
-    let out = Out::new(out);
-    if threads > 1 && m > SHORT_M {
-        split_rows(job, (0, m), n, out, threads);
-    } else {
-        split_columns(job, (0, m), n, out, panels, threads);
-    }
+/// One product: the left operand, the panels of the right one (`n` columns), and
+/// whether the instruction-set path runs.
+struct Job<'a> {
+    g: Matrix<'a>,
+    n: usize,
+    form: Form<'a>,
+    simd: bool,
 }
 
 /// Halves rows `rows.0..rows.1` between threads (block-aligned), each computing all
 /// columns of its rows.
-fn split_rows(job: &Job<'_>, rows: (usize, usize), n: usize, out: Out, threads: usize) {
+fn split_rows(job: &Job<'_>, rows: (usize, usize), out: Out, threads: usize) {
     let (r0, r1) = rows;
     let m = r1 - r0;
     if threads <= 1 || m <= 2 * MR {
-        return split_columns(job, rows, n, out, (0, n.div_ceil(NR)), 1);
+        return split_columns(job, rows, out, (0, job.n.div_ceil(NR)), 1);
     }
     let mid = r0 + (m / 2).next_multiple_of(MR).min(m - MR);
     rayon::join(
-        || split_rows(job, (r0, mid), n, out, threads / 2),
-        || split_rows(job, (mid, r1), n, out, threads - threads / 2),
+        || split_rows(job, (r0, mid), out, threads / 2),
+        || split_rows(job, (mid, r1), out, threads - threads / 2),
     );
 }
 
@@ -418,7 +475,6 @@ unsafe impl Send for Out {}
 fn split_columns(
     job: &Job<'_>,
     rows: (usize, usize),
-    n: usize,
     out: Out,
     panels: (usize, usize),
     threads: usize,
@@ -427,56 +483,54 @@ fn split_columns(
     if threads > 1 && p1 - p0 >= 2 {
         let mid = p0 + (p1 - p0) / 2;
         rayon::join(
-            || split_columns(job, rows, n, out, (p0, mid), threads / 2),
-            || split_columns(job, rows, n, out, (mid, p1), threads - threads / 2),
+            || split_columns(job, rows, out, (p0, mid), threads / 2),
+            || split_columns(job, rows, out, (mid, p1), threads - threads / 2),
         );
         return;
     }
-    for pj in p0..p1 {
-        panel(job, rows, n, pj, out);
+    let part = Part {
+        rows,
+        panels,
+        n: job.n,
+    };
+    match job.form {
+        Form::F32(data) => f32::part(job.g, data, part, out),
+        Form::Bf16(data) => bf16::part(job.g, data, part, job.simd, out),
+        Form::I8(w) => i8::part(job.g, w, part, job.simd, out),
     }
 }
 
-/// Computes the columns of panel `pj` for rows `rows.0..rows.1` of `out`, row block by
-/// row block (the rows are cut into blocks of at most [`MR`], as even as possible).
-fn panel(job: &Job<'_>, rows: (usize, usize), n: usize, pj: usize, out: Out) {
-    let j0 = pj * NR;
-    let width = NR.min(n - j0);
-    let m = rows.1 - rows.0;
-    let blocks = m.div_ceil(MR);
-    let mut r0 = rows.0;
-    for bi in 0..blocks {
-        let count = (rows.1 - r0).div_ceil(blocks - bi);
-        let dst = out.skip(r0 * n);
-        let at = Cols { j0, width, ldc: n };
-        match job {
-            Job::F32 { g, panels } => {
-                let k = g.k;
-                f32::tile(
-                    &f32::Tile {
-                        a: &g.a[r0 * g.lda..],
-                        lda: g.lda,
-                        cs: g.cs,
-                        k,
-                        b: &panels[pj * k * NR..(pj + 1) * k * NR],
-                        at,
-                    },
-                    count,
-                    dst,
-                );
-            }
-            Job::Bf16 { rows, kp, panels } => bf16::tile(
-                &bf16::Tile {
-                    a: &rows[r0 * kp..],
-                    kp: *kp,
-                    b: &panels[pj * kp * NR..(pj + 1) * kp * NR],
-                    at,
-                },
-                count,
-                dst,
-            ),
+/// The part of a product one thread computes: panels `panels` of rows `rows`, of an
+/// output `n` wide.
+#[derive(Clone, Copy)]
+struct Part {
+    rows: (usize, usize),
+    panels: (usize, usize),
+    n: usize,
+}
+
+impl Part {
+    /// Calls `f(first row, rows)` for the row blocks of rows `first..first + count`:
+    /// at most [`MR`] rows each, as even as possible (20 rows are two blocks of 10, not
+    /// 14 + 6).
+    fn blocks(first: usize, count: usize, mut f: impl FnMut(usize, usize)) {
+        let blocks = count.div_ceil(MR);
+        let mut r0 = first;
+        for bi in 0..blocks {
+            let h = (first + count - r0).div_ceil(blocks - bi);
+            f(r0, h);
+            r0 += h;
         }
-        r0 += count;
+    }
+
+    /// Where panel `pj`'s columns go.
+    fn cols(self, pj: usize) -> Cols {
+        let j0 = pj * NR;
+        Cols {
+            j0,
+            width: NR.min(self.n - j0),
+            ldc: self.n,
+        }
     }
 }
 

@@ -1,0 +1,106 @@
+//! Reduced-precision products at MiniLM-L6's shapes: the kernel over weights packed
+//! once (`PackedRhs`) in f32, in bf16 (`vdpbf16ps`, AVX512_BF16) and in int8 (a scale
+//! per column, activations quantised per row inside the kernel, AVX512_VNNI), on one
+//! thread and on all.
+//!
+//! Two groups: `lowp_pass` runs every product of a forward pass by its weights (6
+//! layers of `[384, 1152]`, `[384, 384]`, `[384, 1536]`, `[1536, 384]`: 42.5 MB in f32,
+//! 10.6 MB in int8) as one iteration, so the weights stream from memory as in the
+//! model; `lowp_shape` runs one product of each shape (its weight stays in cache). Rows:
+//! 28 (one sentence) and 896 (a batch of 32). Criterion's "thrpt" in elements/s is
+//! FLOP/s (`2 m k n` per product; for int8, one multiply-add counts as 2 operations as
+//! well).
+//!
+//! Peaks of one Zen 4 core, for reading the figures: f32 FMA ≈ 114 GFLOP/s (measured
+//! with MKL's sgemm: one 512-bit FMA a cycle, 32 flop, at ≈ 3.56 GHz); `vpdpbusd`
+//! does 4 times the multiply-adds of an f32 FMA per instruction at the same rate, so
+//! the int8 peak is ≈ 456 GOP/s; `vdpbf16ps` does 2 times, so bf16's is ≈ 228.
+//!
+//! Measured (thread CPU time, one core, the pass; see `kernels/packed/i8.rs`): f32
+//! 102 GFLOP/s at 28 rows and 111 at 896; int8 390 and 366 GOP/s (3.8× and 3.3×).
+//!
+//! Run with `cargo bench --bench lowp -- --warm-up-time 1 --measurement-time 3`
+//! (`STREAMFUSE_PORTABLE=1` times the portable int8 loops instead).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use streamfuse::inspect::kernels::{self, PackedRhs, Par};
+use streamfuse::Layout;
+
+/// MiniLM-L6's weight shapes `[k, n]`.
+const SHAPES: [(usize, usize); 4] = [(384, 1152), (384, 384), (384, 1536), (1536, 384)];
+
+fn data(n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+        .collect()
+}
+
+/// One weight in every form, f32 first.
+struct Weight {
+    k: usize,
+    n: usize,
+    forms: [PackedRhs; 3],
+}
+
+/// The names of the forms, in `Weight::forms` order.
+const DTYPES: [&str; 3] = ["f32", "bf16", "i8"];
+
+fn weight(k: usize, n: usize, seed: usize) -> Weight {
+    let w: Vec<f32> = data(k * n + seed).split_off(seed);
+    let l = Layout::contiguous(&[k, n]);
+    Weight {
+        k,
+        n,
+        forms: [
+            PackedRhs::pack(&w, &l).expect("the f32 packed kernel needs AVX-512"),
+            PackedRhs::pack_bf16(&w, &l).unwrap(),
+            PackedRhs::pack_i8(&w, &l).unwrap(),
+        ],
+    }
+}
+
+/// Runs the products of `weights` at `rows` rows in form `form`.
+fn pass(weights: &[Weight], rows: usize, form: usize, a: &[f32], out: &mut [f32], par: Par) {
+    for w in weights {
+        let al = Layout::contiguous(&[rows, w.k]);
+        let (a, out) = (&a[..rows * w.k], &mut out[..rows * w.n]);
+        let wl = Layout::contiguous(&[w.k, w.n]);
+        kernels::matmul_prepacked(a, &al, &[], &wl, Some(&w.forms[form]), out, par).unwrap();
+    }
+}
+
+fn run(c: &mut Criterion, group: &str, weights: &[Weight]) {
+    let mut group = c.benchmark_group(group);
+    group.sample_size(10);
+    for rows in [28usize, 896] {
+        let a = data(rows * 1536);
+        let mut out = vec![0.0f32; rows * 1536];
+        let flops: usize = weights.iter().map(|w| 2 * rows * w.k * w.n).sum();
+        group.throughput(Throughput::Elements(flops as u64));
+        for (par_name, par) in [("serial", Par::serial()), ("all", Par::all())] {
+            for (form, dtype) in DTYPES.iter().enumerate() {
+                let id = BenchmarkId::new(format!("{dtype}_{par_name}"), rows);
+                group.bench_function(id, |bench| {
+                    bench.iter(|| pass(weights, rows, form, &a, &mut out, par))
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+fn bench_pass(c: &mut Criterion) {
+    let weights: Vec<Weight> = (0..6)
+        .flat_map(|layer| SHAPES.iter().map(move |&(k, n)| weight(k, n, layer)))
+        .collect();
+    run(c, "lowp_pass", &weights);
+}
+
+fn bench_shapes(c: &mut Criterion) {
+    for (k, n) in SHAPES {
+        run(c, &format!("lowp_shape_{k}x{n}"), &[weight(k, n, 0)]);
+    }
+}
+
+criterion_group!(benches, bench_pass, bench_shapes);
+criterion_main!(benches);

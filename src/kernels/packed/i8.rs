@@ -1,0 +1,1098 @@
+//! Matrix products of f32 activations by an int8 weight packed once: [`PackedI8`] and
+//! [`matmul_i8`].
+//!
+//! **Weights.** A `[k, n]` f32 weight is quantised symmetrically per output column:
+//! `sw[j] = max_p |w[p, j]| / 127` and `q[p, j] = round(w[p, j] / sw[j])` in
+//! `-127..=127` (ties to even; an all-zero column has scale 0 and zeros). The bytes
+//! are stored **shifted to u8** (`q + 128`) in the layout the tile streams: panels of
+//! [`NR`] = 32 columns; in a panel, `k` in quads of 4 (`kp = k` rounded up to 4), and
+//! for each quad the 4 bytes of column 0, then of column 1, …: `[n/32][kp/4][32][4]`,
+//! zero weights (128) in the padding. One quad of a panel is two 64-byte vectors, one
+//! per 16 columns.
+//!
+//! **Activations** are quantised inside the kernel, dynamically, **per row** (per
+//! token): `sa[i] = max_p |a[i, p]| / 127`, `qa[i, p] = round(a[i, p] / sa[i])`, signed.
+//! The tile multiplies them with `vpdpbusd` (AVX512_VNNI: four u8 × s8 products summed
+//! into each i32 lane), the weight as the unsigned operand and four activation bytes
+//! broadcast from memory (the only operand that can be) as the signed one. The shift
+//! of the weight is taken off exactly with the row sums: `Σ qa·(qw + 128) - 128 Σ qa =
+//! Σ qa·qw`, so a tile keeps `MR × 2` i32 accumulators and converts once at its end:
+//! `out[i, j] = ((acc - 128 Σ_p qa[i, p]) as f32 * sw[j]) * sa[i]`. Every integer sum
+//! is exact (wrapping i32 arithmetic, whose result is exact since `|Σ qa·qw| ≤ 127²·k <
+//! 2³¹` for `k ≤` [`MAX_K`]), so the portable path (plain integer loops over the same
+//! layout, used without VNNI or with `STREAMFUSE_PORTABLE=1`) gives bit-identical
+//! results. A row holding a NaN or an infinity gives a row of NaN.
+//!
+//! **Scratch.** The quantised activations live on the stack, never the heap: rows are
+//! taken in **chunks** (at most 252 rows and, for long rows, as many as fit in 256 KiB),
+//! each quantised once into a stack buffer (16, 64 or 256 KiB, the smallest that holds
+//! it, so small products do not clear a large one), then multiplied by every panel of
+//! the part of the weight this thread computes (in a split by columns every thread
+//! quantises all the rows itself: at most 128 of them). A call allocates nothing; a weight is
+//! re-read from cache once per chunk (its int8 form, a quarter of the f32 one, fits in
+//! the L2 for MiniLM's shapes).
+//!
+//! **Accuracy.** The error against the product by the dequantised weight is at most
+//! half an activation step per element, `sa[i] / 2 · Σ_p |ŵ[p, j]|` (the tests assert
+//! it). Against the f32 product, the cosine per row: ≥ 0.999 on synthetic rows shaped
+//! like BERT's hidden states (layer-normed, three channels 10–20× larger; a test asserts
+//! it); on MiniLM-L6's 36 real weights (the ignored test `minilm_weights_cosine`: real
+//! embeddings into layer 0, rows through each layer's LayerNorm weights, GELU outputs
+//! into the FFN's second product; 64 rows each), minimum 0.9983 and median 0.99994 over
+//! the 2304 rows, the lowest in the FFN's second product (k = 1536, GELU inputs). Per-row
+//! scales are enough there; per-group scales along `k` were not needed.
+//!
+//! **Speed**, measured on one core of this project's Zen 4 EPYC (thread CPU time from
+//! `/proc/thread-self/schedstat`, median of 7 rounds alternating the two kernels, a
+//! pass over MiniLM-L6's 24 weights as in `benches/lowp.rs`): 28 rows 1.52 ms (390
+//! GOP/s) against the f32 packed kernel's 5.81 ms (102 GFLOP/s), 3.8×; 896 rows 51.9
+//! ms (366 GOP/s) against 171.6 ms (111 GFLOP/s), 3.3×. The int8 peak of a core is
+//! about 4 × the f32 one (≈ 456 GOP/s at 3.56 GHz): the tile runs at about 80% of it.
+//! Quantising the activations (O(m·k): a max pass and a rounding pass per row, both
+//! vectorised) takes about 7% of the pass at 28 rows and 6% at 896 (perf, on products
+//! by one 32-column panel); its byte stores (`vpmovdb`) are the first thing to improve.
+//!
+//! `unsafe` is confined to the VNNI tile's loads and stores (bounds checked once before
+//! its loop), to calling the `#[target_feature]` functions after the CPU check, and to
+//! writing the output through the raw pointer that the split by columns shares between
+//! threads (disjoint columns).
+
+use super::{by_rows, Matrix, Out, Part, MR, NR};
+use crate::ir::Layout;
+use crate::kernels::{check_input, error, KernelError};
+
+/// The largest `k` a weight may have: the exact integer sums fit in i32 up to it.
+pub const MAX_K: usize = 1 << 17;
+/// Bytes of one quad of one panel (4 bytes of each of its 32 columns).
+const QUAD: usize = 4 * NR;
+/// The zero of a weight byte (weights are stored shifted to u8).
+const ZERO: u8 = 128;
+
+/// A `[k, n]` f32 weight quantised to int8 with one f32 scale per column, packed for
+/// [`matmul_i8`] (see the module doc for the layout). Made once per weight; the layout
+/// and the scales are the same on every CPU.
+#[derive(Debug)]
+pub(super) struct PackedI8 {
+    k: usize,
+    n: usize,
+    /// `k` rounded up to a multiple of 4.
+    kp: usize,
+    /// `ceil(n / NR)` panels of `kp * NR` bytes, each `q + 128`.
+    data: Vec<u8>,
+    /// One scale per column, `ceil(n / NR) * NR` of them (0 in the padding).
+    scales: Vec<f32>,
+}
+
+impl PackedI8 {
+    /// Quantises and packs the `[k, n]` weight that `layout` reads from `src` (any
+    /// strides and offset). Errors when the layout is not 2-D or does not fit `src`,
+    /// when `k` exceeds [`MAX_K`], when a weight is not finite, or when the memory
+    /// cannot be had.
+    pub fn quantize(src: &[f32], layout: &Layout) -> Result<PackedI8, KernelError> {
+        let kernel = "quantize_i8";
+        check_input(kernel, "weight", src.len(), layout)?;
+        if layout.dims.len() != 2 {
+            return Err(error(
+                kernel,
+                format_args!("weight dims {:?} are not [k, n]", layout.dims),
+            ));
+        }
+        let (k, n) = (layout.dims[0], layout.dims[1]);
+        if k > MAX_K {
+            return Err(error(
+                kernel,
+                format_args!("k = {k} exceeds {MAX_K}, beyond which i32 sums may overflow"),
+            ));
+        }
+        let (rs, cs) = (layout.strides[0], layout.strides[1]);
+        let at = |p: usize, j: usize| src[layout.offset + p * rs + j * cs];
+        let kp = k.next_multiple_of(4);
+        let panels = n.div_ceil(NR);
+        let len = panels
+            .checked_mul(kp)
+            .and_then(|x| x.checked_mul(NR))
+            .ok_or_else(|| error(kernel, "packed size overflows"))?;
+        let refused = |what: &str, bytes: usize| {
+            error(
+                kernel,
+                format_args!("cannot allocate {bytes} bytes for the {what}"),
+            )
+        };
+        let mut scales = Vec::new();
+        scales
+            .try_reserve_exact(panels * NR)
+            .map_err(|_| refused("scales", panels * NR * 4))?;
+        scales.resize(panels * NR, 0.0f32);
+        for (j, s) in scales[..n].iter_mut().enumerate() {
+            let mut max = 0.0f32;
+            for p in 0..k {
+                let w = at(p, j);
+                if !w.is_finite() {
+                    return Err(error(
+                        kernel,
+                        format_args!("weight [{p}, {j}] is {w}, not finite"),
+                    ));
+                }
+                max = max.max(w.abs());
+            }
+            *s = max / 127.0;
+        }
+        let mut data = Vec::new();
+        data.try_reserve_exact(len)
+            .map_err(|_| refused("packed weight", len))?;
+        data.resize(len, ZERO);
+        if k > 0 {
+            for (pj, panel) in data.chunks_exact_mut(kp * NR).enumerate() {
+                let j0 = pj * NR;
+                for jj in 0..NR.min(n - j0) {
+                    let j = j0 + jj;
+                    let inv = inverse_step(scales[j] * 127.0);
+                    for p in 0..k {
+                        let q = round_to_i8(at(p, j) * inv);
+                        panel[(p / 4) * QUAD + jj * 4 + p % 4] = (q as u8) ^ ZERO;
+                    }
+                }
+            }
+        }
+        Ok(PackedI8 {
+            k,
+            n,
+            kp,
+            data,
+            scales,
+        })
+    }
+
+    /// The `[k, n]` weight as the kernel sees it (`q * scale`), row-major, or `None`
+    /// when the memory cannot be had.
+    pub fn dequantize(&self) -> Option<Vec<f32>> {
+        let (k, n) = (self.k, self.n);
+        let mut out = Vec::new();
+        out.try_reserve_exact(k.checked_mul(n)?).ok()?;
+        for p in 0..k {
+            for j in 0..n {
+                out.push(self.weight(p, j) as f32 * self.scales[j]);
+            }
+        }
+        Some(out)
+    }
+
+    /// The quantised weight `q[p, j]` (`-127..=127`).
+    fn weight(&self, p: usize, j: usize) -> i8 {
+        let at = (j / NR) * self.kp * NR + (p / 4) * QUAD + (j % NR) * 4 + p % 4;
+        (self.data[at] ^ ZERO) as i8
+    }
+
+    /// Bytes held (the packed weight and its scales).
+    pub fn bytes(&self) -> usize {
+        self.data.capacity() + self.scales.capacity() * std::mem::size_of::<f32>()
+    }
+}
+
+/// `127 / max`, the factor that maps `[-max, max]` onto `[-127, 127]`; 0 for `max == 0`.
+fn inverse_step(max: f32) -> f32 {
+    if max > 0.0 {
+        127.0 / max
+    } else {
+        0.0
+    }
+}
+
+/// `1.5 · 2²³`: adding it to an f32 of magnitude below 2²² rounds it to an integer (ties
+/// to even), held in the low bits of the sum.
+const MAGIC: f32 = 12_582_912.0;
+
+/// `x` (expected in `[-127, 127]`, clamped to it) rounded to the nearest integer, ties
+/// to even. Pure f32 and bit arithmetic, so every path rounds alike and it vectorises.
+#[inline(always)]
+fn round_to_i8(x: f32) -> i32 {
+    let y = x.clamp(-127.0, 127.0);
+    ((y + MAGIC).to_bits() as i32) - (MAGIC.to_bits() as i32)
+}
+
+/// Which code multiplies: the VNNI tile, or the portable loops (bit-identical).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Path {
+    Vnni,
+    Portable,
+}
+
+/// Computes `part` of the product of `g` by `w`, on the VNNI tile when `simd`: its
+/// rows a chunk at a time (at most [`CHUNK_ROWS`], and as many as fit in the largest
+/// scratch; whole tiles when the part takes more than one chunk), each quantised once
+/// into a stack scratch and multiplied by every panel of the part.
+pub(super) fn part(g: Matrix<'_>, w: &PackedI8, part: Part, simd: bool, out: Out) {
+    let path = if simd { Path::Vnni } else { Path::Portable };
+    let kp = w.kp;
+    let m = part.rows.1 - part.rows.0;
+    let fit = (SCRATCH_LARGE / kp).clamp(1, CHUNK_ROWS);
+    let chunk = if m <= fit {
+        m
+    } else if fit >= MR {
+        fit / MR * MR
+    } else {
+        fit
+    };
+    let need = chunk * kp;
+    let job = Chunked {
+        g,
+        w,
+        part,
+        path,
+        chunk,
+    };
+    if need <= SCRATCH_SMALL {
+        with_scratch::<SCRATCH_SMALL>(&job, out);
+    } else if need <= SCRATCH_MEDIUM {
+        with_scratch::<SCRATCH_MEDIUM>(&job, out);
+    } else {
+        with_scratch::<SCRATCH_LARGE>(&job, out);
+    }
+}
+
+/// A part of a product, taken `chunk` rows at a time.
+struct Chunked<'a> {
+    g: Matrix<'a>,
+    w: &'a PackedI8,
+    part: Part,
+    path: Path,
+    chunk: usize,
+}
+
+/// The scratch sizes in bytes (quantised activations of one chunk of rows).
+const SCRATCH_SMALL: usize = 16 << 10;
+const SCRATCH_MEDIUM: usize = 64 << 10;
+const SCRATCH_LARGE: usize = 256 << 10;
+/// The most rows of one chunk (18 tiles of [`MR`]).
+const CHUNK_ROWS: usize = 18 * MR;
+
+/// Runs the part with a stack scratch of `N` bytes, `job.chunk` rows at a time
+/// (`chunk * kp <= N`). Not inlined, so that each size has its own frame.
+#[inline(never)]
+fn with_scratch<const N: usize>(job: &Chunked<'_>, out: Out) {
+    let (g, kp) = (job.g, job.w.kp);
+    assert!((1..=CHUNK_ROWS).contains(&job.chunk) && job.chunk * kp <= N);
+    let mut qa = [0i8; N];
+    let mut sa = [0f32; CHUNK_ROWS];
+    let mut sums = [0i32; CHUNK_ROWS];
+    let (mut r0, end) = job.part.rows;
+    while r0 < end {
+        let rows = job.chunk.min(end - r0);
+        let qa = &mut qa[..rows * kp];
+        for (i, (q, (s, sum))) in qa
+            .chunks_exact_mut(kp)
+            .zip(sa.iter_mut().zip(&mut sums))
+            .enumerate()
+        {
+            let start = (r0 + i) * g.lda;
+            (*s, *sum) = quantize_row(job.path, &g.a[start..], g.cs, g.k, q);
+        }
+        for pj in job.part.panels.0..job.part.panels.1 {
+            let rows = Rows {
+                qa,
+                sa: &sa[..rows],
+                sums: &sums[..rows],
+                first: r0,
+            };
+            panel(job, pj, rows, out);
+        }
+        r0 += rows;
+    }
+}
+
+/// One chunk of quantised rows: `qa` holds them (`kp` bytes each), `sa` their scales,
+/// `sums` their sums of quantised values, `first` the index of the first.
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    qa: &'a [i8],
+    sa: &'a [f32],
+    sums: &'a [i32],
+    first: usize,
+}
+
+/// Computes the columns of panel `pj` for the rows of `rows`, tile by tile.
+fn panel(job: &Chunked<'_>, pj: usize, rows: Rows<'_>, dst: Out) {
+    let (w, kp) = (job.w, job.w.kp);
+    let at = job.part.cols(pj);
+    let b = &w.data[pj * kp * NR..(pj + 1) * kp * NR];
+    let sw = &w.scales[at.j0..at.j0 + NR];
+    Part::blocks(0, rows.sa.len(), |r0, h| {
+        let t = Tile {
+            qa: &rows.qa[r0 * kp..(r0 + h) * kp],
+            kp,
+            sa: &rows.sa[r0..r0 + h],
+            sums: &rows.sums[r0..r0 + h],
+            b,
+            sw,
+            at: (rows.first + r0) * at.ldc + at.j0,
+            width: at.width,
+            ldc: at.ldc,
+        };
+        macro_rules! call {
+            ($r:literal) => {
+                tile::<$r>(job.path, &t, dst)
+            };
+        }
+        by_rows!(h, call!());
+    });
+}
+
+/// One tile's operands: `R` quantised rows (`kp` bytes each) with their scales and
+/// sums, the panel `b` (`kp / 4` quads) with its 32 column scales, and where the tile
+/// goes in the output (row `i`'s `width` columns at `at + i * ldc`).
+struct Tile<'a> {
+    qa: &'a [i8],
+    kp: usize,
+    sa: &'a [f32],
+    sums: &'a [i32],
+    b: &'a [u8],
+    sw: &'a [f32],
+    at: usize,
+    width: usize,
+    ldc: usize,
+}
+
+/// `dst[i][j0..j0 + width] = qa[i] · b`, scaled, for the tile's `R` rows.
+fn tile<const R: usize>(path: Path, t: &Tile<'_>, dst: Out) {
+    // The bounds every access below relies on, checked once (a failed check is a bug of
+    // this module, caught at the kernel boundary as a panic).
+    assert!((1..=MR).contains(&R) && t.width >= 1 && t.width <= NR);
+    assert!(t.kp >= 4 && t.kp.is_multiple_of(4) && t.b.len() == t.kp * NR);
+    assert!(t.qa.len() == R * t.kp && t.sa.len() == R && t.sums.len() == R);
+    assert!(t.sw.len() == NR);
+    assert!(t.at <= dst.len && (R - 1) * t.ldc + t.width <= dst.len - t.at);
+    #[cfg(target_arch = "x86_64")]
+    if path == Path::Vnni {
+        assert!(
+            crate::kernels::cpu::has_avx512_vnni(),
+            "VNNI tile without VNNI"
+        );
+        // SAFETY: the CPU has AVX-512 F and BW and VNNI (asserted), the asserts above
+        // are the bounds `vnni::tile` documents, and this tile's elements of `dst` are
+        // written by no one else (see `Out`).
+        return unsafe { vnni::tile::<R>(t, dst.ptr) };
+    }
+    let _ = path;
+    let mut rows = [[0f32; NR]; R];
+    portable_tile::<R>(t, &mut rows);
+    for (i, row) in rows.iter().enumerate() {
+        // SAFETY: the elements are row i's columns of the tile, inside `dst`
+        // (asserted above) and written by no one else (see `Out`).
+        let part = unsafe { dst.part(t.at + i * t.ldc, t.width) };
+        part.copy_from_slice(&row[..t.width]);
+    }
+}
+
+/// The tile in plain integer loops: the same sums, conversion and products, in the
+/// same order, as the VNNI tile.
+fn portable_tile<const R: usize>(t: &Tile<'_>, rows: &mut [[f32; NR]; R]) {
+    let mut acc = [[0i32; NR]; R];
+    for (p, quad) in t.b.chunks_exact(QUAD).enumerate() {
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let a = &t.qa[i * t.kp + 4 * p..i * t.kp + 4 * p + 4];
+            let a = [a[0] as i32, a[1] as i32, a[2] as i32, a[3] as i32];
+            for (c, w) in acc.iter_mut().zip(quad.chunks_exact(4)) {
+                let dot = w[0] as i32 * a[0]
+                    + w[1] as i32 * a[1]
+                    + w[2] as i32 * a[2]
+                    + w[3] as i32 * a[3];
+                *c = c.wrapping_add(dot);
+            }
+        }
+    }
+    for i in 0..R {
+        let shift = t.sums[i].wrapping_mul(ZERO as i32);
+        for c in 0..NR {
+            rows[i][c] = (acc[i][c].wrapping_sub(shift) as f32 * t.sw[c]) * t.sa[i];
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vnni {
+    use super::{Tile, NR, QUAD, ZERO};
+    use std::arch::x86_64::*;
+
+    /// The tile on AVX512_VNNI: `R × 2` i32 accumulators, one quad of `k` per
+    /// iteration (two 64-byte loads of the panel, and per row a 4-byte broadcast of
+    /// its activations as `vpdpbusd`'s memory operand).
+    ///
+    /// # Safety
+    ///
+    /// The CPU has AVX-512 F and BW and AVX512_VNNI; `t.kp >= 4` is a multiple of 4,
+    /// `t.b` holds `t.kp * NR` bytes, `t.qa` holds `R * t.kp`, `t.sa` and `t.sums`
+    /// hold `R`, `t.sw` holds `NR`; `1 <= t.width <= NR`; `dst` is valid for writes of
+    /// `t.at + (R - 1) * t.ldc + t.width` elements, of which nobody else reads or
+    /// writes the tile's during the call.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
+        let mut acc0 = [_mm512_setzero_si512(); R];
+        let mut acc1 = [_mm512_setzero_si512(); R];
+        let (a, b) = (t.qa.as_ptr(), t.b.as_ptr());
+        for p in 0..t.kp / 4 {
+            // SAFETY: p < kp / 4, so bytes p * QUAD..(p + 1) * QUAD are inside `t.b`
+            // (kp * NR = kp / 4 * QUAD bytes), and row i's 4 bytes at i * kp + 4 * p
+            // are inside `t.qa` (R * kp bytes) for i < R.
+            unsafe {
+                let b0 = _mm512_loadu_si512(b.add(p * QUAD).cast());
+                let b1 = _mm512_loadu_si512(b.add(p * QUAD + 64).cast());
+                for i in 0..R {
+                    let x = _mm512_set1_epi32(std::ptr::read_unaligned(
+                        a.add(i * t.kp + 4 * p).cast::<i32>(),
+                    ));
+                    acc0[i] = _mm512_dpbusd_epi32(acc0[i], b0, x);
+                    acc1[i] = _mm512_dpbusd_epi32(acc1[i], b1, x);
+                }
+            }
+        }
+        // SAFETY: `t.sw` holds NR = 32 floats (two vectors).
+        let (sw0, sw1) = unsafe {
+            (
+                _mm512_loadu_ps(t.sw.as_ptr()),
+                _mm512_loadu_ps(t.sw.as_ptr().add(16)),
+            )
+        };
+        let w = t.width;
+        // Lanes of each half that hold columns (the last panel may be narrower).
+        let m0 = if w >= 16 { 0xffff } else { (1u16 << w) - 1 };
+        let m1 = if w >= NR {
+            0xffff
+        } else if w > 16 {
+            (1u16 << (w - 16)) - 1
+        } else {
+            0
+        };
+        for i in 0..R {
+            let shift = _mm512_set1_epi32(t.sums[i].wrapping_mul(ZERO as i32));
+            let sa = _mm512_set1_ps(t.sa[i]);
+            let lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i], shift));
+            let hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i], shift));
+            // SAFETY: row i's columns are at at + i * ldc.., inside `dst` (valid for
+            // at + (R - 1) * ldc + width elements); the masks write only the first
+            // `width` lanes.
+            unsafe {
+                let row = dst.add(t.at + i * t.ldc);
+                _mm512_mask_storeu_ps(row, m0, _mm512_mul_ps(_mm512_mul_ps(lo, sw0), sa));
+                let hi = _mm512_mul_ps(_mm512_mul_ps(hi, sw1), sa);
+                _mm512_mask_storeu_ps(row.add(16), m1, hi);
+            }
+        }
+    }
+
+    /// [`super::quantize_slice`] compiled for AVX-512 (the same arithmetic,
+    /// vectorised).
+    ///
+    /// # Safety
+    ///
+    /// The CPU has AVX-512 F and BW.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn quantize_slice(row: &[f32], out: &mut [i8]) -> (f32, i32) {
+        super::quantize_slice(row, out)
+    }
+}
+
+/// Quantises row `a[p * cs]`, `p < k`, into `out` (`kp` bytes, the padding zeroed) and
+/// returns its scale and the sum of its quantised values.
+fn quantize_row(path: Path, a: &[f32], cs: usize, k: usize, out: &mut [i8]) -> (f32, i32) {
+    if cs == 1 {
+        let row = &a[..k];
+        #[cfg(target_arch = "x86_64")]
+        if path == Path::Vnni {
+            assert!(crate::kernels::cpu::has_avx512());
+            // SAFETY: the CPU has AVX-512 F and BW (asserted).
+            return unsafe { vnni::quantize_slice(row, out) };
+        }
+        let _ = path;
+        return quantize_slice(row, out);
+    }
+    // A strided row (a transposed operand): the same arithmetic, element by element.
+    let x = |p: usize| a[p * cs];
+    let (mut max, mut bad) = (0.0f32, 0.0f32);
+    for p in 0..k {
+        let v = x(p).abs();
+        max = if v > max { v } else { max };
+        bad += x(p) * 0.0;
+    }
+    let inv = match row_factor(max, bad, out) {
+        Ok(inv) => inv,
+        Err(scale) => return (scale, 0),
+    };
+    let mut sum = 0i32;
+    for (p, o) in out[..k].iter_mut().enumerate() {
+        let q = round_to_i8(x(p) * inv);
+        *o = q as i8;
+        sum += q;
+    }
+    out[k..].fill(0);
+    (max / 127.0, sum)
+}
+
+/// The factor `127 / max` of a row whose largest magnitude is `max` and whose `bad`
+/// (a sum of `x * 0`) is NaN when it holds a NaN or an infinity; or, when the row
+/// quantises to zeros, `Err` with its scale (0 for an all-zero row, NaN for a
+/// non-finite one, so that its outputs are NaN), and `out` zeroed.
+#[inline(always)]
+fn row_factor(max: f32, bad: f32, out: &mut [i8]) -> Result<f32, f32> {
+    if bad != 0.0 || !max.is_finite() {
+        out.fill(0);
+        return Err(f32::NAN);
+    }
+    if max == 0.0 {
+        out.fill(0);
+        return Err(0.0);
+    }
+    Ok(127.0 / max)
+}
+
+/// Quantises the contiguous `row` into `out` (`row.len()` rounded up to 4 bytes, the
+/// padding zeroed); returns the scale and the sum of the quantised values. Written to
+/// vectorise: 16 lanes of running maxima.
+#[inline(always)]
+fn quantize_slice(row: &[f32], out: &mut [i8]) -> (f32, i32) {
+    const L: usize = 16;
+    let mut lanes = [0.0f32; L];
+    let mut bad = [0.0f32; L];
+    let chunks = row.chunks_exact(L);
+    let tail = chunks.remainder();
+    for c in chunks {
+        let c: &[f32; L] = c.try_into().expect("chunks of L");
+        for l in 0..L {
+            let v = c[l].abs();
+            lanes[l] = if v > lanes[l] { v } else { lanes[l] };
+            bad[l] += c[l] * 0.0;
+        }
+    }
+    for (l, &x) in tail.iter().enumerate() {
+        let v = x.abs();
+        lanes[l] = if v > lanes[l] { v } else { lanes[l] };
+        bad[l] += x * 0.0;
+    }
+    let max = lanes.iter().fold(0.0f32, |m, &v| if v > m { v } else { m });
+    let bad = bad.iter().sum::<f32>();
+    let inv = match row_factor(max, bad, out) {
+        Ok(inv) => inv,
+        Err(scale) => return (scale, 0),
+    };
+    let (body, pad) = out.split_at_mut(row.len());
+    let mut sums = [0i32; L];
+    let mut oc = body.chunks_exact_mut(L);
+    let mut rc = row.chunks_exact(L);
+    for (o, r) in (&mut oc).zip(&mut rc) {
+        let o: &mut [i8; L] = o.try_into().expect("chunks of L");
+        let r: &[f32; L] = r.try_into().expect("chunks of L");
+        for l in 0..L {
+            let q = round_to_i8(r[l] * inv);
+            o[l] = q as i8;
+            sums[l] += q;
+        }
+    }
+    let mut sum: i32 = sums.iter().sum();
+    for (o, &x) in oc.into_remainder().iter_mut().zip(rc.remainder()) {
+        let q = round_to_i8(x * inv);
+        *o = q as i8;
+        sum += q;
+    }
+    pad.fill(0);
+    (max / 127.0, sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::testutil::*;
+    use crate::kernels::Par;
+
+    /// The product by `w` on `path` (through the module's caller, as the engine runs it).
+    fn matmul_on(
+        path: Path,
+        a: &[f32],
+        al: &Layout,
+        w: &PackedI8,
+        out: &mut [f32],
+        par: Par,
+    ) -> Result<(), KernelError> {
+        let form = super::super::Form::I8(w);
+        super::super::product(a, al, (w.k, w.n), form, path == Path::Vnni, out, par)
+    }
+
+    /// The product by `w` on the fastest path.
+    fn matmul_i8(
+        a: &[f32],
+        al: &Layout,
+        w: &PackedI8,
+        out: &mut [f32],
+        par: Par,
+    ) -> Result<(), KernelError> {
+        let path = if crate::kernels::cpu::has_avx512_vnni() {
+            Path::Vnni
+        } else {
+            Path::Portable
+        };
+        matmul_on(path, a, al, w, out, par)
+    }
+
+    /// Runs the product on every path this CPU has (the portable one always) and
+    /// thread counts 1 to 3, checks that they all give the same bits, and returns the
+    /// result.
+    fn product(a: &[f32], al: &Layout, w: &PackedI8) -> Vec<f32> {
+        let r = al.dims.len();
+        let len = al.dims[..r - 1].iter().product::<usize>() * w.n;
+        let mut first: Option<Vec<f32>> = None;
+        let paths: &[Path] = if crate::kernels::cpu::has_avx512_vnni() {
+            &[Path::Vnni, Path::Portable]
+        } else {
+            &[Path::Portable]
+        };
+        for &path in paths {
+            for threads in [1, 2, 3] {
+                let mut out = vec![f32::NAN; len];
+                matmul_on(path, a, al, w, &mut out, Par { threads }).unwrap();
+                match &first {
+                    None => first = Some(out),
+                    Some(f) => {
+                        let same = f.iter().zip(&out).all(|(x, y)| x.to_bits() == y.to_bits());
+                        assert!(same, "{path:?} with {threads} threads differs");
+                    }
+                }
+            }
+        }
+        first.unwrap()
+    }
+
+    /// Runs [`product`] and checks it with [`assert_within_step`].
+    fn check(a: &[f32], al: &Layout, w: &PackedI8) {
+        let got = product(a, al, w);
+        assert_within_step(&got, &rows_of(a, al), w);
+    }
+
+    /// A random `[m, k]` times a random `[k, n]` weight, checked.
+    fn check_random(rng: &mut Rng, m: usize, k: usize, n: usize) {
+        let a: Vec<f32> = (0..m * k).map(|_| rng.f32()).collect();
+        let w: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
+        let q = PackedI8::quantize(&w, &Layout::contiguous(&[k, n])).unwrap();
+        check(&a, &Layout::contiguous(&[m, k]), &q);
+    }
+
+    /// The rows of `a` (`[.., m, k]` through `al`) as `rows × k`, row-major.
+    fn rows_of(a: &[f32], al: &Layout) -> Vec<Vec<f32>> {
+        let k = *al.dims.last().unwrap();
+        gather(a, al).chunks(k).map(<[f32]>::to_vec).collect()
+    }
+
+    /// Checks `got` (rows of `n`) against the product of the rows by the dequantised
+    /// weight in f64. The bound: each activation is off by at most half its row's step
+    /// `sa = max|a| / 127` (plus the f32 rounding of `127 / max`, < 1e-4 of a step),
+    /// so an output is off by at most `0.5001 · sa · Σ_p |ŵ[p, j]|`; the integer sum
+    /// is exact and the three f32 roundings of the scaling add `4e-7 · Σ_p |a ŵ|`.
+    fn assert_within_step(got: &[f32], rows: &[Vec<f32>], w: &PackedI8) {
+        let (k, n) = (w.k, w.n);
+        let wd = w.dequantize().unwrap();
+        for (i, row) in rows.iter().enumerate() {
+            let sa = row.iter().fold(0.0f32, |m, x| m.max(x.abs())) as f64 / 127.0;
+            for j in 0..n {
+                let (mut want, mut abs_w, mut abs_aw) = (0.0f64, 0.0f64, 0.0f64);
+                for p in 0..k {
+                    let (x, y) = (row[p] as f64, wd[p * n + j] as f64);
+                    want += x * y;
+                    abs_w += y.abs();
+                    abs_aw += (x * y).abs();
+                }
+                let tol = 0.5001 * sa * abs_w + 4e-7 * abs_aw + 1e-30;
+                let g = got[i * n + j] as f64;
+                assert!(
+                    (g - want).abs() <= tol,
+                    "row {i} col {j}: got {g}, want {want} (tol {tol})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn quantize_round_trips_within_half_a_step() {
+        let mut rng = Rng::new(1);
+        let (k, n) = (13, 37);
+        let mut w: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
+        // Column 5 all zero, column 6 one non-zero.
+        for p in 0..k {
+            w[p * n + 5] = 0.0;
+            w[p * n + 6] = if p == 3 { -2.5 } else { 0.0 };
+        }
+        let l = Layout::contiguous(&[k, n]);
+        let q = PackedI8::quantize(&w, &l).unwrap();
+        assert_eq!((q.k, q.n), (k, n));
+        assert!(q.bytes() >= 2 * 16 * 32);
+        let d = q.dequantize().unwrap();
+        for j in 0..n {
+            let max = (0..k).fold(0.0f32, |m, p| m.max(w[p * n + j].abs()));
+            assert_eq!(q.scales[j], max / 127.0);
+            for p in 0..k {
+                let e = (d[p * n + j] - w[p * n + j]).abs();
+                assert!(e <= 0.5001 * max / 127.0, "[{p}, {j}] off by {e}");
+            }
+        }
+        assert!((0..k).all(|p| d[p * n + 5] == 0.0));
+        assert_eq!(d[3 * n + 6], -2.5);
+        // The padding (k to 16, n to 64) holds zero weights.
+        assert!(q.data.len() == 2 * 16 * NR && q.scales[n..].iter().all(|&s| s == 0.0));
+        for p in k..16 {
+            assert!((0..2 * NR).all(|j| q.weight(p, j) == 0));
+        }
+    }
+
+    #[test]
+    fn every_row_count_with_ragged_k_and_n() {
+        let mut rng = Rng::new(2);
+        // (k, n): k not a multiple of 4, n partial in the first or second half of a
+        // panel, or several panels; every row count 1..=40 (one tile to three, and
+        // both thread splits: tests split by rows above 20 rows).
+        let shapes = [
+            (1, 1),
+            (3, 17),
+            (5, 31),
+            (37, 33),
+            (64, 70),
+            (22, 16),
+            (9, 96),
+        ];
+        for m in 1..=40 {
+            let (k, n) = shapes[m % shapes.len()];
+            check_random(&mut rng, m, k, n);
+        }
+    }
+
+    #[test]
+    fn strided_batched_and_transposed_operands() {
+        let mut rng = Rng::new(3);
+        let (m, k, n) = (9, 21, 40);
+        // The weight stored [n, k] (as a PyTorch linear) and read transposed; lhs rows
+        // at a stride wider than k, in a batch of 3.
+        let w: Vec<f32> = (0..n * k).map(|_| rng.f32()).collect();
+        let wl = Layout::contiguous(&[n, k]).permute(&[1, 0]);
+        let q = PackedI8::quantize(&w, &wl).unwrap();
+        let wide = k + 4;
+        let a: Vec<f32> = (0..3 * m * wide).map(|_| rng.f32()).collect();
+        let al = Layout {
+            dims: vec![3, m, k].into(),
+            strides: vec![m * wide, wide, 1].into(),
+            offset: 2,
+        };
+        check(&a, &al, &q);
+        // The dequantised weight is the transposed one.
+        let d = q.dequantize().unwrap();
+        assert!((d[n + 2] - w[2 * k + 1]).abs() <= q.scales[2]);
+        // A transposed lhs (column stride m), a single row at an odd stride, and random
+        // strided layouts with broadcast dims.
+        let at_ = Layout::contiguous(&[k, m]).permute(&[1, 0]);
+        check(&a, &at_, &q);
+        let row = Layout {
+            dims: vec![1, k].into(),
+            strides: vec![1000, 2].into(),
+            offset: 1,
+        };
+        check(&a, &row, &q);
+        for _ in 0..4 {
+            let dims = [1 + rng.below(3), 1 + rng.below(25), k];
+            let (a, al) = rand_f32(&mut rng, &dims);
+            check(&a, &al, &q);
+        }
+    }
+
+    #[test]
+    fn zero_and_non_finite_rows() {
+        let mut rng = Rng::new(4);
+        let (m, k, n) = (6, 10, 35);
+        let mut a: Vec<f32> = (0..m * k).map(|_| rng.f32()).collect();
+        a[k..2 * k].fill(0.0); // row 1: zeros
+        a[3 * k + 4] = f32::NAN; // row 3: a NaN
+        a[4 * k] = f32::NEG_INFINITY; // row 4: an infinity
+        a[5 * k..6 * k].fill(0.0);
+        a[5 * k + 7] = f32::NAN; // row 5: zeros and a NaN
+        let w: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
+        let q = PackedI8::quantize(&w, &Layout::contiguous(&[k, n])).unwrap();
+        for al in [
+            Layout::contiguous(&[m, k]),
+            // The same rows stored transposed, which quantises them element by element.
+            Layout::contiguous(&[k, m]).permute(&[1, 0]),
+        ] {
+            let src = if al.strides[1] == 1 {
+                a.clone()
+            } else {
+                let mut t = vec![0.0; m * k];
+                for i in 0..m {
+                    for p in 0..k {
+                        t[p * m + i] = a[i * k + p];
+                    }
+                }
+                t
+            };
+            let got = product(&src, &al, &q);
+            assert!(got[n..2 * n].iter().all(|&x| x == 0.0));
+            for r in [3, 4, 5] {
+                assert!(
+                    got[r * n..(r + 1) * n].iter().all(|x| x.is_nan()),
+                    "row {r}"
+                );
+            }
+            let fine = [0, 2];
+            let rows: Vec<Vec<f32>> = fine
+                .iter()
+                .map(|&i| a[i * k..(i + 1) * k].to_vec())
+                .collect();
+            let got: Vec<f32> = fine
+                .iter()
+                .flat_map(|&i| got[i * n..(i + 1) * n].to_vec())
+                .collect();
+            assert_within_step(&got, &rows, &q);
+        }
+    }
+
+    #[test]
+    fn every_scratch_size_and_the_largest_k() {
+        let mut rng = Rng::new(5);
+        // 40 × 500 bytes: the medium scratch; 200 rows of 1500: two chunks of the large.
+        for (m, k, n) in [(40, 500, 33), (200, 1500, 20)] {
+            check_random(&mut rng, m, k, n);
+        }
+        // k = MAX_K, every value at its extreme: 127 · 255 · k overflows i32 in the
+        // accumulators, the exact sum 127² · k does not; two rows a chunk.
+        let k = MAX_K;
+        let a: Vec<f32> = (0..3 * k)
+            .map(|p| if p % 3 == 0 { -1.0 } else { 1.0 })
+            .collect();
+        let w = vec![1.0f32; k];
+        let q = PackedI8::quantize(&w, &Layout::contiguous(&[k, 1])).unwrap();
+        let got = product(&a, &Layout::contiguous(&[3, k]), &q);
+        let want: Vec<f32> = (0..3)
+            .map(|i| (0..k).map(|p| a[i * k + p] as f64).sum::<f64>() as f32)
+            .collect();
+        assert_close(&got, &want, 1e-6);
+        let e = PackedI8::quantize(&vec![1.0; k + 1], &Layout::contiguous(&[k + 1, 1]));
+        assert!(e.unwrap_err().0.contains("exceeds"));
+    }
+
+    #[test]
+    fn refusals() {
+        let (m, k, n) = (4, 6, 5);
+        let w = vec![0.5f32; k * n];
+        let q = PackedI8::quantize(&w, &Layout::contiguous(&[k, n])).unwrap();
+        let a = vec![1.0f32; m * k];
+        let mut out = vec![0.0f32; m * n];
+        let run = |al: Layout, a: &[f32], out: &mut [f32]| {
+            matmul_i8(a, &al, &q, out, Par::serial()).unwrap_err().0
+        };
+        let e = run(Layout::contiguous(&[m, k - 1]), &a, &mut out);
+        assert!(e.contains("cannot multiply"), "{e}");
+        let e = run(Layout::contiguous(&[m * k]), &a, &mut out);
+        assert!(e.contains("cannot multiply"), "{e}");
+        let e = run(Layout::contiguous(&[m, k]), &a, &mut out[..n]);
+        assert!(e.contains("dst has"), "{e}");
+        let e = run(Layout::contiguous(&[m, k]), &a[..5], &mut out);
+        assert!(e.contains("reaches index"), "{e}");
+        // Weights: a layout of the wrong rank or past the buffer, a non-finite value.
+        let e = PackedI8::quantize(&w, &Layout::contiguous(&[k * n])).unwrap_err();
+        assert!(e.0.contains("not [k, n]"), "{e}");
+        let e = PackedI8::quantize(&w[..10], &Layout::contiguous(&[k, n])).unwrap_err();
+        assert!(e.0.contains("reaches index"), "{e}");
+        let mut bad = w.clone();
+        bad[7] = f32::INFINITY;
+        let e = PackedI8::quantize(&bad, &Layout::contiguous(&[k, n])).unwrap_err();
+        assert!(e.0.contains("weight [1, 2] is inf"), "{e}");
+        // Empty products are fine: k == 0 gives zeros, no rows gives nothing.
+        let q0 = PackedI8::quantize(&[], &Layout::contiguous(&[0, n])).unwrap();
+        let mut out = vec![f32::NAN; m * n];
+        matmul_i8(
+            &[],
+            &Layout::contiguous(&[m, 0]),
+            &q0,
+            &mut out,
+            Par::serial(),
+        )
+        .unwrap();
+        assert!(out.iter().all(|&x| x == 0.0));
+        matmul_i8(&a, &Layout::contiguous(&[0, k]), &q, &mut [], Par::serial()).unwrap();
+    }
+
+    /// Rows shaped like BERT's hidden states: layer-normed (mean 0, variance 1) with
+    /// three channels 15× larger, or GELU outputs (the FFN's second product).
+    fn bert_rows(rng: &mut Rng, m: usize, k: usize, gelu: bool) -> Vec<f32> {
+        let mut a = Vec::with_capacity(m * k);
+        for _ in 0..m {
+            let mut row: Vec<f32> = (0..k).map(|_| rng.f32() + rng.f32() + rng.f32()).collect();
+            if gelu {
+                for x in &mut row {
+                    *x = 0.5 * *x * (1.0 + (0.8 * *x).tanh());
+                }
+            } else {
+                // 10 to 20 times the others' standard deviation (1).
+                for c in [7, k / 3, k - 5] {
+                    row[c] = (15.0 + 5.0 * rng.f32()).copysign(row[c]);
+                }
+            }
+            a.extend(row);
+        }
+        a
+    }
+
+    /// The cosine of `x` and `y`.
+    fn cosine(x: &[f32], y: &[f32]) -> f64 {
+        let dot: f64 = x.iter().zip(y).map(|(&a, &b)| a as f64 * b as f64).sum();
+        let nx: f64 = x.iter().map(|&a| a as f64 * a as f64).sum();
+        let ny: f64 = y.iter().map(|&b| b as f64 * b as f64).sum();
+        dot / (nx * ny).sqrt()
+    }
+
+    /// Per-row cosines of the int8 product of `a` (`[m, k]`) by the weight `wl` reads
+    /// from `w` to the f32 one (in f64), and the f32 product.
+    fn cosines(a: &[f32], w: &[f32], wl: &Layout, m: usize) -> (Vec<f64>, Vec<f32>) {
+        let (k, n) = (wl.dims[0], wl.dims[1]);
+        let q = PackedI8::quantize(w, wl).unwrap();
+        let mut got = vec![0.0f32; m * n];
+        matmul_i8(a, &Layout::contiguous(&[m, k]), &q, &mut got, Par::all()).unwrap();
+        let (rs, cs) = (wl.strides[0], wl.strides[1]);
+        let mut want = vec![0.0f32; m * n];
+        for (i, row) in want.chunks_mut(n).enumerate() {
+            for (j, x) in row.iter_mut().enumerate() {
+                *x = (0..k)
+                    .map(|p| a[i * k + p] as f64 * w[wl.offset + p * rs + j * cs] as f64)
+                    .sum::<f64>() as f32;
+            }
+        }
+        let c = (0..m)
+            .map(|i| cosine(&got[i * n..(i + 1) * n], &want[i * n..(i + 1) * n]))
+            .collect();
+        (c, want)
+    }
+
+    #[test]
+    fn cosine_to_f32_on_bert_like_rows() {
+        let mut rng = Rng::new(6);
+        // Weights like a trained linear layer's: roughly Gaussian, a few large ones.
+        let (m, k, n) = (24, 384, 96);
+        for gelu in [false, true] {
+            let a = bert_rows(&mut rng, m, k, gelu);
+            let w: Vec<f32> = (0..k * n)
+                .map(|i| {
+                    let x = (rng.f32() + rng.f32() + rng.f32()) * 0.04;
+                    if i % 997 == 0 {
+                        x * 6.0
+                    } else {
+                        x
+                    }
+                })
+                .collect();
+            let (c, _) = cosines(&a, &w, &Layout::contiguous(&[k, n]), m);
+            let min = c.iter().cloned().fold(1.0, f64::min);
+            // Per-row scales: the outliers cost the other channels about 4 bits, and
+            // the rows still keep a cosine above 0.999.
+            assert!(min >= 0.999, "gelu {gelu}: min cosine {min}");
+        }
+    }
+
+    /// Accuracy on MiniLM-L6's real weights (not run by default: it needs the model).
+    /// `STREAMFUSE_MINILM=<folder with model.safetensors> cargo test --lib
+    /// packed_i8::tests::minilm -- --ignored --nocapture` prints, for each of the 36
+    /// products of the encoder, the minimum and median cosine per row of the int8
+    /// product to the f32 one (the bias left out: it is added in f32 either way).
+    /// Inputs: layer 0's real embeddings of random tokens (word + position + type,
+    /// layer-normed); for deeper layers, normal rows through the previous layer's
+    /// LayerNorm weights (which is where BERT's outlier channels come from); the value
+    /// projection's output stands for the attention context, and GELU of the first FFN
+    /// product (real weights and bias) for the second's input.
+    #[test]
+    #[ignore]
+    fn minilm_weights_cosine() {
+        let Some(dir) = std::env::var_os("STREAMFUSE_MINILM") else {
+            return;
+        };
+        let bytes = std::fs::read(std::path::Path::new(&dir).join("model.safetensors")).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let get = |name: &str| -> (Vec<f32>, Vec<usize>) {
+            let v = st.tensor(name).unwrap();
+            let data = v
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            (data, v.shape().to_vec())
+        };
+        let h = 384;
+        let m = 64;
+        let mut rng = Rng::new(7);
+        let norm = |x: &mut [f32], g: &[f32], b: &[f32]| {
+            for row in x.chunks_mut(h) {
+                let mean = row.iter().sum::<f32>() / h as f32;
+                let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / h as f32;
+                for ((v, g), b) in row.iter_mut().zip(g).zip(b) {
+                    *v = (*v - mean) / (var + 1e-12).sqrt() * g + b;
+                }
+            }
+        };
+        // `x` [m, k] times the linear `name` ([n, k] in the file): the int8 cosines,
+        // and the f32 product with its bias.
+        let mut all = Vec::new();
+        let mut linear = |x: &[f32], name: &str| -> Vec<f32> {
+            let (w, shape) = get(&format!("{name}.weight"));
+            let wl = Layout::contiguous(&[shape[0], shape[1]]).permute(&[1, 0]);
+            let (mut c, mut f32_out) = cosines(x, &w, &wl, m);
+            let (bias, _) = get(&format!("{name}.bias"));
+            for row in f32_out.chunks_mut(shape[0]) {
+                for (v, b) in row.iter_mut().zip(&bias) {
+                    *v += b;
+                }
+            }
+            c.sort_by(f64::total_cmp);
+            eprintln!("{name:45} min {:.5} median {:.5}", c[0], c[c.len() / 2]);
+            all.extend(c);
+            f32_out
+        };
+        let (words, _) = get("embeddings.word_embeddings.weight");
+        let (pos, _) = get("embeddings.position_embeddings.weight");
+        let (types, _) = get("embeddings.token_type_embeddings.weight");
+        let mut x = vec![0.0f32; m * h];
+        for (i, row) in x.chunks_mut(h).enumerate() {
+            let t = 1000 + rng.below(28000);
+            for c in 0..h {
+                row[c] = words[t * h + c] + pos[(i % 40) * h + c] + types[c];
+            }
+        }
+        let (g, _) = get("embeddings.LayerNorm.weight");
+        let (b, _) = get("embeddings.LayerNorm.bias");
+        norm(&mut x, &g, &b);
+        let gaussian = |rng: &mut Rng| -> Vec<f32> {
+            (0..m * h)
+                .map(|_| rng.f32() + rng.f32() + rng.f32() + rng.f32())
+                .collect()
+        };
+        for l in 0..6 {
+            let p = format!("encoder.layer.{l}.");
+            if l > 0 {
+                x = gaussian(&mut rng);
+                let (g, _) = get(&format!("encoder.layer.{}.output.LayerNorm.weight", l - 1));
+                let (b, _) = get(&format!("encoder.layer.{}.output.LayerNorm.bias", l - 1));
+                norm(&mut x, &g, &b);
+            }
+            linear(&x, &format!("{p}attention.self.query"));
+            linear(&x, &format!("{p}attention.self.key"));
+            let v = linear(&x, &format!("{p}attention.self.value"));
+            linear(&v, &format!("{p}attention.output.dense"));
+            let mut x1 = gaussian(&mut rng);
+            let (g, _) = get(&format!("{p}attention.output.LayerNorm.weight"));
+            let (b, _) = get(&format!("{p}attention.output.LayerNorm.bias"));
+            norm(&mut x1, &g, &b);
+            let mut inter = linear(&x1, &format!("{p}intermediate.dense"));
+            for v in &mut inter {
+                let erf = crate::kernels::math::erf(*v as f64 / std::f64::consts::SQRT_2);
+                *v = 0.5 * *v * (1.0 + erf as f32);
+            }
+            linear(&inter, &format!("{p}output.dense"));
+        }
+        all.sort_by(f64::total_cmp);
+        eprintln!(
+            "all {} rows: min {:.5} median {:.5}",
+            all.len(),
+            all[0],
+            all[all.len() / 2]
+        );
+        assert!(all[0] >= 0.99);
+    }
+}
