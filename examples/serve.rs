@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example serve -- [--bind ADDR] [--model DIR] [--workers N]
-//!     [--max-batch-tokens N] [--max-wait-ms MS]
+//!     [--max-batch-tokens N] [--max-wait-ms MS] [--precision f32|bf16|int8]
 //! curl -s localhost:8080/v1/embeddings -H 'content-type: application/json' \
 //!     -d '{"input": ["The cat sits outside", "A man is playing guitar"], "model": "all-MiniLM-L6-v2"}'
 //! ```
@@ -15,7 +15,8 @@
 //! - `--workers N` (default: the core count): embedder worker threads, each with its
 //!   own stream; `--max-batch-tokens N` (default 2048): the token budget of one
 //!   batch; `--max-wait-ms MS` (default 2): how long a worker waits for a batch to
-//!   fill.
+//!   fill; `--precision P` (default f32): the precision of the model's matrix weights
+//!   (`streamfuse::models::Precision`, with the accuracy each keeps).
 //!
 //! Routes: `POST /v1/embeddings` (`input`: a string or a list of strings; `model`
 //! optional; answers `data[i].embedding`, `data[i].index`, `usage.prompt_tokens`),
@@ -38,7 +39,7 @@ mod fetch;
 mod server;
 
 const USAGE: &str = "usage: serve [--bind ADDR] [--model DIR] [--workers N] \
-                     [--max-batch-tokens N] [--max-wait-ms MS]";
+                     [--max-batch-tokens N] [--max-wait-ms MS] [--precision f32|bf16|int8]";
 
 /// Resolves on Ctrl-C or SIGTERM.
 async fn shutdown_signal() {
@@ -74,6 +75,7 @@ fn run() -> Result<(), String> {
             "--workers" => settings.workers = cli::count(value()?, name)?,
             "--max-batch-tokens" => settings.max_batch_tokens = cli::count(value()?, name)?,
             "--max-wait-ms" => settings.max_wait = cli::millis(value()?, name)?,
+            "--precision" => settings.precision = value()?.parse()?,
             other => return Err(format!("unknown argument `{other}`")),
         }
         Ok(())

@@ -165,10 +165,18 @@ rows_for() { # batch
         add "$b" sf-ref "streamfuse 1 stream (--threads 1)" "$SF $common --threads 1 --out OUT"
         [ "$THREADS" != 1 ] && add "$b" sf "streamfuse $THREADS streams (--threads $THREADS)" \
             "$SF $common --threads $THREADS --out OUT"
+        for p in bf16 int8; do
+            add "$b" "sf-$p" "streamfuse $p 1 stream" \
+                "$SF $common --threads 1 --precision $p --out OUT"
+        done
     else
         add "$b" sf-ref "streamfuse --threads 1" "$SF $common --threads 1 --out OUT"
         [ "$THREADS" != 1 ] && add "$b" sf "streamfuse --threads $THREADS" \
             "$SF $common --threads $THREADS --out OUT"
+        for p in bf16 int8; do
+            add "$b" "sf-$p" "streamfuse $p --threads $THREADS" \
+                "$SF $common --threads $THREADS --precision $p --out OUT"
+        done
     fi
     return 0
 }

@@ -141,6 +141,19 @@ def main():
             print(f"{name:<36} {st['sps']:>11.1f} {ratio:>10} {of_bound:>8} {fmt(st['p50'], '.2f'):>8} "
                   f"{fmt(st['p99'], '.2f'):>8} {fmt(st['rss'], '.0f'):>12} {fmt(st['cpu'], '.2f'):>6} "
                   f"{fmt(per_cpu, '.0f'):>10} {fmt(cos, '.6f'):>13}{runs_note}")
+        # streamfuse's reduced precisions against its own f32 (the same threads) and
+        # against ONNX Runtime's int8 (the faster of its two rows).
+        sf32 = ref if b == 1 else (next((r for r in srows if r[1] == "sf"), None) or ref)
+        ort8 = max((r for r in srows if r[1] == "ort-int8"), key=lambda r: stats[r[3]]["sps"] or 0,
+                   default=None)
+        for _s, role, name, i in srows:
+            if role.startswith("sf-") and role != "sf-ref" and stats[i]["sps"]:
+                against = [(sf32, "streamfuse f32"), (ort8, None)]
+                parts = []
+                for r, label in against:
+                    if r and stats[r[3]]["sps"]:
+                        parts.append(f"{stats[i]['sps'] / stats[r[3]]['sps']:.2f}x {label or r[2]}")
+                print(f"  {name}: " + ", ".join(parts))
         fp32 = next((r for r in srows if r[1] == "ort-fp32"), None)
         if fp32:
             for _s, role, name, i in srows:
