@@ -354,6 +354,93 @@ mod tests {
         assert!(e.contains("embeddings.position_embeddings.weight"), "{e}");
     }
 
+    /// Every weight of the tiny model, with values that bf16 holds exactly.
+    fn every_weight() -> Vec<(String, Vec<usize>, Vec<f32>)> {
+        let mut names: Vec<(String, Vec<usize>)> = vec![
+            ("embeddings.word_embeddings.weight".into(), vec![5, 4]),
+            ("embeddings.position_embeddings.weight".into(), vec![6, 4]),
+            ("embeddings.token_type_embeddings.weight".into(), vec![2, 4]),
+            ("embeddings.LayerNorm.weight".into(), vec![4]),
+            ("embeddings.LayerNorm.bias".into(), vec![4]),
+        ];
+        let p = "encoder.layer.0.";
+        for part in ["query", "key", "value"] {
+            names.push((format!("{p}attention.self.{part}.weight"), vec![4, 4]));
+            names.push((format!("{p}attention.self.{part}.bias"), vec![4]));
+        }
+        for (name, shape) in [
+            ("attention.output.dense.weight", vec![4, 4]),
+            ("attention.output.dense.bias", vec![4]),
+            ("attention.output.LayerNorm.weight", vec![4]),
+            ("attention.output.LayerNorm.bias", vec![4]),
+            ("intermediate.dense.weight", vec![8, 4]),
+            ("intermediate.dense.bias", vec![8]),
+            ("output.dense.weight", vec![4, 8]),
+            ("output.dense.bias", vec![4]),
+            ("output.LayerNorm.weight", vec![4]),
+            ("output.LayerNorm.bias", vec![4]),
+        ] {
+            names.push((format!("{p}{name}"), shape));
+        }
+        names
+            .into_iter()
+            .enumerate()
+            .map(|(t, (name, shape))| {
+                let n: usize = shape.iter().product();
+                // Multiples of 1/32 in [-1, 1): exact in bf16.
+                let v = (0..n)
+                    .map(|i| ((i * 7 + t * 3) % 64) as f32 / 32.0 - 1.0)
+                    .collect();
+                (name, shape, v)
+            })
+            .collect()
+    }
+
+    /// A safetensors file of `weights` in `dtype` (F32 or BF16).
+    fn file_in(weights: &[(String, Vec<usize>, Vec<f32>)], dtype: Dtype) -> Vec<u8> {
+        let data: Vec<Vec<u8>> = weights
+            .iter()
+            .map(|(_, _, v)| match dtype {
+                Dtype::BF16 => v
+                    .iter()
+                    .flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes())
+                    .collect(),
+                _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            })
+            .collect();
+        let views = weights.iter().zip(&data).map(|((name, shape, _), bytes)| {
+            (
+                name.clone(),
+                TensorView::new(dtype, shape.clone(), bytes).unwrap(),
+            )
+        });
+        safetensors::serialize(views, None).unwrap()
+    }
+
+    #[test]
+    fn bf16_files_load_as_they_are_at_every_precision() {
+        let w = every_weight();
+        let (f32_file, bf16_file) = (file_in(&w, Dtype::F32), file_in(&w, Dtype::BF16));
+        let path = Path::new("m.safetensors");
+        let ids: &[u32] = &[1, 3, 2, 4];
+        for precision in [Precision::F32, Precision::Bf16, Precision::Int8] {
+            let embed = |bytes: &[u8]| {
+                let m = BertModel::from_safetensors_as(tiny(), bytes, path, precision).unwrap();
+                assert_eq!(m.precision(), precision);
+                m.embed_batch(&[ids]).unwrap()
+            };
+            // The values are exact in bf16, so both files make the same model.
+            assert_eq!(embed(&f32_file), embed(&bf16_file), "{precision}");
+        }
+        // Another dtype is named.
+        let f16: Vec<(String, TensorView<'_>)> = vec![(
+            "embeddings.word_embeddings.weight".into(),
+            TensorView::new(Dtype::F16, vec![5, 4], &[0u8; 40]).unwrap(),
+        )];
+        let e = load_error(&safetensors::serialize(f16, None).unwrap());
+        assert!(e.contains("F16") && e.contains("F32 and BF16"), "{e}");
+    }
+
     #[test]
     fn bytes_that_are_not_safetensors_are_an_error() {
         let e = load_error(b"not a safetensors file");
