@@ -42,6 +42,14 @@
 //! the cheap plan, which is `O(n log n)` (a million buffers in well under a
 //! second), so a plan always comes back.
 //!
+//! # Symbolic sizes
+//!
+//! A [`SymProblem`] has sizes that are expressions of symbols ([`TDim`]: sums of
+//! products, `4·s0·s1 + 64`). A [`SymPlan`] decides a placement order once and gives
+//! offsets for any values of the symbols in one linear pass, planning again (and
+//! keeping both orders) only where a value makes the kept orders worse than
+//! [`symbolic::SLACK`] × that value's lower bound; see [`symbolic`].
+//!
 //! # Checking
 //!
 //! Every plan [`solve`] returns has passed [`validate`], an independent sweep that
@@ -82,6 +90,7 @@ mod place;
 mod problem;
 mod search;
 mod svg;
+pub mod symbolic;
 
 use std::fmt;
 use std::str::FromStr;
@@ -91,6 +100,7 @@ pub use check::{lower_bound, profile, validate};
 pub use error::PlanError;
 pub use problem::{Alias, Buffer, InPlace, Problem};
 pub use svg::{svg, write_svg, SvgOptions};
+pub use symbolic::{SymBuffer, SymInstance, SymPlan, SymProblem, TDim, Term};
 
 use instance::{Instance, Sections};
 
