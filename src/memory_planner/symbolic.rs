@@ -26,6 +26,7 @@
 //! alignment, and at least one alignment: a buffer of zero elements still gets a place.
 
 use std::fmt;
+use std::mem::size_of;
 
 use super::instance::{align_up, lcm};
 #[cfg(any(test, debug_assertions))]
@@ -187,8 +188,8 @@ pub struct SymProblem {
 }
 
 impl SymProblem {
-    /// The size of buffer `b` at `values`, rounded to its alignment.
-    fn size(&self, b: usize, values: &[u64]) -> Result<u64, PlanError> {
+    /// The size of buffer `b` at `values`, rounded to its alignment (at least one).
+    pub fn size_at(&self, b: usize, values: &[u64]) -> Result<u64, PlanError> {
         let buf = &self.buffers[b];
         let raw = buf.size.eval(values).ok_or_else(|| PlanError::Overflow {
             context: format!(
@@ -213,7 +214,7 @@ impl SymProblem {
                 id: b.id,
                 lower: b.lower,
                 upper: b.upper,
-                size: self.size(i, values)?,
+                size: self.size_at(i, values)?,
                 alignment: b.alignment,
             });
         }
@@ -328,6 +329,36 @@ impl SymPlan {
     /// The problem planned.
     pub fn problem(&self) -> &SymProblem {
         &self.problem
+    }
+
+    /// Estimated heap bytes of the plan: the problem's expressions and every kept
+    /// order's DAG (by their vectors' lengths).
+    pub fn heap_bytes(&self) -> usize {
+        let p = &self.problem;
+        let exprs: usize = p
+            .buffers
+            .iter()
+            .map(|b| {
+                b.size.terms.len() * size_of::<Term>()
+                    + b.size.terms.iter().map(|t| t.syms.len() * 4).sum::<usize>()
+            })
+            .sum();
+        let orders: usize = self
+            .variants
+            .iter()
+            .map(|v| {
+                size_of::<Variant>()
+                    + 4 * (v.group.len() + v.order.len() + v.starts.len() + v.preds.len())
+                    + 8 * v.align.len()
+                    + size_of::<(u64, bool, u32)>() * v.events.len()
+                    + 16 * v.range.len()
+            })
+            .sum();
+        size_of::<SymPlan>()
+            + p.buffers.len() * size_of::<SymBuffer>()
+            + p.in_place.len() * size_of::<InPlace>()
+            + exprs
+            + orders
     }
 
     /// How many placement orders are kept.
@@ -479,7 +510,7 @@ impl SymPlan {
         let mut sizes = Vec::with_capacity(n);
         let mut total: u64 = 0;
         for b in 0..n {
-            let s = self.problem.size(b, values)?;
+            let s = self.problem.size_at(b, values)?;
             total = total
                 .checked_add(s)
                 .and_then(|t| t.checked_add(self.problem.buffers[b].alignment))
