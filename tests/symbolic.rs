@@ -11,7 +11,9 @@ use proptest::prelude::*;
 use streamfuse::{FlushInfo, Tensor};
 
 mod support;
-use support::{encoder_fused_attention, encoder_params, tensor};
+use support::{
+    assert_close, encoder_fused_attention, encoder_params, fused_and_unfused as both, tensor,
+};
 
 /// How the flush that made the last read found its plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,26 +28,6 @@ fn found(info: &FlushInfo) -> Found {
         (true, _) => Found::Hit,
         (_, true) => Found::Instantiated,
         _ => Found::Built,
-    }
-}
-
-/// The values of `f()` with fusion on, its flush, and with fusion off.
-fn both(f: impl Fn() -> Tensor) -> (Vec<f32>, FlushInfo, Vec<f32>) {
-    let fused = f().to_vec::<f32>().unwrap();
-    let info = streamfuse::last_flush().unwrap();
-    streamfuse::set_fusion(false);
-    let plain = f().to_vec::<f32>().unwrap();
-    streamfuse::set_fusion(true);
-    (fused, info, plain)
-}
-
-fn assert_close(fused: &[f32], plain: &[f32], what: &str) {
-    assert_eq!(fused.len(), plain.len(), "{what}");
-    for (i, (a, b)) in fused.iter().zip(plain).enumerate() {
-        assert!(
-            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-            "{what}: element {i}: fused {a}, unfused {b}"
-        );
     }
 }
 
@@ -65,8 +47,8 @@ fn the_encoder_layer_reuses_one_plan_across_lengths_1_to_512() {
         let x = tensor(&[1, len, h], len as u64, 1.0);
         let layer = || encoder_fused_attention(&x, &p, heads);
         let info = if len % 37 == 1 {
-            let (fused, info, plain) = both(layer);
-            assert_close(&fused, &plain, &format!("length {len}"));
+            let (fused, plain, info) = both(layer);
+            assert_close(&fused, &plain);
             info
         } else {
             layer().to_vec::<f32>().unwrap();
@@ -210,8 +192,8 @@ proptest! {
         let mut kinds = Vec::new();
         for s in [5usize, 6, 9, 23, 6, 40, 77, 9] {
             let x = tensor(&[s, H], seed ^ s as u64, 1.0);
-            let (fused, info, plain) = both(|| program(&steps, &x, &params));
-            assert_close(&fused, &plain, &format!("{s} rows, {steps:?}"));
+            let (fused, plain, info) = both(|| program(&steps, &x, &params));
+            assert_close(&fused, &plain);
             kinds.push((s, found(&info)));
         }
         let built = kinds.iter().filter(|k| k.1 == Found::Built).count();

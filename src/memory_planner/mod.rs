@@ -209,11 +209,7 @@ pub struct Plan {
 impl Plan {
     /// Arena ÷ lower bound: 1.0 is optimal (1.0 also for an empty problem).
     pub fn ratio(&self) -> f64 {
-        if self.lower_bound == 0 {
-            1.0
-        } else {
-            self.arena as f64 / self.lower_bound as f64
-        }
+        ratio(self.arena, self.lower_bound)
     }
 }
 
@@ -236,6 +232,15 @@ impl fmt::Display for Plan {
             write!(f, "\n  ... {} more", self.offsets.len() - 64)?;
         }
         Ok(())
+    }
+}
+
+/// `arena ÷ lower_bound`, 1.0 for an empty problem.
+pub(crate) fn ratio(arena: u64, lower_bound: u64) -> f64 {
+    if lower_bound == 0 {
+        1.0
+    } else {
+        arena as f64 / lower_bound as f64
     }
 }
 

@@ -29,9 +29,7 @@ use std::fmt;
 use std::mem::size_of;
 
 use super::instance::{align_up, lcm};
-#[cfg(any(test, debug_assertions))]
-use super::validate;
-use super::{solve, Buffer, InPlace, Options, Plan, PlanError, Problem};
+use super::{solve, validate, Buffer, InPlace, Options, Plan, PlanError, Problem};
 
 /// The arena of an instance may be at most this many times its lower bound before
 /// [`SymPlan::instantiate`] looks for (or makes) a better plan.
@@ -277,11 +275,7 @@ pub struct SymInstance {
 impl SymInstance {
     /// Arena ÷ lower bound (1.0 for an empty problem).
     pub fn ratio(&self) -> f64 {
-        if self.lower_bound == 0 {
-            1.0
-        } else {
-            self.arena as f64 / self.lower_bound as f64
-        }
+        super::ratio(self.arena, self.lower_bound)
     }
 }
 

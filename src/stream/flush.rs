@@ -83,8 +83,10 @@ pub struct FlushInfo {
 }
 
 impl FlushInfo {
-    /// An SVG picture of this segment's memory plan (its arena buffers over the plan's
-    /// levels; see [`crate::trace::plan_svg`]), while the plan cache holds its plan.
+    /// An SVG picture of the memory plan of this segment's structure as first built
+    /// (its arena buffers over the plan's levels; see [`crate::trace::plan_svg`]; the
+    /// symbol values of that first build, not necessarily this segment's), while the
+    /// plan cache holds the structure.
     pub fn plan_svg(&self) -> Option<String> {
         crate::trace::plan_svg(self.key)
     }
