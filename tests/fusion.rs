@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use streamfuse::inspect::observer;
-use streamfuse::{FlushInfo, Tensor};
+use streamfuse::Tensor;
 
 mod support;
 use support::{assert_close, fused_and_unfused as both};

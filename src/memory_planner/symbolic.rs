@@ -703,10 +703,7 @@ mod tests {
         assert_eq!(sq.to_string(), "s0·s0 + s0");
         assert_eq!(sq.eval(&[7]), Some(56));
         assert_eq!(TDim::default().to_string(), "0");
-        assert_eq!(
-            TDim::symbol(0).eval(&[u64::MAX]).map(|x| x + 0),
-            Some(u64::MAX)
-        );
+        assert_eq!(TDim::symbol(0).eval(&[u64::MAX]), Some(u64::MAX));
         assert_eq!(TDim::product(2, &[0]).eval(&[u64::MAX]), None);
     }
 
