@@ -45,7 +45,14 @@ fn main() -> Result<()> {
     let limit = streamfuse::plan_cache_limit();
     println!(
         "{:>7} {:>9} {:>8} {:>11} {:>11} {:>10} {:>11} {:>9}",
-        "shapes", "instances", "evicted", "cache KiB", "limit KiB", "B/instance", "pooled KiB", "RSS KiB"
+        "shapes",
+        "instances",
+        "evicted",
+        "cache KiB",
+        "limit KiB",
+        "B/instance",
+        "pooled KiB",
+        "RSS KiB"
     );
     let mut check = 0.0;
     for n in 1..=shapes {

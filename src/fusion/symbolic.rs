@@ -158,3 +158,73 @@ fn same_structure(sym: &SymProblem, p: &Problem, values: &[u64]) -> bool {
                     && sym.size_at(i, values).ok() == Some(b.size)
             })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fusion::testutil::{desc, op_dims};
+    use crate::fusion::Home;
+    use crate::ir::relative::RelativeBuilder;
+    use crate::ir::{BinaryOp, Layout, OpKind, ReduceOp};
+
+    /// `y = (x·w)·w + sum(x·w)` over `[s, 8]` rows, the intermediates dropped: the
+    /// product read twice and the row sums live in the arena.
+    fn segment(s: usize) -> (Vec<Op>, Vec<RelativeOp>, Vec<usize>) {
+        let (x, w, r) = (&[s, 8][..], &[8, 8][..], &[s, 1][..]);
+        let sum = OpKind::Reduce {
+            op: ReduceOp::Sum,
+            dim: 1,
+            keepdim: true,
+        };
+        let drop = |id, d: &[usize]| Op {
+            kind: OpKind::Drop,
+            inputs: vec![desc(id, Layout::contiguous(d))],
+            output: None,
+        };
+        let ops = vec![
+            op_dims(OpKind::MatMul, &[(0, x), (1, w)], (2, x)),
+            op_dims(sum, &[(2, x)], (3, r)),
+            op_dims(OpKind::MatMul, &[(2, x), (1, w)], (4, x)),
+            op_dims(OpKind::Binary(BinaryOp::Add), &[(4, x), (3, r)], (5, x)),
+            drop(2, x),
+            drop(3, r),
+            drop(4, x),
+        ];
+        let mut b = RelativeBuilder::default();
+        let rels = ops.iter().map(|o| b.push(o)).collect();
+        (ops, rels, b.symbols().to_vec())
+    }
+
+    fn refs<T>(v: &[T]) -> Vec<&T> {
+        v.iter().collect()
+    }
+
+    #[test]
+    fn an_instance_places_the_arena_like_a_build_of_its_own() {
+        let (ops, rels, syms) = segment(5);
+        let (first, template) = build_template(&refs(&ops), &refs(&rels), &syms).unwrap();
+        assert!(template.memory.is_some());
+        assert!(first.arena_len > 0);
+        for s in [5, 7, 100, 3000] {
+            let (ops, rels, syms) = segment(s);
+            let (plan, symbolic) =
+                instantiate(&template, &refs(&ops), &refs(&rels), &syms).unwrap();
+            assert!(symbolic, "rows {s}");
+            let (own, _) = build_template(&refs(&ops), &refs(&rels), &syms).unwrap();
+            assert!(
+                plan.arena_len as f64 <= 1.05 * own.arena_lower_bound as f64,
+                "rows {s}: arena {} vs lower bound {}",
+                plan.arena_len,
+                own.arena_lower_bound
+            );
+            assert_eq!(plan.kernel_count(), own.kernel_count());
+            for (a, b) in plan.values.iter().zip(&own.values) {
+                assert_eq!(a.layout, b.layout);
+                assert_eq!(
+                    matches!(a.home, Home::Arena { .. }),
+                    matches!(b.home, Home::Arena { .. })
+                );
+            }
+        }
+    }
+}
