@@ -13,6 +13,10 @@
 //!   length, as for a length never seen;
 //! - `symbolic/hit`: the plan of this length is stored.
 //!
+//! `symbolic_tiny/*` does the same for the same six layers at widths 16 (2 heads, FFN
+//! 32) over 4 tokens, where the kernels cost next to nothing, so the timings are
+//! mostly recording and planning.
+//!
 //! `cargo bench --bench symbolic`
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -25,43 +29,49 @@ use support::{encoder_fused_attention, encoder_params, tensor};
 
 const LAYERS: usize = 6;
 
-fn forward(x: &Tensor, p: &[Tensor]) -> Vec<f32> {
+fn forward(x: &Tensor, p: &[Tensor], heads: usize) -> Vec<f32> {
     let mut h = x.clone();
     for _ in 0..LAYERS {
-        h = encoder_fused_attention(&h, p, 12);
+        h = encoder_fused_attention(&h, p, heads);
     }
     h.to_vec::<f32>().unwrap()
 }
 
 fn symbolic(c: &mut Criterion) {
-    let p = encoder_params(384, 1536);
-    let x = tensor(&[1, 24, 384], 7, 1.0);
+    group(c, "symbolic", (24, 384, 12, 1536));
+    group(c, "symbolic_tiny", (4, 16, 2, 32));
+}
+
+/// The three ways of finding the plan of six layers of `(tokens, hidden, heads, ffn)`.
+fn group(c: &mut Criterion, name: &str, (len, h, heads, ffn): (usize, usize, usize, usize)) {
+    let p = encoder_params(h, ffn);
+    let x = tensor(&[1, len, h], 7, 1.0);
     // Warm up pools and check that each mode finds its plan the way it is named.
     let modes: [(&str, fn()); 3] = [
         ("full_build", clear_plan_cache),
         ("instantiate", forget_plan_instances),
         ("hit", || {}),
     ];
-    for (name, prepare) in modes {
-        forward(&x, &p);
+    for (mode, prepare) in modes {
+        forward(&x, &p, heads);
         prepare();
-        forward(&x, &p);
+        forward(&x, &p, heads);
         let info = streamfuse::last_flush().unwrap();
         let found = match (info.cache_hit, info.instantiated) {
             (true, _) => "hit",
             (_, true) => "instantiate",
             _ => "full_build",
         };
-        assert_eq!(found, name, "{info:?}");
-        println!("{name}: {} ops, {} kernels", info.ops, info.kernels);
+        assert_eq!(found, mode, "{info:?}");
+        println!("{name}/{found}: {} ops, {} kernels", info.ops, info.kernels);
     }
-    let mut g = c.benchmark_group("symbolic");
+    let mut g = c.benchmark_group(name);
     g.sample_size(30);
-    for (name, prepare) in modes {
-        g.bench_function(name, |b| {
+    for (mode, prepare) in modes {
+        g.bench_function(mode, |b| {
             b.iter(|| {
                 prepare();
-                forward(&x, &p)
+                forward(&x, &p, heads)
             })
         });
     }
