@@ -286,7 +286,17 @@ pub fn get_or_build<T>(
     let evicted = {
         let mut cache = CACHE.write();
         let signature = match new_structure {
-            Err(signature) => signature,
+            Err(signature) => {
+                // The symbolic plan may have kept another order: count it.
+                if let Some(e) = cache.table.find_mut(key, is_structure) {
+                    if let Stored::Structure { template, .. } = &e.stored {
+                        let bytes = structure_bytes(&e.signature, template);
+                        let old = std::mem::replace(&mut e.bytes, bytes);
+                        cache.entry_bytes = cache.entry_bytes - old + bytes;
+                    }
+                }
+                signature
+            }
             Ok((template, signature)) => match cache.table.find(key, is_structure) {
                 Some(e) => e.signature.clone(), // another stream stored it meanwhile
                 None => {
