@@ -61,7 +61,9 @@ impl fmt::Display for FlushReason {
 pub struct FlushInfo {
     /// Ops in the segment (Drop ops included).
     pub ops: usize,
-    /// Stable hash of the segment's relative form.
+    /// Stable hash of the segment's relative form: its structure (ops and the equality
+    /// pattern of its layout numbers), the same for every sequence length that keeps
+    /// that pattern (see `ir::relative` in ARCHITECTURE.md).
     pub key: u64,
     /// Why it was flushed.
     pub reason: FlushReason,
