@@ -227,4 +227,21 @@ mod tests {
             }
         }
     }
+
+    /// A segment whose arena differs from the template's (here the row sums escape,
+    /// so they leave the arena) is planned in full, and says so.
+    #[test]
+    fn another_arena_structure_is_planned_in_full() {
+        let (ops, rels, syms) = segment(5);
+        let (_, template) = build_template(&refs(&ops), &refs(&rels), &syms).unwrap();
+        let (mut ops, _, _) = segment(9);
+        ops.retain(|o| !(o.kind == OpKind::Drop && o.inputs[0].id.0 == 3));
+        let mut b = RelativeBuilder::default();
+        let rels: Vec<RelativeOp> = ops.iter().map(|o| b.push(o)).collect();
+        let (plan, symbolic) =
+            instantiate(&template, &refs(&ops), &refs(&rels), b.symbols()).unwrap();
+        assert!(!symbolic);
+        assert!(plan.values[3].escapes);
+        assert!(!matches!(plan.values[3].home, Home::Arena { .. }));
+    }
 }
