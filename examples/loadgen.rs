@@ -172,10 +172,12 @@ fn in_process(a: &Args, work: Vec<Vec<Vec<String>>>) -> Result<(Vec<Outcome>, f6
     let secs = start.elapsed().as_secs_f64();
     let c = streamfuse::stats().plan_cache;
     eprintln!(
-        "plan cache: {} plans, {:.1} MiB; {} hits, {} misses",
+        "plan cache: {} structures, {} instances, {:.1} MiB; {} hits, {} instantiated, {} misses",
         c.plans,
+        c.instances,
         c.bytes as f64 / (1 << 20) as f64,
         c.hits,
+        c.instantiated,
         c.misses
     );
     if let Some(s) = a.linger {

@@ -25,9 +25,13 @@
 //!   `cosine to Q: min .. median .. mean ..` and `top-10 overlap with Q: ..` (the share
 //!   of each sentence's 10 nearest neighbours that both agree on).
 //!
-//! stdout ends with `p50_ms: X`, `p99_ms: Y` (the median and 99th-percentile latency of
-//! one forward call, `embed_batch` on one batch: per sentence with `--batch 1`) and
-//! `sentences/s: X` (tokenising and embedding, after loading).
+//! stdout ends with the plan cache's counters (`plan_cache: misses M, instantiated I,
+//! hits H, ...`: full builds, plans made from a stored structure for new sequence
+//! lengths, and reuses of a stored plan; see `streamfuse::CacheStats`), then
+//! `p50_ms: X`, `p99_ms: Y` (the median and 99th-percentile latency of one forward
+//! call, `embed_batch` on one batch: per sentence with `--batch 1`) and
+//! `sentences/s: X` (tokenising and embedding, after loading); with `--compare`, the
+//! two accuracy lines follow.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -214,6 +218,11 @@ fn run() -> Result<(), String> {
     if let Some(cpu) = cpu {
         println!("cpu: {cpu:.2} s");
     }
+    let cache = streamfuse::stats().plan_cache;
+    println!(
+        "plan_cache: misses {}, instantiated {}, hits {}, structures {}, instances {}",
+        cache.misses, cache.instantiated, cache.hits, cache.plans, cache.instances
+    );
     latencies.sort_by(f64::total_cmp);
     println!("p50_ms: {:.3}", cli::percentile(&latencies, 50.0) * 1e3);
     println!("p99_ms: {:.3}", cli::percentile(&latencies, 99.0) * 1e3);

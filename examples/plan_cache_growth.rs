@@ -1,5 +1,5 @@
-//! Records a small program on many distinct shapes (each a new segment, so a new plan)
-//! and prints, every 1,000 shapes, the plan cache's size against its limit and the
+//! Records a small program on many distinct shapes (each new symbol values of one
+//! segment structure, so a new instance of its plan in the cache) and prints, every 1,000 shapes, the plan cache's size against its limit and the
 //! process's resident memory: with the cache bounded, RSS stops growing once the cache
 //! is full. Run by `scripts/memory-bounds.sh`.
 //!
@@ -44,8 +44,15 @@ fn main() -> Result<()> {
     }
     let limit = streamfuse::plan_cache_limit();
     println!(
-        "{:>7} {:>6} {:>8} {:>11} {:>11} {:>9} {:>11} {:>9}",
-        "shapes", "plans", "evicted", "cache KiB", "limit KiB", "B/plan", "pooled KiB", "RSS KiB"
+        "{:>7} {:>9} {:>8} {:>11} {:>11} {:>10} {:>11} {:>9}",
+        "shapes",
+        "instances",
+        "evicted",
+        "cache KiB",
+        "limit KiB",
+        "B/instance",
+        "pooled KiB",
+        "RSS KiB"
     );
     let mut check = 0.0;
     for n in 1..=shapes {
@@ -54,12 +61,12 @@ fn main() -> Result<()> {
             let stats = streamfuse::stats();
             let cache = stats.plan_cache;
             println!(
-                "{n:>7} {:>6} {:>8} {:>11} {:>11} {:>9} {:>11} {:>9}",
-                cache.plans,
+                "{n:>7} {:>9} {:>8} {:>11} {:>11} {:>10} {:>11} {:>9}",
+                cache.instances,
                 cache.evicted,
                 cache.bytes >> 10,
                 limit >> 10,
-                cache.bytes / cache.plans.max(1),
+                cache.bytes / cache.instances.max(1),
                 stats.pooled_bytes >> 10,
                 rss_kib()
             );

@@ -10,6 +10,7 @@
 //! it. Items here may change between releases without notice.
 
 pub use crate::fusion::cache::clear as clear_plan_cache;
+pub use crate::fusion::cache::forget_instances as forget_plan_instances;
 pub use crate::ir::{BinaryOp, UnaryOp};
 pub use crate::runtime::observer;
 

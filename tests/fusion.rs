@@ -4,24 +4,13 @@
 
 use proptest::prelude::*;
 use streamfuse::inspect::observer;
-use streamfuse::{FlushInfo, Tensor};
+use streamfuse::Tensor;
 
 mod support;
+use support::{assert_close, fused_and_unfused as both};
 
 fn t(dims: &[usize], seed: u64) -> Tensor {
     support::tensor(dims, seed, 1.0)
-}
-
-/// Runs `f` with fusion on and off on this thread; returns both results and the
-/// fused segment's flush info.
-fn both(f: impl Fn() -> Tensor) -> (Vec<f32>, Vec<f32>, FlushInfo) {
-    streamfuse::set_fusion(true);
-    let fused = f().to_vec::<f32>().unwrap();
-    let info = streamfuse::last_flush().unwrap();
-    streamfuse::set_fusion(false);
-    let plain = f().to_vec::<f32>().unwrap();
-    streamfuse::set_fusion(true);
-    (fused, plain, info)
 }
 
 #[test]
@@ -188,14 +177,6 @@ fn the_observer_sees_no_value_clobbered_before_its_last_read() {
         peak, info.arena_lower_bound,
         "the observed peak is the planner's bound"
     );
-}
-
-/// Fused and unfused results agree to a relative `1e-4`.
-fn assert_close(fused: &[f32], plain: &[f32]) {
-    assert_eq!(fused.len(), plain.len());
-    for (a, b) in fused.iter().zip(plain) {
-        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
-    }
 }
 
 #[test]

@@ -18,7 +18,7 @@
 use super::chains::{chain_index, chain_kernel, chains, ChainSpec};
 use super::groups::{fuse, fused_kernel, group_index};
 use super::levels::sort_by_level;
-use super::memory::place;
+use super::memory::{place, MemoryStep};
 use super::prune::prune;
 use super::values::{describe, Facts};
 use super::{ExecutionPlan, Kernel, Value};
@@ -31,7 +31,18 @@ use crate::ir::{Op, OpKind};
 /// Fails with [`Error::Internal`] only when one of the builder's own invariants does
 /// not hold (a segment the stream cannot have made, or a step that broke what the
 /// next one relies on): a bug, reported rather than a panic.
+#[cfg(test)]
 pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> Result<ExecutionPlan, Error> {
+    build_with(ops, rels, &mut super::memory::solve)
+}
+
+/// [`build`], with the memory step's planner problem answered by `memory` (the
+/// memory planner on a full build; a stored symbolic plan on an instantiation).
+pub(crate) fn build_with(
+    ops: &[&Op],
+    rels: &[&RelativeOp],
+    memory: MemoryStep<'_>,
+) -> Result<ExecutionPlan, Error> {
     #[cfg(test)]
     if super::testutil::build_broken() {
         return Err(broken(
@@ -45,7 +56,7 @@ pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> Result<ExecutionPlan, Error> 
     let specs = chains(ops, rels, &facts, &values, &groups, &live)?;
     let kernels = kernels(ops, rels, &live, &groups, &specs, &facts, &mut values)?;
     let (mut kernels, levels) = sort_by_level(kernels, &facts);
-    let (arena_len, arena_lower_bound) = place(&mut kernels, &levels, &facts, &mut values)?;
+    let (arena_len, arena_lower_bound) = place(&mut kernels, &levels, &facts, &mut values, memory)?;
     Ok(ExecutionPlan {
         values,
         kernels,

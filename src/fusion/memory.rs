@@ -22,7 +22,9 @@ use crate::memory_planner;
 const ALIGN: usize = 16;
 
 /// Step 4: arena offsets for f32 roots born and dead in the segment; pooled buffers for
-/// the rest. Returns the arena length and the lower bound, in f32 elements.
+/// the rest. Returns the arena length and the lower bound, in f32 elements. `memory`
+/// answers the arena's planner problem: [`solve`] on a full build, the stored symbolic
+/// plan on an instantiation (`fusion::symbolic`).
 ///
 /// A fused kernel's arena output may take the bytes of an arena input that dies at the
 /// kernel's level (an in-place pair of the planner) when the kernel reads it at the
@@ -36,6 +38,7 @@ pub(super) fn place(
     levels: &[u32],
     facts: &[Facts],
     values: &mut [Value],
+    memory: MemoryStep<'_>,
 ) -> Result<(usize, usize), Error> {
     let life = lifetimes(
         kernels,
@@ -56,7 +59,7 @@ pub(super) fn place(
             output: p.output_buffer,
         })
         .collect();
-    let solution = solve(&problem);
+    let solution = memory(&problem);
     if solution.offsets.len() != arena.owners.len() {
         return Err(broken(
             "memory",
@@ -280,20 +283,32 @@ fn in_place_pairs(
 }
 
 /// The planner's answer: an offset per buffer, the arena and its lower bound (bytes).
-struct Solution {
-    offsets: Vec<u64>,
-    arena: u64,
-    lower_bound: u64,
+#[derive(Clone, Debug)]
+pub(crate) struct Solution {
+    /// Offset of each buffer of the problem, in bytes.
+    pub(crate) offsets: Vec<u64>,
+    /// Bytes of the arena.
+    pub(crate) arena: u64,
+    /// The lower bound of the problem, in bytes.
+    pub(crate) lower_bound: u64,
 }
 
-/// Runs the memory planner (50 ms, one thread). If it fails (never expected), the
-/// buffers go one after the other, with no reuse, rather than fail the segment.
-fn solve(problem: &memory_planner::Problem) -> Solution {
-    let options = memory_planner::Options {
+/// How the builder's memory step answers the arena's planner problem.
+pub(crate) type MemoryStep<'a> = &'a mut dyn FnMut(&memory_planner::Problem) -> Solution;
+
+/// The planner options of a segment's arena: `best` for 50 ms on one thread.
+pub(crate) fn options() -> memory_planner::Options {
+    memory_planner::Options {
         time_limit: Duration::from_millis(50),
         threads: 1,
         ..memory_planner::Options::default()
-    };
+    }
+}
+
+/// Runs the memory planner ([`options`]). If it fails (never expected), the
+/// buffers go one after the other, with no reuse, rather than fail the segment.
+pub(crate) fn solve(problem: &memory_planner::Problem) -> Solution {
+    let options = options();
     let traced = crate::trace::enabled().then(crate::trace::now);
     let answer = memory_planner::solve(problem, &options);
     if let (Some(start), Ok(p)) = (traced, &answer) {

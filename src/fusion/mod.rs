@@ -42,10 +42,12 @@ mod kernel;
 mod levels;
 mod memory;
 mod prune;
+mod symbolic;
 #[cfg(test)]
 pub(crate) mod testutil;
 mod values;
 
+#[cfg(test)]
 pub use build::build;
 pub use kernel::{Chain, Kernel, MatMulHead, NormTail};
 pub(crate) use memory::arena_problem;

@@ -7,11 +7,21 @@
 //! ops are queued and folds each op (kind, parameters, dtypes, layouts, relative ids)
 //! into a running 64-bit hash; [`RelativeBuilder::hash`] is the segment's key. The hash
 //! uses a fixed function ([`StableHasher`]), so it is the same in every process.
+//!
+//! **Symbols.** Layouts enter the key as their *equality pattern*, not their values:
+//! every number of a layout (dims, strides, offset) other than 0 and 1 is a *symbol*,
+//! numbered by its first appearance in the segment ([`RelativeBuilder::symbols`] keeps
+//! their values in that order), and the key hashes the symbol's number ([`code`]). Two
+//! segments of the same ops whose shapes differ only in some dims (a sequence length)
+//! therefore share a key, as long as the same numbers are equal in both (a length that
+//! happens to equal the head size is another pattern, and another key). 0 and 1 stay
+//! constants: they change broadcasting and fusion. [`SymLayout`] is a layout written
+//! in those codes, which the plan cache keeps to confirm a key op by op.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
-use super::{Op, TensorId};
+use super::{Layout, Op, TensorId, MAX_RANK};
 
 /// The ids of one op in relative form: inputs then output, numbered by first appearance
 /// in the segment.
@@ -98,10 +108,75 @@ impl Hasher for IdHasher {
     fn write_u64(&mut self, i: u64) {
         self.0 = (self.0 ^ i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
 }
 
 /// Builds [`IdHasher`]s.
 pub type IdHashBuilder = std::hash::BuildHasherDefault<IdHasher>;
+
+/// The code of layout number `x` in a segment: 0 and 1 are themselves, any other
+/// value is 2 + its symbol (its rank among the segment's distinct numbers by first
+/// appearance).
+pub fn code(x: usize, symbols: &[usize]) -> Option<u32> {
+    if x <= 1 {
+        return Some(x as u32);
+    }
+    symbols.iter().position(|&s| s == x).map(|i| i as u32 + 2)
+}
+
+/// Whether code `c` stands for the number `x` when the segment's symbols have the
+/// values `symbols`.
+#[inline]
+pub fn code_matches(c: u32, x: usize, symbols: &[usize]) -> bool {
+    match c {
+        0 | 1 => x == c as usize,
+        _ => symbols.get(c as usize - 2) == Some(&x),
+    }
+}
+
+/// A layout in codes ([`code`]): its rank, then the codes of its dims, strides and
+/// offset. Kept inline (no heap).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SymLayout {
+    rank: u8,
+    codes: [u32; 2 * MAX_RANK + 1],
+}
+
+impl SymLayout {
+    /// The codes of `layout` given the segment's symbols; `None` if a number of it is
+    /// not among them.
+    pub fn new(layout: &Layout, symbols: &[usize]) -> Option<SymLayout> {
+        let mut out = SymLayout {
+            rank: layout.rank() as u8,
+            codes: [0; 2 * MAX_RANK + 1],
+        };
+        for (c, &x) in out.codes.iter_mut().zip(numbers(layout)) {
+            *c = code(x, symbols)?;
+        }
+        Some(out)
+    }
+
+    /// Whether `layout` is this pattern at the segment's symbol values `symbols`.
+    pub fn matches(&self, layout: &Layout, symbols: &[usize]) -> bool {
+        layout.rank() == self.rank as usize
+            && self
+                .codes
+                .iter()
+                .zip(numbers(layout))
+                .all(|(&c, &x)| code_matches(c, x, symbols))
+    }
+}
+
+/// The numbers of a layout in key order: dims, strides, offset.
+fn numbers(layout: &Layout) -> impl Iterator<Item = &usize> {
+    layout
+        .dims()
+        .iter()
+        .chain(layout.strides())
+        .chain(std::iter::once(&layout.offset))
+}
 
 /// Builds the relative form of a segment op by op, and its running hash.
 #[derive(Clone, Debug, Default)]
@@ -109,6 +184,33 @@ pub struct RelativeBuilder {
     ids: HashMap<TensorId, u32, IdHashBuilder>,
     hasher: StableHasher,
     len: usize,
+    /// The segment's symbols: its distinct layout numbers above 1, by first appearance.
+    symbols: Vec<usize>,
+    /// The symbol of each of those numbers.
+    symbol_of: HashMap<usize, u32, IdHashBuilder>,
+}
+
+/// Folds `layout` into `h` in codes, numbering new symbols as they appear.
+fn hash_layout(
+    h: &mut StableHasher,
+    layout: &Layout,
+    symbols: &mut Vec<usize>,
+    symbol_of: &mut HashMap<usize, u32, IdHashBuilder>,
+) {
+    h.write_u8(layout.rank() as u8);
+    for &x in numbers(layout) {
+        let c = if x <= 1 {
+            x as u32
+        } else {
+            let next = symbols.len() as u32;
+            let s = *symbol_of.entry(x).or_insert(next);
+            if s == next {
+                symbols.push(x);
+            }
+            s + 2
+        };
+        h.write_u32(c);
+    }
 }
 
 impl RelativeBuilder {
@@ -138,17 +240,17 @@ impl RelativeBuilder {
             inputs.push(r);
         }
         let output = op.output.as_ref().map(|t| self.relative(t.id));
-        let h = &mut self.hasher;
+        let (h, syms, of) = (&mut self.hasher, &mut self.symbols, &mut self.symbol_of);
         op.kind.hash(h);
         for (t, r) in op.inputs.iter().zip(&inputs) {
             r.hash(h);
             t.dtype.hash(h);
-            t.layout.hash(h);
+            hash_layout(h, &t.layout, syms, of);
         }
         if let (Some(t), Some(r)) = (&op.output, output) {
             r.hash(h);
             t.dtype.hash(h);
-            t.layout.hash(h);
+            hash_layout(h, &t.layout, syms, of);
         }
         self.len += 1;
         RelativeOp { inputs, output }
@@ -159,9 +261,16 @@ impl RelativeBuilder {
         self.hasher.finish() ^ self.len as u64
     }
 
+    /// The values of the segment's symbols, by symbol number (see [`code`]).
+    pub fn symbols(&self) -> &[usize] {
+        &self.symbols
+    }
+
     /// Forgets every op: the start of a new segment.
     pub fn clear(&mut self) {
         self.ids.clear();
+        self.symbols.clear();
+        self.symbol_of.clear();
         self.hasher = StableHasher::default();
         self.len = 0;
     }
@@ -183,6 +292,40 @@ mod tests {
             inputs: vec![d(a), d(b)],
             output: Some(d(out)),
         }
+    }
+
+    fn add_of(dims: &[usize]) -> Op {
+        let d = |id| TensorDesc {
+            id: TensorId(id),
+            dtype: DType::F32,
+            layout: Layout::contiguous(dims),
+        };
+        Op {
+            kind: OpKind::Binary(BinaryOp::Add),
+            inputs: vec![d(1), d(2)],
+            output: Some(d(3)),
+        }
+    }
+
+    #[test]
+    fn shapes_with_the_same_equality_pattern_share_a_key() {
+        let key = |dims: &[usize]| {
+            let mut b = RelativeBuilder::new();
+            b.push(&add_of(dims));
+            (b.hash(), b.symbols().to_vec())
+        };
+        let (k7, s7) = key(&[7, 384]);
+        let (k9, s9) = key(&[9, 384]);
+        assert_eq!(k7, k9);
+        assert_eq!((&s7, &s9), (&vec![7, 384], &vec![9, 384]));
+        // A length equal to the width, or a dim of 1, is another pattern.
+        assert_ne!(key(&[384, 384]).0, k7);
+        assert_ne!(key(&[1, 384]).0, k7);
+        let l = Layout::contiguous(&[9, 384]);
+        let sym = SymLayout::new(&l, &s9).unwrap();
+        assert!(sym.matches(&Layout::contiguous(&[7, 384]), &[7, 384]));
+        assert!(!sym.matches(&Layout::contiguous(&[7, 384]), &[9, 384]));
+        assert!(SymLayout::new(&l, &[9]).is_none());
     }
 
     #[test]

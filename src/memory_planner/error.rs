@@ -116,6 +116,14 @@ pub enum PlanError {
         /// The lower bound of the problem.
         lower_bound: u64,
     },
+    /// A symbolic problem was given values for another number of symbols than its
+    /// sizes use.
+    Symbols {
+        /// Symbols the problem has.
+        expected: usize,
+        /// Values given.
+        got: usize,
+    },
     /// A plan failed validation: two live buffers share a byte, an offset is
     /// misaligned, or the plan does not match the problem. From a strategy of this
     /// module this is always a bug.
@@ -179,6 +187,10 @@ impl fmt::Display for PlanError {
             } => write!(
                 f,
                 "no plan within capacity {capacity} found in the time limit (best arena {best_arena}, lower bound {lower_bound})"
+            ),
+            PlanError::Symbols { expected, got } => write!(
+                f,
+                "the problem has {expected} symbols but {got} values were given"
             ),
             PlanError::InvalidPlan { message } => write!(f, "invalid plan: {message}"),
         }

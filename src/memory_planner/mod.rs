@@ -42,6 +42,14 @@
 //! the cheap plan, which is `O(n log n)` (a million buffers in well under a
 //! second), so a plan always comes back.
 //!
+//! # Symbolic sizes
+//!
+//! A [`SymProblem`] has sizes that are expressions of symbols ([`TDim`]: sums of
+//! products, `4·s0·s1 + 64`). A [`SymPlan`] decides a placement order once and gives
+//! offsets for any values of the symbols in one linear pass, planning again (and
+//! keeping both orders) only where a value makes the kept orders worse than
+//! [`symbolic::SLACK`] × that value's lower bound; see [`symbolic`].
+//!
 //! # Checking
 //!
 //! Every plan [`solve`] returns has passed [`validate`], an independent sweep that
@@ -82,6 +90,7 @@ mod place;
 mod problem;
 mod search;
 mod svg;
+pub mod symbolic;
 
 use std::fmt;
 use std::str::FromStr;
@@ -91,6 +100,7 @@ pub use check::{lower_bound, profile, validate};
 pub use error::PlanError;
 pub use problem::{Alias, Buffer, InPlace, Problem};
 pub use svg::{svg, write_svg, SvgOptions};
+pub use symbolic::{SymBuffer, SymInstance, SymPlan, SymProblem, TDim, Term};
 
 use instance::{Instance, Sections};
 
@@ -199,11 +209,7 @@ pub struct Plan {
 impl Plan {
     /// Arena ÷ lower bound: 1.0 is optimal (1.0 also for an empty problem).
     pub fn ratio(&self) -> f64 {
-        if self.lower_bound == 0 {
-            1.0
-        } else {
-            self.arena as f64 / self.lower_bound as f64
-        }
+        ratio(self.arena, self.lower_bound)
     }
 }
 
@@ -226,6 +232,15 @@ impl fmt::Display for Plan {
             write!(f, "\n  ... {} more", self.offsets.len() - 64)?;
         }
         Ok(())
+    }
+}
+
+/// `arena ÷ lower_bound`, 1.0 for an empty problem.
+pub(crate) fn ratio(arena: u64, lower_bound: u64) -> f64 {
+    if lower_bound == 0 {
+        1.0
+    } else {
+        arena as f64 / lower_bound as f64
     }
 }
 

@@ -61,14 +61,21 @@ impl fmt::Display for FlushReason {
 pub struct FlushInfo {
     /// Ops in the segment (Drop ops included).
     pub ops: usize,
-    /// Stable hash of the segment's relative form.
+    /// Stable hash of the segment's relative form: its structure (ops and the equality
+    /// pattern of its layout numbers), the same for every sequence length that keeps
+    /// that pattern (see `ir::relative` in ARCHITECTURE.md).
     pub key: u64,
     /// Why it was flushed.
     pub reason: FlushReason,
     /// Whether the segment ran through a plan (fusion on).
     pub planned: bool,
-    /// Whether that plan came from the cache.
+    /// Whether that plan was stored for this structure and these symbol values (a
+    /// hit of [`crate::CacheStats`]).
     pub cache_hit: bool,
+    /// Whether it was instantiated from the stored structure for new symbol values
+    /// (an instantiation of [`crate::CacheStats`]). Neither this nor `cache_hit`: a
+    /// full build.
+    pub instantiated: bool,
     /// Kernels launched.
     pub kernels: usize,
     /// Bytes of the planned arena.
@@ -78,8 +85,10 @@ pub struct FlushInfo {
 }
 
 impl FlushInfo {
-    /// An SVG picture of this segment's memory plan (its arena buffers over the plan's
-    /// levels; see [`crate::trace::plan_svg`]), while the plan cache holds its plan.
+    /// An SVG picture of the memory plan of this segment's structure as first built
+    /// (its arena buffers over the plan's levels; see [`crate::trace::plan_svg`]; the
+    /// symbol values of that first build, not necessarily this segment's), while the
+    /// plan cache holds the structure.
     pub fn plan_svg(&self) -> Option<String> {
         crate::trace::plan_svg(self.key)
     }
@@ -91,6 +100,8 @@ impl FlushInfo {
 pub(super) struct RunScratch {
     plan: PlanScratch,
     made: Vec<bool>,
+    /// The segment's symbol values (see [`crate::ir::relative`]).
+    symbols: Vec<usize>,
 }
 
 /// A segment taken out of its queue, with what running it needs.
@@ -138,16 +149,21 @@ impl Stream {
             rel,
             prefix,
             spares,
+            scratch,
             ..
         } = &mut *q;
+        let mut scratch = scratch.take().unwrap_or_default();
+        scratch.symbols.clear();
         let key = if partial {
             prefix.clear();
             for o in ops.iter().take(n) {
                 let ids = prefix.push_into(&o.op, spares.ids.take()).inputs;
                 spares.ids.keep(ids);
             }
+            scratch.symbols.extend_from_slice(prefix.symbols());
             prefix.hash()
         } else {
+            scratch.symbols.extend_from_slice(rel.symbols());
             rel.hash()
         };
         log::trace!(
@@ -171,13 +187,14 @@ impl Stream {
         super::count_segment();
         Some(Segment {
             tasks,
-            scratch: q.scratch.take().unwrap_or_default(),
+            scratch,
             info: FlushInfo {
                 ops: n,
                 key,
                 reason,
                 planned: !unfused,
                 cache_hit: false,
+                instantiated: false,
                 kernels: n,
                 arena_bytes: 0,
                 arena_lower_bound: 0,
@@ -207,7 +224,10 @@ impl Stream {
             Ok(Ok(None))
         } else {
             let segment = tasks.make_contiguous();
-            catch_unwind(AssertUnwindSafe(|| self.plan(segment, &mut info).map(Some)))
+            let symbols = &scratch.symbols;
+            catch_unwind(AssertUnwindSafe(|| {
+                self.plan(segment, symbols, &mut info).map(Some)
+            }))
         };
         let work = match &plan {
             Ok(Ok(Some(p))) => p.work,
@@ -321,10 +341,17 @@ impl Stream {
     }
 
     /// The segment's plan, from the cache (built on a miss); notes it in `info`.
-    fn plan(&self, segment: &[Task], info: &mut FlushInfo) -> Result<Arc<ExecutionPlan>, Error> {
+    fn plan(
+        &self,
+        segment: &[Task],
+        symbols: &[usize],
+        info: &mut FlushInfo,
+    ) -> Result<Arc<ExecutionPlan>, Error> {
         let key = info.key;
-        let (plan, hit) = cache::get_or_build(key, segment, |t| (&t.op, &t.rel))?;
+        let (plan, lookup) = cache::get_or_build(key, symbols, segment, |t| (&t.op, &t.rel))?;
+        let hit = lookup == cache::Lookup::Hit;
         info.cache_hit = hit;
+        info.instantiated = lookup == cache::Lookup::Instantiated;
         info.kernels = plan.kernel_count();
         info.arena_bytes = plan.arena_bytes();
         info.arena_lower_bound = plan.arena_lower_bound * 4;
@@ -336,6 +363,11 @@ impl Stream {
                     plan.ops,
                     plan.kernel_count(),
                     plan.arena_bytes()
+                );
+            } else if info.instantiated {
+                log::trace!(
+                    "{}: plan for {key:016x} instantiated at {symbols:?}; {plan}",
+                    self.id
                 );
             } else {
                 log::trace!("{}: plan cache miss for {key:016x}; built {plan}", self.id);

@@ -7,6 +7,26 @@
 
 use streamfuse::Tensor;
 
+/// Runs `f` with fusion on and off on this thread; returns both results and the
+/// fused segment's flush info.
+pub fn fused_and_unfused(f: impl Fn() -> Tensor) -> (Vec<f32>, Vec<f32>, streamfuse::FlushInfo) {
+    streamfuse::set_fusion(true);
+    let fused = f().to_vec::<f32>().unwrap();
+    let info = streamfuse::last_flush().unwrap();
+    streamfuse::set_fusion(false);
+    let plain = f().to_vec::<f32>().unwrap();
+    streamfuse::set_fusion(true);
+    (fused, plain, info)
+}
+
+/// Fused and unfused results agree to a relative `1e-4`.
+pub fn assert_close(fused: &[f32], plain: &[f32]) {
+    assert_eq!(fused.len(), plain.len());
+    for (a, b) in fused.iter().zip(plain) {
+        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
+    }
+}
+
 /// `n` deterministic values in `[-0.5, 0.5)` (xorshift).
 pub fn data(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;

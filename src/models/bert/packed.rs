@@ -8,7 +8,10 @@
 //!
 //! [`Packing::Bucketed`] rounds the packed length up (by at most 1/16, as one filler
 //! sequence that is computed and thrown away) so that a server seeing every possible
-//! total length builds and caches a few dozen plans instead of one per length.
+//! total length meets a few dozen shapes instead of one per length. Since plans are
+//! keyed by structure, a new total is an instantiation of the stored plan rather than
+//! a build, so [`Packing::Exact`] costs no builds either; the two measured alike (see
+//! ARCHITECTURE.md), and the `Embedder` keeps `Bucketed`.
 
 use super::BertModel;
 use crate::{Error, Result, Tensor};
