@@ -1,5 +1,6 @@
-//! Matrix products of f32 activations by an int8 weight packed once: [`PackedI8`] and
-//! [`matmul_i8`].
+//! The int8 form of a packed weight ([`PackedI8`], made by `PackedRhs::pack_i8`) and
+//! the part of a product by it that one thread computes ([`part`]; `matmul_packed`
+//! splits the product).
 //!
 //! **Weights.** A `[k, n]` f32 weight is quantised symmetrically per output column:
 //! `sw[j] = max_p |w[p, j]| / 127` and `q[p, j] = round(w[p, j] / sw[j])` in
@@ -69,7 +70,7 @@ const QUAD: usize = 4 * NR;
 const ZERO: u8 = 128;
 
 /// A `[k, n]` f32 weight quantised to int8 with one f32 scale per column, packed for
-/// [`matmul_i8`] (see the module doc for the layout). Made once per weight; the layout
+/// the products of `matmul_packed` (see the module doc for the layout). Made once per weight; the layout
 /// and the scales are the same on every CPU.
 #[derive(Debug)]
 pub(super) struct PackedI8 {
@@ -990,7 +991,7 @@ mod tests {
 
     /// Accuracy on MiniLM-L6's real weights (not run by default: it needs the model).
     /// `STREAMFUSE_MINILM=<folder with model.safetensors> cargo test --lib
-    /// packed_i8::tests::minilm -- --ignored --nocapture` prints, for each of the 36
+    /// packed::i8::tests::minilm -- --ignored --nocapture` prints, for each of the 36
     /// products of the encoder, the minimum and median cosine per row of the int8
     /// product to the f32 one (the bias left out: it is added in f32 either way).
     /// Inputs: layer 0's real embeddings of random tokens (word + position + type,

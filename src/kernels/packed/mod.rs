@@ -45,9 +45,10 @@ pub const NR: usize = 32;
 /// Most rows of one tile (`MR × 2` accumulators of the 32 vector registers).
 pub const MR: usize = 14;
 
-/// A `[k, n]` f32 matrix packed into panels of [`NR`] columns, for products
-/// `[.., m, k] × [k, n]` ([`matmul_packed`]). Made once per weight (the engine keeps it
-/// beside the weight's buffer).
+/// A `[k, n]` matrix packed into panels of 32 columns, kept in f32, bf16 or int8 with
+/// a scale per column, for products `[.., m, k] × [k, n]` by an f32 left operand
+/// (`matmul_prepacked`). Made once per weight (the engine keeps it beside the weight's
+/// buffer).
 #[derive(Debug)]
 pub struct PackedRhs {
     k: usize,
