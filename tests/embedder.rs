@@ -320,3 +320,33 @@ fn bad_folders_and_settings_are_named_errors() {
         assert!(e.to_string().contains(what), "{e}");
     }
 }
+
+/// An embedder with its weights in reduced precision answers within its precision's
+/// contract of the f32 one (`models::Precision`), on the same texts.
+#[test]
+fn reduced_precision_embedders_stay_within_their_contract() {
+    use streamfuse::models::{agreement, Precision};
+    let texts = [
+        "The cat sits outside",
+        "A man is playing guitar",
+        "The new movie is awesome",
+        "Each sentence is converted into a vector of numbers",
+        "Rust makes systems programming safer",
+    ];
+    let want = large_batches().embed(&texts).expect("f32");
+    for (precision, min_cosine) in [(Precision::Bf16, 0.9999), (Precision::Int8, 0.99)] {
+        let e = Embedder::load_with(
+            model_dir(),
+            EmbedderSettings {
+                workers: 1,
+                precision,
+                ..Default::default()
+            },
+        )
+        .expect("load");
+        assert_eq!(e.model().precision(), precision);
+        let got = e.embed(&texts).expect("embed");
+        let a = agreement(&got, &want, 2);
+        assert!(a.cosine.min >= min_cosine, "{precision}: {}", a.cosine);
+    }
+}
