@@ -16,10 +16,7 @@
 //! Without AVX512_BF16 the portable tile computes the same sums in the same order
 //! with f32 operations.
 
-#[cfg(test)]
-use std::cell::Cell;
-
-use super::{by_rows, Cols, Matrix, Out, Part, MR, NR};
+use super::{by_rows, chunk_rows, with_stack, Cols, Matrix, Out, Part, MR, NR};
 use crate::kernels::{error, KernelError};
 
 /// `x` rounded to the nearest bf16 (ties to even); NaN stays a (quiet) NaN.
@@ -75,31 +72,8 @@ pub(super) fn pack(
     Ok(data)
 }
 
-#[cfg(test)]
-thread_local! {
-    /// Tests: this thread runs the portable loops.
-    static PORTABLE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether the AVX512_BF16 paths may run (on this thread; tests can say no).
-pub(super) fn allowed() -> bool {
-    #[cfg(test)]
-    if PORTABLE.with(Cell::get) {
-        return false;
-    }
-    true
-}
-
-/// Makes products on this thread take the portable loops (`true`) or the fastest.
-#[cfg(test)]
-pub(super) fn force_portable(on: bool) {
-    PORTABLE.with(|c| c.set(on));
-}
-
-/// Pairs of the stack scratch that holds one chunk of rows in bf16 (64 KiB).
+/// Most pairs of the stack scratch that holds one chunk of rows in bf16 (64 KiB).
 const SCRATCH: usize = 16 << 10;
-/// The most rows of one chunk (18 tiles of [`MR`]).
-const CHUNK_ROWS: usize = 18 * MR;
 
 /// Computes `part` of the product of `g` by the bf16 panels `data`: its rows a chunk
 /// at a time (as many as the stack scratch holds, whole tiles), each chunk rounded to
@@ -107,9 +81,24 @@ const CHUNK_ROWS: usize = 18 * MR;
 /// so a product allocates nothing, whichever thread runs it.
 pub(super) fn part(g: Matrix<'_>, data: &[u32], part: Part, simd: bool, out: Out) {
     let kp = g.k.div_ceil(2);
-    let fit = (SCRATCH / kp).clamp(1, CHUNK_ROWS);
-    let chunk = if fit >= MR { fit / MR * MR } else { fit };
-    let mut scratch = [0u32; SCRATCH];
+    let (first, end) = part.rows;
+    let chunk = chunk_rows(end - first, kp, SCRATCH);
+    with_stack(chunk * kp, |scratch: &mut [u32]| {
+        chunks(g, data, part, simd, chunk, scratch, out)
+    });
+}
+
+/// [`part`] with `scratch` for `chunk` rows.
+fn chunks(
+    g: Matrix<'_>,
+    data: &[u32],
+    part: Part,
+    simd: bool,
+    chunk: usize,
+    scratch: &mut [u32],
+    out: Out,
+) {
+    let kp = g.k.div_ceil(2);
     let (first, end) = part.rows;
     let mut c0 = first;
     while c0 < end {
@@ -275,15 +264,9 @@ mod avx512 {
                 }
             }
         }
-        let (m0, m1) = t.at.masks();
-        for i in 0..R {
-            // SAFETY: row i's columns j0..j0 + width are at i * ldc + j0.., inside
-            // `dst`; the masks write only the first `width` lanes.
-            unsafe {
-                let row = dst.add(i * t.at.ldc + t.at.j0);
-                _mm512_mask_storeu_ps(row, m0, acc0[i]);
-                _mm512_mask_storeu_ps(row.add(16), m1, acc1[i]);
-            }
-        }
+        // SAFETY: the caller's contract: `dst` is valid for the tile's rows' columns
+        // j0..j0 + width (at i * ldc + j0..), which no one else touches; the masks
+        // write only the first `width` lanes.
+        unsafe { super::super::store_rows!(R, acc0, acc1, t.at, dst) }
     }
 }

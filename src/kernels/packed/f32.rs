@@ -111,16 +111,9 @@ mod avx512 {
                 }
             }
         }
-        let (m0, m1) = t.at.masks();
-        for i in 0..R {
-            // SAFETY: row i's columns j0..j0 + width are at i * ldc + j0.., inside
-            // `dst` (its length is at least (R - 1) * ldc + j0 + width); the masks write
-            // only the first `width` lanes.
-            unsafe {
-                let row = dst.add(i * t.at.ldc + t.at.j0);
-                _mm512_mask_storeu_ps(row, m0, acc0[i]);
-                _mm512_mask_storeu_ps(row.add(16), m1, acc1[i]);
-            }
-        }
+        // SAFETY: the caller's contract: `dst` is valid for the tile's rows' columns
+        // j0..j0 + width (at i * ldc + j0..), which no one else touches; the masks
+        // write only the first `width` lanes.
+        unsafe { super::super::store_rows!(R, acc0, acc1, t.at, dst) }
     }
 }

@@ -58,7 +58,7 @@
 //! writing the output through the raw pointer that the split by columns shares between
 //! threads (disjoint columns).
 
-use super::{by_rows, Matrix, Out, Part, MR, NR};
+use super::{by_rows, chunk_rows, with_stack, Matrix, Out, Part, CHUNK_ROWS, MR, NR};
 use crate::ir::Layout;
 use crate::kernels::{check_input, error, KernelError};
 
@@ -225,16 +225,7 @@ enum Path {
 pub(super) fn part(g: Matrix<'_>, w: &PackedI8, part: Part, simd: bool, out: Out) {
     let path = if simd { Path::Vnni } else { Path::Portable };
     let kp = w.kp;
-    let m = part.rows.1 - part.rows.0;
-    let fit = (SCRATCH_LARGE / kp).clamp(1, CHUNK_ROWS);
-    let chunk = if m <= fit {
-        m
-    } else if fit >= MR {
-        fit / MR * MR
-    } else {
-        fit
-    };
-    let need = chunk * kp;
+    let chunk = chunk_rows(part.rows.1 - part.rows.0, kp, SCRATCH);
     let job = Chunked {
         g,
         w,
@@ -242,13 +233,7 @@ pub(super) fn part(g: Matrix<'_>, w: &PackedI8, part: Part, simd: bool, out: Out
         path,
         chunk,
     };
-    if need <= SCRATCH_SMALL {
-        with_scratch::<SCRATCH_SMALL>(&job, out);
-    } else if need <= SCRATCH_MEDIUM {
-        with_scratch::<SCRATCH_MEDIUM>(&job, out);
-    } else {
-        with_scratch::<SCRATCH_LARGE>(&job, out);
-    }
+    with_stack(chunk * kp, |qa: &mut [i8]| chunks(&job, qa, out));
 }
 
 /// A part of a product, taken `chunk` rows at a time.
@@ -260,20 +245,14 @@ struct Chunked<'a> {
     chunk: usize,
 }
 
-/// The scratch sizes in bytes (quantised activations of one chunk of rows).
-const SCRATCH_SMALL: usize = 16 << 10;
-const SCRATCH_MEDIUM: usize = 64 << 10;
-const SCRATCH_LARGE: usize = 256 << 10;
-/// The most rows of one chunk (18 tiles of [`MR`]).
-const CHUNK_ROWS: usize = 18 * MR;
+/// Most bytes of the stack scratch of one chunk of quantised rows (256 KiB).
+const SCRATCH: usize = 256 << 10;
 
-/// Runs the part with a stack scratch of `N` bytes, `job.chunk` rows at a time
-/// (`chunk * kp <= N`). Not inlined, so that each size has its own frame.
-#[inline(never)]
-fn with_scratch<const N: usize>(job: &Chunked<'_>, out: Out) {
+/// Runs the part `job.chunk` rows at a time with the scratch `qa` (`chunk * kp`
+/// bytes).
+fn chunks(job: &Chunked<'_>, qa: &mut [i8], out: Out) {
     let (g, kp) = (job.g, job.w.kp);
-    assert!((1..=CHUNK_ROWS).contains(&job.chunk) && job.chunk * kp <= N);
-    let mut qa = [0i8; N];
+    assert!((1..=CHUNK_ROWS).contains(&job.chunk) && qa.len() == job.chunk * kp);
     let mut sa = [0f32; CHUNK_ROWS];
     let mut sums = [0i32; CHUNK_ROWS];
     let (mut r0, end) = job.part.rows;
@@ -411,7 +390,7 @@ fn portable_tile<const R: usize>(t: &Tile<'_>, rows: &mut [[f32; NR]; R]) {
 
 #[cfg(target_arch = "x86_64")]
 mod vnni {
-    use super::{Tile, NR, QUAD, ZERO};
+    use super::{Tile, QUAD, ZERO};
     use std::arch::x86_64::*;
 
     /// The tile on AVX512_VNNI: `R × 2` i32 accumulators, one quad of `k` per
@@ -453,16 +432,7 @@ mod vnni {
                 _mm512_loadu_ps(t.sw.as_ptr().add(16)),
             )
         };
-        let w = t.width;
-        // Lanes of each half that hold columns (the last panel may be narrower).
-        let m0 = if w >= 16 { 0xffff } else { (1u16 << w) - 1 };
-        let m1 = if w >= NR {
-            0xffff
-        } else if w > 16 {
-            (1u16 << (w - 16)) - 1
-        } else {
-            0
-        };
+        let (m0, m1) = super::super::lane_masks(t.width);
         for i in 0..R {
             let shift = _mm512_set1_epi32(t.sums[i].wrapping_mul(ZERO as i32));
             let sa = _mm512_set1_ps(t.sa[i]);
@@ -616,20 +586,13 @@ mod tests {
         super::super::product(a, al, (w.k, w.n), form, path == Path::Vnni, out, par)
     }
 
-    /// The product by `w` on the fastest path.
-    fn matmul_i8(
-        a: &[f32],
-        al: &Layout,
-        w: &PackedI8,
-        out: &mut [f32],
-        par: Par,
-    ) -> Result<(), KernelError> {
-        let path = if crate::kernels::cpu::has_avx512_vnni() {
+    /// The fastest path this CPU has.
+    fn fastest() -> Path {
+        if crate::kernels::cpu::has_avx512_vnni() {
             Path::Vnni
         } else {
             Path::Portable
-        };
-        matmul_on(path, a, al, w, out, par)
+        }
     }
 
     /// Runs the product on every path this CPU has (the portable one always) and
@@ -764,19 +727,9 @@ mod tests {
     #[test]
     fn strided_batched_and_transposed_operands() {
         let mut rng = Rng::new(3);
+        let (a, al, w, wl) = super::super::tests::strided_operands(&mut rng);
         let (m, k, n) = (9, 21, 40);
-        // The weight stored [n, k] (as a PyTorch linear) and read transposed; lhs rows
-        // at a stride wider than k, in a batch of 3.
-        let w: Vec<f32> = (0..n * k).map(|_| rng.f32()).collect();
-        let wl = Layout::contiguous(&[n, k]).permute(&[1, 0]);
         let q = PackedI8::quantize(&w, &wl).unwrap();
-        let wide = k + 4;
-        let a: Vec<f32> = (0..3 * m * wide).map(|_| rng.f32()).collect();
-        let al = Layout {
-            dims: vec![3, m, k].into(),
-            strides: vec![m * wide, wide, 1].into(),
-            offset: 2,
-        };
         check(&a, &al, &q);
         // The dequantised weight is the transposed one.
         let d = q.dequantize().unwrap();
@@ -879,7 +832,9 @@ mod tests {
         let a = vec![1.0f32; m * k];
         let mut out = vec![0.0f32; m * n];
         let run = |al: Layout, a: &[f32], out: &mut [f32]| {
-            matmul_i8(a, &al, &q, out, Par::serial()).unwrap_err().0
+            matmul_on(fastest(), a, &al, &q, out, Par::serial())
+                .unwrap_err()
+                .0
         };
         let e = run(Layout::contiguous(&[m, k - 1]), &a, &mut out);
         assert!(e.contains("cannot multiply"), "{e}");
@@ -901,7 +856,8 @@ mod tests {
         // Empty products are fine: k == 0 gives zeros, no rows gives nothing.
         let q0 = PackedI8::quantize(&[], &Layout::contiguous(&[0, n])).unwrap();
         let mut out = vec![f32::NAN; m * n];
-        matmul_i8(
+        matmul_on(
+            fastest(),
             &[],
             &Layout::contiguous(&[m, 0]),
             &q0,
@@ -910,7 +866,15 @@ mod tests {
         )
         .unwrap();
         assert!(out.iter().all(|&x| x == 0.0));
-        matmul_i8(&a, &Layout::contiguous(&[0, k]), &q, &mut [], Par::serial()).unwrap();
+        matmul_on(
+            fastest(),
+            &a,
+            &Layout::contiguous(&[0, k]),
+            &q,
+            &mut [],
+            Par::serial(),
+        )
+        .unwrap();
     }
 
     /// Rows shaped like BERT's hidden states: layer-normed (mean 0, variance 1) with
@@ -948,7 +912,15 @@ mod tests {
         let (k, n) = (wl.dims[0], wl.dims[1]);
         let q = PackedI8::quantize(w, wl).unwrap();
         let mut got = vec![0.0f32; m * n];
-        matmul_i8(a, &Layout::contiguous(&[m, k]), &q, &mut got, Par::all()).unwrap();
+        matmul_on(
+            fastest(),
+            a,
+            &Layout::contiguous(&[m, k]),
+            &q,
+            &mut got,
+            Par::all(),
+        )
+        .unwrap();
         let (rs, cs) = (wl.strides[0], wl.strides[1]);
         let mut want = vec![0.0f32; m * n];
         for (i, row) in want.chunks_mut(n).enumerate() {

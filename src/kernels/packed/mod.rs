@@ -301,7 +301,7 @@ impl Form<'_> {
     fn simd(self) -> bool {
         match self {
             Form::F32(_) => true,
-            Form::Bf16(_) => super::cpu::has_avx512_bf16() && bf16::allowed(),
+            Form::Bf16(_) => super::cpu::has_avx512_bf16(),
             Form::I8(_) => super::cpu::has_avx512_vnni(),
         }
     }
@@ -543,21 +543,80 @@ struct Cols {
     ldc: usize,
 }
 
-impl Cols {
-    /// The masks of the two 16-lane halves of a panel that hold columns (the last
-    /// panel may be narrower).
-    #[cfg(target_arch = "x86_64")]
-    fn masks(self) -> (u16, u16) {
-        let w = self.width;
-        let m0 = if w >= 16 { 0xffff } else { (1u16 << w) - 1 };
-        let m1 = if w >= NR {
-            0xffff
-        } else if w > 16 {
-            (1u16 << (w - 16)) - 1
-        } else {
-            0
-        };
-        (m0, m1)
+/// The masks of the two 16-lane halves of a panel that hold its first `width` columns
+/// (the last panel may be narrower).
+#[cfg(target_arch = "x86_64")]
+fn lane_masks(width: usize) -> (u16, u16) {
+    let m0 = if width >= 16 {
+        0xffff
+    } else {
+        (1u16 << width) - 1
+    };
+    let m1 = if width >= NR {
+        0xffff
+    } else if width > 16 {
+        (1u16 << (width - 16)) - 1
+    } else {
+        0
+    };
+    (m0, m1)
+}
+
+/// Stores a tile's `$r` rows of the f32 accumulators `$acc0`, `$acc1` (arrays of
+/// `__m512`) to the columns `$at` of `$dst`, masked to the panel's width. A macro, not a
+/// function: the accumulators must stay in registers (passing them by reference to a
+/// call the compiler does not inline spilled them and halved the tiles' speed).
+///
+/// Needs, inside an `unsafe` context compiled with AVX-512F: `$dst` valid for writes
+/// of `($r - 1) * ldc + j0 + width` elements that no one else touches, `1 <= width
+/// <= NR`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! store_rows {
+    ($r:expr, $acc0:expr, $acc1:expr, $at:expr, $dst:expr) => {{
+        let (m0, m1) = super::super::lane_masks($at.width);
+        for i in 0..$r {
+            let row = $dst.add(i * $at.ldc + $at.j0);
+            _mm512_mask_storeu_ps(row, m0, $acc0[i]);
+            _mm512_mask_storeu_ps(row.add(16), m1, $acc1[i]);
+        }
+    }};
+}
+#[cfg(target_arch = "x86_64")]
+use store_rows;
+
+/// The most rows of one chunk of a bf16 or int8 product (18 tiles of [`MR`]).
+const CHUNK_ROWS: usize = 18 * MR;
+
+/// Rows per chunk when `m` rows of `per_row` scratch elements each are taken a chunk
+/// at a time into a scratch of at most `budget` elements: all of them when they fit,
+/// else as many whole tiles as fit (single rows when not even a tile does).
+fn chunk_rows(m: usize, per_row: usize, budget: usize) -> usize {
+    let fit = (budget / per_row.max(1)).clamp(1, CHUNK_ROWS);
+    if m <= fit {
+        m.max(1)
+    } else if fit >= MR {
+        fit / MR * MR
+    } else {
+        fit
+    }
+}
+
+/// Calls `f` with a zeroed scratch of `len` elements on the stack (`len` at most 256
+/// Ki), taken from the smallest of four sizes that holds it, so that a small product
+/// does not clear a large one. A product's scratch lives here, not on the heap: it
+/// allocates nothing, whichever thread runs it.
+fn with_stack<T: Copy + Default, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
+    /// Not inlined, so that each size has its own frame.
+    #[inline(never)]
+    fn sized<T: Copy + Default, R, const N: usize>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
+        let mut buf = [T::default(); N];
+        f(&mut buf[..len])
+    }
+    match len {
+        0..=4096 => sized::<T, R, 4096>(len, f),
+        4097..=16384 => sized::<T, R, 16384>(len, f),
+        16385..=65536 => sized::<T, R, 65536>(len, f),
+        _ => sized::<T, R, 262144>(len, f),
     }
 }
 
@@ -589,6 +648,37 @@ use by_rows;
 mod tests {
     use super::*;
     use crate::kernels::testutil::*;
+
+    /// `(m, k, n)` of the products every form is tested on: row counts 1..=2*MR+3
+    /// cover every tile height and uneven blocks; widths cover a partial first half, a
+    /// partial second half and several panels.
+    pub(super) const SHAPES: [(usize, usize, usize); 7] = [
+        (1, 1, 1),
+        (3, 7, 5),
+        (MR, 9, 16),
+        (MR + 1, 13, 17),
+        (2 * MR + 3, 40, 70),
+        (20, 33, 96),
+        (60, 5, 31),
+    ];
+
+    /// Strided operands of a `(9, 21) x (21, 40)` product in a batch of 3: the right
+    /// one stored `[n, k]` (as a PyTorch linear) and read transposed, the left one's
+    /// rows at a stride wider than `k` (a narrowed view), at an offset. Returns
+    /// `(a, a's layout, b, b's layout)`.
+    pub(super) fn strided_operands(rng: &mut Rng) -> (Vec<f32>, Layout, Vec<f32>, Layout) {
+        let (m, k, n) = (9, 21, 40);
+        let b: Vec<f32> = (0..n * k).map(|_| rng.f32()).collect();
+        let bl = Layout::contiguous(&[n, k]).permute(&[1, 0]);
+        let wide = k + 4;
+        let a: Vec<f32> = (0..3 * m * wide).map(|_| rng.f32()).collect();
+        let al = Layout {
+            dims: vec![3, m, k].into(),
+            strides: vec![m * wide, wide, 1].into(),
+            offset: 2,
+        };
+        (a, al, b, bl)
+    }
 
     fn naive(a: &[f32], al: &Layout, b: &[f32], bl: &Layout) -> Vec<f32> {
         let r = al.dims.len();
@@ -624,17 +714,7 @@ mod tests {
             return;
         }
         let mut rng = Rng::new(90);
-        // Row counts 1..=2*MR+3 cover every tile height and uneven blocks; widths cover
-        // a partial first half, a partial second half and several panels.
-        for (m, k, n) in [
-            (1, 1, 1),
-            (3, 7, 5),
-            (MR, 9, 16),
-            (MR + 1, 13, 17),
-            (2 * MR + 3, 40, 70),
-            (20, 33, 96),
-            (60, 5, 31),
-        ] {
+        for (m, k, n) in SHAPES {
             let a: Vec<f32> = (0..m * k).map(|_| rng.f32()).collect();
             let b: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
             let al = Layout::contiguous(&[m, k]);
@@ -656,19 +736,9 @@ mod tests {
             return;
         }
         let mut rng = Rng::new(91);
+        let (a, al, b, bl) = strided_operands(&mut rng);
         let (m, k, n) = (9, 21, 40);
-        // rhs stored [n, k] and read transposed; lhs rows at a stride wider than k (a
-        // narrowed view) in a batch of 3.
-        let b: Vec<f32> = (0..n * k).map(|_| rng.f32()).collect();
-        let bl = Layout::contiguous(&[n, k]).permute(&[1, 0]);
         let packed = PackedRhs::pack(&b, &bl).unwrap();
-        let wide = k + 4;
-        let a: Vec<f32> = (0..3 * m * wide).map(|_| rng.f32()).collect();
-        let al = Layout {
-            dims: vec![3, m, k].into(),
-            strides: vec![m * wide, wide, 1].into(),
-            offset: 2,
-        };
         // The product's layout of rhs as the engine hands it: broadcast over the batch.
         let bb = bl.broadcast_as(&[3, k, n]).unwrap();
         assert!(packed.packs(&bb));
@@ -761,15 +831,7 @@ mod tests {
     #[test]
     fn bf16_matches_the_rounded_product_on_every_path() {
         let mut rng = Rng::new(92);
-        for (m, k, n) in [
-            (1, 1, 1),
-            (3, 7, 5),
-            (MR, 9, 16),
-            (MR + 1, 13, 17),
-            (2 * MR + 3, 40, 70),
-            (20, 33, 96),
-            (60, 5, 31),
-        ] {
+        for (m, k, n) in SHAPES {
             let a: Vec<f32> = (0..m * k).map(|_| rng.f32()).collect();
             let b: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
             let al = Layout::contiguous(&[m, k]);
@@ -780,9 +842,8 @@ mod tests {
             let want = naive(&rounded(&a), &al, &rounded(&b), &bl);
             let exact = naive(&a, &al, &b, &bl);
             let mut portable = vec![f32::NAN; m * n];
-            bf16::force_portable(true);
-            matmul_packed(&a, &al, &packed, &mut portable, Par::serial()).unwrap();
-            bf16::force_portable(false);
+            let (form, dims) = (packed.form(), (k, n));
+            product(&a, &al, dims, form, false, &mut portable, Par::serial()).unwrap();
             assert_close(&portable, &want, 1e-5);
             for threads in [1, 2, 3] {
                 let mut out = vec![f32::NAN; m * n];
