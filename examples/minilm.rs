@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo run --release --example minilm -- [--model DIR] [--sentences FILE] [--batch N]
-//!     [--threads T] [--out FILE] [--precision f32|bf16|int8] [--compare f32|bf16|int8]
+//!     [--padded] [--threads T] [--out FILE] [--precision f32|bf16|int8]
+//!     [--compare f32|bf16|int8]
 //! ```
 //!
 //! - The model folder (config.json, model.safetensors, tokenizer.json) is looked for in
@@ -12,8 +13,11 @@
 //! - Without `--sentences`, embeds a few built-in sentences and prints their cosine
 //!   similarity matrix. `--sentences FILE` reads one sentence a line.
 //! - `--batch N` (default 32): sentences per forward pass. Sentences are sorted by token
-//!   length and batched with their neighbours, so a batch is padded only to its own
-//!   longest sentence.
+//!   length and batched with their neighbours (as sentence-transformers batches them).
+//!   Each batch runs ragged (`BertModel::embed_packed`, as the `Embedder` runs it): its
+//!   sentences' tokens packed one after another, no padding. `--padded` runs each batch
+//!   padded to its own longest sentence instead (`BertModel::embed_batch`), as the
+//!   peers do.
 //! - `--threads T` (default 1): T threads, each its own stream, share one copy of the
 //!   weights and take batches in turn.
 //! - `--out FILE`: the embeddings as little-endian f32 rows, 384 per sentence, in input
@@ -29,7 +33,7 @@
 //! hits H, ...`: full builds, plans made from a stored structure for new sequence
 //! lengths, and reuses of a stored plan; see `streamfuse::CacheStats`), then
 //! `p50_ms: X`, `p99_ms: Y` (the median and 99th-percentile latency of one forward
-//! call, `embed_batch` on one batch: per sentence with `--batch 1`) and
+//! call, `embed_packed` (or `embed_batch`) on one batch: per sentence with `--batch 1`) and
 //! `sentences/s: X` (tokenising and embedding, after loading); with `--compare`, the
 //! two accuracy lines follow.
 
@@ -40,7 +44,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use streamfuse::models::bert::length_sorted_batches;
+use streamfuse::models::bert::{length_sorted_batches, Packing, Pooling};
 use streamfuse::models::{agreement, BertModel, Precision};
 
 #[path = "common/cli.rs"]
@@ -62,13 +66,14 @@ const BUILTIN: [&str; 6] = [
     "The new movie is so great",
 ];
 
-const USAGE: &str = "usage: minilm [--model DIR] [--sentences FILE] [--batch N] [--threads T] \
+const USAGE: &str = "usage: minilm [--model DIR] [--sentences FILE] [--batch N] [--padded] [--threads T] \
      [--out FILE] [--precision f32|bf16|int8] [--compare f32|bf16|int8]";
 
 struct Args {
     model: Option<PathBuf>,
     sentences: Option<PathBuf>,
     batch: usize,
+    padded: bool,
     threads: usize,
     out: Option<PathBuf>,
     precision: Precision,
@@ -80,6 +85,7 @@ fn parse_args() -> Result<Args, String> {
         model: None,
         sentences: None,
         batch: 32,
+        padded: false,
         threads: 1,
         out: None,
         precision: Precision::F32,
@@ -91,6 +97,7 @@ fn parse_args() -> Result<Args, String> {
             "--sentences" => args.sentences = Some(PathBuf::from(value()?)),
             "--out" => args.out = Some(PathBuf::from(value()?)),
             "--batch" => args.batch = cli::count(value()?, "--batch")?,
+            "--padded" => args.padded = true,
             "--threads" => args.threads = cli::count(value()?, "--threads")?,
             "--precision" => args.precision = value()?.parse()?,
             "--compare" => args.compare = Some(value()?.parse()?),
@@ -157,7 +164,7 @@ fn run() -> Result<(), String> {
                 .map_err(|e| format!("cannot tokenise `{s}`: {e}"))
         })
         .collect::<Result<_, _>>()?;
-    let (embeddings, mut latencies) = embed_timed(&model, &ids, args.batch, args.threads)?;
+    let (embeddings, mut latencies) = embed_timed(&model, &ids, &args)?;
     let secs = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds().zip(cpu_start).map(|(b, a)| b - a);
 
@@ -167,10 +174,11 @@ fn run() -> Result<(), String> {
         .map(|b| b.len() * b.iter().map(|&i| ids[i].len()).max().unwrap_or(0))
         .sum();
     println!(
-        "{} sentences, {tokens} tokens ({padded} with padding: {:.1}% padding), batch {}, threads {}",
+        "{} sentences, {tokens} tokens ({padded} in padded batches: {:.1}% padding), batch {} {}, threads {}",
         sentences.len(),
         100.0 * (padded - tokens) as f64 / padded.max(1) as f64,
         args.batch,
+        if args.padded { "padded" } else { "ragged" },
         args.threads
     );
 
@@ -232,7 +240,7 @@ fn run() -> Result<(), String> {
         drop(model);
         let other = BertModel::load_as(&dir, q)
             .map_err(|e| format!("cannot load the model in {q} for --compare: {e}"))?;
-        let (reference, _) = embed_timed(&other, &ids, args.batch, args.threads)?;
+        let (reference, _) = embed_timed(&other, &ids, &args)?;
         let a = agreement(&embeddings, &reference, 10);
         println!("cosine to {q}: {}", a.cosine);
         println!("top-{} overlap with {q}: {}", a.k, a.overlap);
@@ -251,9 +259,9 @@ fn run() -> Result<(), String> {
 fn embed_timed(
     model: &BertModel,
     ids: &[Vec<u32>],
-    batch: usize,
-    threads: usize,
+    args: &Args,
 ) -> Result<(Vec<Vec<f32>>, Vec<f64>), String> {
+    let (batch, threads) = (args.batch, args.threads);
     let batches = length_sorted_batches(ids, batch);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = threads.min(batches.len()).max(1);
@@ -272,7 +280,11 @@ fn embed_timed(
             };
             let refs: Vec<&[u32]> = b.iter().map(|&j| ids[j].as_slice()).collect();
             let t = Instant::now();
-            let result = model.embed_batch(&refs);
+            let result = if args.padded {
+                model.embed_batch(&refs)
+            } else {
+                model.embed_packed(&refs, Pooling::Mean, Packing::Exact)
+            };
             let secs = t.elapsed().as_secs_f64();
             match result {
                 Ok(embs) => {

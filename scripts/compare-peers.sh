@@ -9,7 +9,9 @@
 #
 # Every peer gets the same length-sorted batches, as sentence-transformers' encode()
 # makes them: sentences sorted by token length (longest first, ties in input order),
-# neighbours batched, each batch padded to its own longest. Every peer returns the
+# neighbours batched, each batch padded to its own longest (streamfuse runs the same
+# batches ragged, its sentences' tokens packed with no padding, as its Embedder does;
+# `minilm --padded` would pad them too). Every peer returns the
 # mean-pooled, L2-normalised embedding; the table gives each row's smallest cosine to
 # streamfuse's (--threads 1) embeddings of the same section. The same run measures the
 # machine's f32 matmul GFLOP/s (1 and THREADS threads, before each repetition; the

@@ -122,8 +122,8 @@ def main():
                   "latency of one call = one sentence")
         else:
             print(f"batch {b}: length-sorted batches of {b}, each padded to its longest "
-                  f"({100 * (padded_tokens - tokens) / padded_tokens:.1f}% padding); p50/p99: "
-                  f"latency of one call = one batch")
+                  f"({100 * (padded_tokens - tokens) / padded_tokens:.1f}% padding) by the peers, "
+                  f"run ragged (no padding) by streamfuse; p50/p99: latency of one call = one batch")
         head = (f"{'peer':<36} {'sentences/s':>11} {'vs pytorch':>10} {'of bound':>8} {'p50 ms':>8} "
                 f"{'p99 ms':>8} {'peak RSS MiB':>12} {'CPU s':>6} {'sent/CPU-s':>10} {'min cos vs sf':>13}")
         print(head)
