@@ -82,15 +82,6 @@ mod avx512 {
     use super::{Tile, NR};
     use std::arch::x86_64::*;
 
-    /// How far ahead of the step being multiplied the tile asks for the panels, in
-    /// elements: 4 KiB, about what arrives from DRAM while 32 steps of 14 rows run.
-    /// A model's weights are larger than the cache; without the hint the first row
-    /// block of each panel waited on DRAM. Measured on a pass over MiniLM's 24
-    /// weights at 28 rows (the hint on and off in alternate passes, medians of 40): 1 thread
-    /// 83 → 87 GFLOP/s, 2 threads 96–112 → 134–144; 896 rows 98 → 100. Into L2
-    /// (`T1`): into L1 gained less with 2 threads (115–134).
-    const PREFETCH: usize = 32 * NR;
-
     /// The tile on AVX-512: `R × 2` accumulators, one step of `k` per iteration.
     ///
     /// # Safety
@@ -112,10 +103,10 @@ mod avx512 {
             // last element is at (R - 1) * lda + (k - 1) * cs or beyond). A prefetch
             // reads nothing and cannot fault, whatever the address.
             unsafe {
-                // The panel `PREFETCH` elements ahead (the next panel's, near the
+                // The panel `PREFETCH_BYTES` ahead (the next panel's, near the
                 // end; past the last panel the hint is ignored, and `wrapping_add`
                 // keeps the address computation defined).
-                let ahead = b.wrapping_add(p * NR + PREFETCH);
+                let ahead = b.wrapping_add(p * NR + super::super::PREFETCH_PAIRS);
                 _mm_prefetch::<_MM_HINT_T1>(ahead as *const i8);
                 _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(16) as *const i8);
                 let b0 = _mm512_loadu_ps(b.add(p * NR));
