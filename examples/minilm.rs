@@ -66,7 +66,8 @@ const BUILTIN: [&str; 6] = [
     "The new movie is so great",
 ];
 
-const USAGE: &str = "usage: minilm [--model DIR] [--sentences FILE] [--batch N] [--padded] [--threads T] \
+const USAGE: &str =
+    "usage: minilm [--model DIR] [--sentences FILE] [--batch N] [--padded] [--threads T] \
      [--out FILE] [--precision f32|bf16|int8] [--compare f32|bf16|int8]";
 
 struct Args {
