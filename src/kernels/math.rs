@@ -6,8 +6,9 @@
 //! one compiles to vector code. [`in_place`] and [`map_into`] run such a loop compiled
 //! for the CPU's best SIMD level (runtime dispatch), which is how the element-wise
 //! kernel, the fused programs and the matmul epilogues apply them; each function states
-//! its error bound and a test holds it there. [`gelu`] also has a hand-written AVX-512
-//! form (`x86`) with the same bits, which those use on CPUs that have it.
+//! its error bound and a test holds it there. [`gelu`] and [`exp`] also have
+//! hand-written AVX-512 forms (`x86`) with the same bits: the fused AVX-512 programs
+//! apply those to their registers, and [`in_place`] and [`map_into`] use [`gelu`]'s.
 //!
 //! Rust's standard library has no stable `erf`, so the reference [`erfc`] evaluates, in
 //! f64, two Chebyshev expansions fitted to the exact function (interpolation at
@@ -22,7 +23,7 @@
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::gelu_v512;
+pub(crate) use x86::{exp_v512, gelu_v512};
 #[cfg(target_arch = "x86_64")]
 use x86::{gelu_in_place, gelu_map_into};
 
@@ -107,6 +108,13 @@ pub(crate) fn erfc(z: f64) -> f64 {
     }
 }
 
+/// The range [`exp`] clamps its argument to; below `EXP_MIN` it gives 0.
+pub(crate) const EXP_MIN: f32 = -87.33;
+/// See [`EXP_MIN`].
+pub(crate) const EXP_MAX: f32 = 88.72;
+/// Above this [`exp`] gives infinity.
+pub(crate) const EXP_INF_ABOVE: f32 = 88.722_83;
+
 /// `e^x`, written without calls or branches so that loops over it vectorise (libm's
 /// `expf` is a function call per element).
 ///
@@ -119,7 +127,7 @@ pub(crate) fn erfc(z: f64) -> f64 {
 #[inline(always)]
 pub(crate) fn exp(x: f32) -> f32 {
     // Adding and subtracting ROUND rounds to the nearest integer (no SSE4.1 needed).
-    let xc = x.clamp(-87.33, 88.72);
+    let xc = x.clamp(EXP_MIN, EXP_MAX);
     let t = xc * LOG2E + ROUND;
     let k = t - ROUND;
     // k as an integer straight from the bits of t (whose low mantissa bits hold
@@ -137,9 +145,9 @@ pub(crate) fn exp(x: f32) -> f32 {
     let s1 = f32::from_bits(((half + 127) as u32) << 23);
     let s2 = f32::from_bits(((ki - half + 127) as u32) << 23);
     let y = p * s1 * s2;
-    if x > 88.722_83 {
+    if x > EXP_INF_ABOVE {
         f32::INFINITY
-    } else if x < -87.33 {
+    } else if x < EXP_MIN {
         0.0
     } else {
         y

@@ -7,9 +7,10 @@
 //! The arithmetic ops (add, sub, mul, div, maximum, minimum, neg, abs, relu, sqrt,
 //! recip, affine) are written with intrinsics that round exactly as the portable loops
 //! do (IEEE operations, no fused multiply-add, the same NaN rules), so every path gives
-//! the same bits. GELU on AVX-512 runs in the registers too (`math::gelu_v512`, the
-//! scalar function's operations in the same order); the other transcendental ops (and
-//! GELU on AVX2) store the accumulator to a tile and run the portable loop on it.
+//! the same bits. On AVX-512, GELU and exp run in the registers too
+//! (`math::gelu_v512`, `math::exp_v512`: the scalar functions' operations in the same
+//! order); the other transcendental ops (and those two on AVX2) store the accumulator
+//! to a tile and run the portable loop on it.
 //!
 //! The two widths share one tile loop, written once as a macro over a module of vector
 //! operations (`v256`, `v512`). Everything is compiled with `#[target_feature]`; the
@@ -24,6 +25,7 @@ use super::ops::{affine, unary_acc};
 use super::run::Job;
 use super::schedule::{Src, Step};
 use crate::ir::{BinaryOp, UnaryOp};
+use crate::kernels::math;
 
 /// Elements per tile of the AVX2 path (eight 256-bit vectors).
 pub(super) const TILE_AVX2: usize = 64;
@@ -207,14 +209,6 @@ vector_ops!(
     pub(super) unsafe fn relu(a: V) -> V {
         _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_NLT_UQ>(a, _mm512_setzero_ps()), a)
     }
-
-    /// GELU of every vector of `acc`, in registers: `math::gelu`'s bits.
-    #[inline(always)]
-    pub(super) unsafe fn gelu<const N: usize>(acc: &mut [V; N]) {
-        // SAFETY: this module's functions run only inside `run_range_avx512`, which is
-        // compiled with `avx512f` and called only on CPUs that have it.
-        *acc = unsafe { crate::kernels::math::gelu_v512(*acc) };
-    }
 );
 
 /// `$acc[i] = f($acc[i])` for every vector of the accumulator (a loop, not a closure,
@@ -285,8 +279,9 @@ macro_rules! each_binary {
 
 /// Defines `$name`, the tile loop over vectors of module `$v`, compiled with the
 /// target features `$features`, for tiles of `$tile` elements; each unary op `$op`
-/// listed after them runs on the accumulator in registers as `$f(&mut acc)` (the other
-/// transcendental ops go through a tile and the portable loop).
+/// listed after them runs on the accumulator in registers as `acc = $f(acc)` (`$f` a
+/// function with target features among `$features`; the other transcendental ops go
+/// through a tile and the portable loop).
 macro_rules! variant {
     ($name:ident, $features:literal, $v:ident, $tile:expr $(, $op:ident => $f:path)* $(,)?) => {
         /// Runs `job` for output elements `start..start + outs[0].len()`: whole tiles
@@ -340,7 +335,7 @@ macro_rules! variant {
                             }
                         }
                         Step::Unary(op) => match op {
-                            $(UnaryOp::$op => $f(&mut acc),)*
+                            $(UnaryOp::$op => acc = $f(acc),)*
                             UnaryOp::Neg => each!(acc, a => $v::neg(a)),
                             UnaryOp::Abs => each!(acc, a => $v::abs(a)),
                             UnaryOp::Relu => each!(acc, a => $v::relu(a)),
@@ -416,5 +411,6 @@ variant!(
     "avx512f,avx512vl,avx2,fma",
     v512,
     TILE_AVX512,
-    Gelu => v512::gelu,
+    Gelu => math::gelu_v512,
+    Exp => math::exp_v512,
 );
