@@ -6,7 +6,9 @@
 //! one compiles to vector code. [`in_place`] and [`map_into`] run such a loop compiled
 //! for the CPU's best SIMD level (runtime dispatch), which is how the element-wise
 //! kernel, the fused programs and the matmul epilogues apply them; each function states
-//! its error bound and a test holds it there.
+//! its error bound and a test holds it there. [`gelu`] and [`exp`] also have
+//! hand-written AVX-512 forms (`x86`) with the same bits: the fused AVX-512 programs
+//! apply those to their registers, and [`in_place`] and [`map_into`] use [`gelu`]'s.
 //!
 //! Rust's standard library has no stable `erf`, so the reference [`erfc`] evaluates, in
 //! f64, two Chebyshev expansions fitted to the exact function (interpolation at
@@ -17,6 +19,25 @@
 //! * for `2 <= z < 10`: `erfc(z) · e^(z²) · z` as a series in `u = 1/z` over
 //!   `[0.1, 0.5]` (11 terms, relative error < 3e-11);
 //! * for `z >= 10`, `erfc(z) < 3e-45`, below the smallest f32, so 0.
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::{exp_v512, gelu_v512};
+#[cfg(target_arch = "x86_64")]
+use x86::{gelu_in_place, gelu_map_into};
+
+/// No hand-written form off x86-64: the portable loop runs.
+#[cfg(not(target_arch = "x86_64"))]
+fn gelu_in_place(_: &mut [f32]) -> bool {
+    false
+}
+
+/// No hand-written form off x86-64: the portable loop runs.
+#[cfg(not(target_arch = "x86_64"))]
+fn gelu_map_into(_: &[f32], _: &mut [f32]) -> bool {
+    false
+}
 
 /// `erf(z)/z` on `t = z²` in `[0, 4]`, Chebyshev coefficients.
 const ERF_SMALL: [f64; 12] = [
@@ -87,6 +108,13 @@ pub(crate) fn erfc(z: f64) -> f64 {
     }
 }
 
+/// The range [`exp`] clamps its argument to; below `EXP_MIN` it gives 0.
+pub(crate) const EXP_MIN: f32 = -87.33;
+/// See [`EXP_MIN`].
+pub(crate) const EXP_MAX: f32 = 88.72;
+/// Above this [`exp`] gives infinity.
+pub(crate) const EXP_INF_ABOVE: f32 = 88.722_83;
+
 /// `e^x`, written without calls or branches so that loops over it vectorise (libm's
 /// `expf` is a function call per element).
 ///
@@ -98,12 +126,8 @@ pub(crate) fn erfc(z: f64) -> f64 {
 /// infinity; NaN stays NaN.
 #[inline(always)]
 pub(crate) fn exp(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer (no SSE4.1 needed).
-    const ROUND: f32 = 12_582_912.0;
-    let xc = x.clamp(-87.33, 88.72);
+    // Adding and subtracting ROUND rounds to the nearest integer (no SSE4.1 needed).
+    let xc = x.clamp(EXP_MIN, EXP_MAX);
     let t = xc * LOG2E + ROUND;
     let k = t - ROUND;
     // k as an integer straight from the bits of t (whose low mantissa bits hold
@@ -121,9 +145,9 @@ pub(crate) fn exp(x: f32) -> f32 {
     let s1 = f32::from_bits(((half + 127) as u32) << 23);
     let s2 = f32::from_bits(((ki - half + 127) as u32) << 23);
     let y = p * s1 * s2;
-    if x > 88.722_83 {
+    if x > EXP_INF_ABOVE {
         f32::INFINITY
-    } else if x < -87.33 {
+    } else if x < EXP_MIN {
         0.0
     } else {
         y
@@ -180,65 +204,127 @@ pub(crate) fn silu(x: f32) -> f32 {
     x / (1.0 + exp(-x))
 }
 
+/// The coefficients of `P` in [`gelu`], constant term first.
+pub(crate) const GELU_P: [f32; 10] = [
+    -1.265_441_4,
+    0.998_492_55,
+    0.387_899_42,
+    0.028_358_64,
+    0.020_191_374,
+    -0.116_778_7,
+    -0.651_259_2,
+    1.122_409_1,
+    -0.666_066_5,
+    0.142_194_88,
+];
+
+/// `|x|` from which [`gelu`] computes as at `|x| = GELU_XMAX` (where its negative side
+/// is exactly `-0`).
+pub(crate) const GELU_XMAX: f32 = 14.2;
+
+/// `1 / (2√2)`: `t = 1 / (1 + |x| · GELU_HALF_SQRT_HALF)` in [`gelu`].
+pub(crate) const GELU_HALF_SQRT_HALF: f32 = 0.353_553_38;
+
+/// `e^r / 2` for `|r| <= ln 2 / 2` in [`gelu`], constant term first: `1 + r + r² G(r)`
+/// with `G` of degree 4 fitted (Chebyshev, `mpmath.chebyfit`) to `(e^r - 1 - r) / r²`,
+/// relative error under 8e-9, every coefficient halved (exactly).
+pub(crate) const GELU_EXP: [f32; 7] = [
+    0.5,
+    0.5,
+    0.25,
+    0.083_332_88,
+    0.020_833_278,
+    0.004_181_597_4,
+    0.000_696_310_2,
+];
+
+/// `log2(e)` and `ln 2` in two parts (`LN2_HI` has 15 significant bits, so `k · LN2_HI`
+/// is exact for `|k| < 512`), and `1.5 · 2^23`, whose addition rounds an f32 of
+/// magnitude below `2^22` to an integer: the reduction of [`exp`] and [`gelu`].
+pub(crate) const LOG2E: f32 = std::f32::consts::LOG2_E;
+/// See [`LOG2E`].
+pub(crate) const LN2_HI: f32 = 0.693_145_75;
+/// See [`LOG2E`].
+pub(crate) const LN2_LO: f32 = 1.428_606_8e-6;
+/// See [`LOG2E`].
+pub(crate) const ROUND: f32 = 12_582_912.0;
+
 /// GELU, erf form: `x/2 · (1 + erf(x/√2))`, in f32 and branch-free, so that a loop over
-/// it vectorises.
+/// it vectorises; `x86::gelu_v512` computes the same bits with AVX-512, and the order
+/// of the operations below (each `mul_add` one fused multiply-add) is the contract
+/// between the two.
 ///
 /// Written as `x/2 · erfc(-x/√2)`: with `a = |x|/√2`, `erfc(a) = t · e^(P(t) - a²)` where
 /// `t = 1 / (1 + a/2)` and `P` is a degree-9 polynomial in `t` (the form of Numerical
-/// Recipes' `erfcc`, with our own coefficients: a weighted least-squares fit on
-/// `a` in `[0, 10]`, error of `P` under 5e-8, so `erfc` to about 1e-7 relative); then
-/// `gelu(x) = x/2 · erfc(a)` for negative `x` (the tail keeps its relative accuracy)
-/// and `x · (1 - erfc(a)/2)` for positive `x`. The exponent `P - x²/2` is carried as
-/// a rounded value and its error (an FMA for `x²`, TwoSum for the difference), so the
-/// tail's relative error does not grow with `x²`.
+/// Recipes' `erfcc`, with our own coefficients [`GELU_P`]: a weighted least-squares fit
+/// on `a` in `[0, 10]`, error of `P` under 5e-8, so `erfc` to about 1e-7 relative);
+/// then, with `w = erfc(a)/2`, `gelu(x) = x · w` for negative `x` (the tail keeps its
+/// relative accuracy) and `x · (1 - w)` for positive `x`.
+///
+/// The exponential is inlined and fused with its argument, so that the tail's relative
+/// error does not grow with `a²`: `a² = h + h_lo` exactly (`h = (|x|/2)·|x|` and an FMA
+/// for its rounding error), `k = round((P - h) / ln 2)`, and the reduced argument
+/// `r = P - h - h_lo - k ln 2` is formed as `(P - (h + k LN2_HI)) - h_lo - k LN2_LO`,
+/// where `h + k LN2_HI` is exact once `h >= 1` (both terms are multiples of `ulp(h)`
+/// or of 2^-16, and the sum is below 2 in magnitude) and within 2^-24 below. Then
+/// `e^r / 2` by the polynomial [`GELU_EXP`] (FMAs), times `2^k` (two factors, the first
+/// product exact, so the result is correctly rounded also where it is subnormal), times
+/// `t`. Every step is one IEEE operation or one FMA, so the vector form reproduces it
+/// exactly.
 ///
 /// The contract (`gelu_contract`): against the exact function, relative error at most
-/// 5e-7 (4 to 8 ulp; most of it is [`exp`]'s) for every `x >= -10`, and absolute
-/// error at most 1.2e-7 · max(1, |x|) everywhere. PyTorch's CPU kernel (an
-/// Abramowitz–Stegun style `erf`, about 1e-7 absolute in `erf`) is in the same
-/// absolute class and has no relative bound in the tail. Below `x = -14.2`,
-/// `erfc(a)` is below the smallest f32 and the result is `-0`; `gelu(inf) = inf`.
+/// 5e-7 (4.5e-7 measured, near `x = 0`) for every `x >= -10`, and absolute error at
+/// most 1.2e-7 · max(1, |x|) everywhere. PyTorch's CPU kernel (an Abramowitz–Stegun
+/// style `erf`, about 1e-7 absolute in `erf`) is in the same absolute class and has no
+/// relative bound in the tail. `|x|` is clamped to [`GELU_XMAX`] (NaN to it as well:
+/// the result is NaN by the last product), where `erfc(a)/2` rounds to 0: from
+/// `x = -14.2` down the result is `-0` (subnormal from about `x = -13`);
+/// `gelu(inf) = inf`.
 #[inline(always)]
 pub(crate) fn gelu(x: f32) -> f32 {
-    const P: [f32; 10] = [
-        -1.265_441_4,
-        0.998_492_55,
-        0.387_899_42,
-        0.028_358_64,
-        0.020_191_374,
-        -0.116_778_7,
-        -0.651_259_2,
-        1.122_409_1,
-        -0.666_066_5,
-        0.142_194_88,
-    ];
-    let a = (x.abs() * std::f32::consts::FRAC_1_SQRT_2).min(10.0);
-    let t = 1.0 / (1.0 + 0.5 * a);
-    let mut p = P[9];
-    p = p.mul_add(t, P[8]);
-    p = p.mul_add(t, P[7]);
-    p = p.mul_add(t, P[6]);
-    p = p.mul_add(t, P[5]);
-    p = p.mul_add(t, P[4]);
-    p = p.mul_add(t, P[3]);
-    p = p.mul_add(t, P[2]);
-    p = p.mul_add(t, P[1]);
-    p = p.mul_add(t, P[0]);
-    // a² = x²/2 = h + h_lo exactly (an FMA gives the rounding error of x²), and the
-    // exponent P - h as s + s_lo (TwoSum): both low parts go in as a factor
-    // `1 + lo`, so the exponent's rounding does not grow with a².
-    let xc = x.clamp(-14.2, 14.2);
-    let sq = xc * xc;
-    let h = 0.5 * sq;
-    let h_lo = 0.5 * xc.mul_add(xc, -sq);
-    let s = p - h;
-    let v = s - p;
-    let s_lo = (p - (s - v)) - (h + v);
-    let e = t * exp(s) * (1.0 + (s_lo - h_lo));
+    let p = GELU_P;
+    let c = GELU_EXP;
+    let ax = x.abs();
+    // `min` as `vminps` computes it: a NaN gives the second operand.
+    let xa = if ax < GELU_XMAX { ax } else { GELU_XMAX };
+    let t = 1.0 / xa.mul_add(GELU_HALF_SQRT_HALF, 1.0);
+    let mut q = p[9];
+    q = q.mul_add(t, p[8]);
+    q = q.mul_add(t, p[7]);
+    q = q.mul_add(t, p[6]);
+    q = q.mul_add(t, p[5]);
+    q = q.mul_add(t, p[4]);
+    q = q.mul_add(t, p[3]);
+    q = q.mul_add(t, p[2]);
+    q = q.mul_add(t, p[1]);
+    q = q.mul_add(t, p[0]);
+    // a² = x²/2 = h + h_lo exactly.
+    let hx = 0.5 * xa;
+    let h = hx * xa;
+    let h_lo = hx.mul_add(xa, -h);
+    // k = round((P - h) / ln 2), and r = P - h - h_lo - k ln 2.
+    let kr = (q - h).mul_add(LOG2E, ROUND);
+    let k = kr - ROUND;
+    let u = k.mul_add(LN2_HI, h);
+    let r = (-k).mul_add(LN2_LO, (q - u) - h_lo);
+    // e^r / 2.
+    let mut e = c[6];
+    e = e.mul_add(r, c[5]);
+    e = e.mul_add(r, c[4]);
+    e = e.mul_add(r, c[3]);
+    e = e.mul_add(r, c[2]);
+    e = e.mul_add(r, c[1]);
+    e = e.mul_add(r, c[0]);
+    // Times 2^k, k in [-149, 1], as 2^half · 2^(k - half), both normal.
+    let ki = kr.to_bits() as i32 - ROUND.to_bits() as i32;
+    let half = ki >> 1;
+    let s1 = f32::from_bits(((half + 127) as u32) << 23);
+    let s2 = f32::from_bits(((ki - half + 127) as u32) << 23);
+    let w = t * (e * s1 * s2);
     if x < 0.0 {
-        0.5 * xc * e
+        -xa * w
     } else {
-        x * (1.0 - 0.5 * e)
+        x * (1.0 - w)
     }
 }
 
@@ -250,6 +336,23 @@ pub(crate) fn gelu(x: f32) -> f32 {
 pub(crate) trait Activation: Copy {
     /// The function.
     fn apply(self, x: f32) -> f32;
+
+    /// Applies the function to every element of `xs` with a hand-written SIMD form of
+    /// it (the same bits as [`apply`](Self::apply)) and returns true, if it has one
+    /// this CPU runs; returns false, having done nothing, otherwise.
+    #[inline]
+    fn simd_in_place(self, xs: &mut [f32]) -> bool {
+        let _ = xs;
+        false
+    }
+
+    /// `dst[i] = f(src[i])` for the elements both have, as
+    /// [`simd_in_place`](Self::simd_in_place).
+    #[inline]
+    fn simd_map_into(self, src: &[f32], dst: &mut [f32]) -> bool {
+        let _ = (src, dst);
+        false
+    }
 }
 
 macro_rules! activations {
@@ -265,12 +368,37 @@ macro_rules! activations {
         }
     )*};
 }
-activations!(Exp => exp, Tanh => tanh, Sigmoid => sigmoid, Silu => silu, Gelu => gelu, GeluTanh => gelu_tanh);
+activations!(Exp => exp, Tanh => tanh, Sigmoid => sigmoid, Silu => silu, GeluTanh => gelu_tanh);
 
-/// Replaces every `x` of `xs` by `f(x)`, with the loop compiled for the best SIMD level
-/// this CPU has (runtime dispatch through `pulp`): 16 lanes at a time on AVX-512.
+/// [`gelu`] as an [`Activation`], with its AVX-512 form for slices.
+#[derive(Clone, Copy)]
+pub(crate) struct Gelu;
+impl Activation for Gelu {
+    #[inline(always)]
+    fn apply(self, x: f32) -> f32 {
+        gelu(x)
+    }
+
+    #[inline]
+    fn simd_in_place(self, xs: &mut [f32]) -> bool {
+        gelu_in_place(xs)
+    }
+
+    #[inline]
+    fn simd_map_into(self, src: &[f32], dst: &mut [f32]) -> bool {
+        gelu_map_into(src, dst)
+    }
+}
+
+/// Replaces every `x` of `xs` by `f(x)`: with `f`'s hand-written SIMD form if it has
+/// one for this CPU ([`Activation::simd_in_place`]), else with the loop compiled for the
+/// best SIMD level this CPU has (runtime dispatch through `pulp`): 16 lanes at a time
+/// on AVX-512.
 #[inline]
 pub(crate) fn in_place<A: Activation>(xs: &mut [f32], f: A) {
+    if f.simd_in_place(xs) {
+        return;
+    }
     /// The loop as a `pulp` op: `with_simd` is inlined into a function compiled with
     /// the detected target features, so the body below vectorises for them.
     struct Map<'a, A>(&'a mut [f32], A);
@@ -286,9 +414,12 @@ pub(crate) fn in_place<A: Activation>(xs: &mut [f32], f: A) {
     pulp::Arch::new().dispatch(Map(xs, f));
 }
 
-/// `dst[i] = f(src[i])` for the elements both have, compiled as [`in_place`] is.
+/// `dst[i] = f(src[i])` for the elements both have, run as [`in_place`] is.
 #[inline]
 pub(crate) fn map_into<A: Activation>(src: &[f32], dst: &mut [f32], f: A) {
+    if f.simd_map_into(src, dst) {
+        return;
+    }
     /// The loop as a `pulp` op (see [`in_place`]).
     struct MapInto<'a, A>(&'a [f32], &'a mut [f32], A);
     impl<A: Activation> pulp::WithSimd for MapInto<'_, A> {

@@ -7,8 +7,10 @@
 //! The arithmetic ops (add, sub, mul, div, maximum, minimum, neg, abs, relu, sqrt,
 //! recip, affine) are written with intrinsics that round exactly as the portable loops
 //! do (IEEE operations, no fused multiply-add, the same NaN rules), so every path gives
-//! the same bits. The transcendental ops store the accumulator to a tile and run the
-//! portable loop on it, compiled here with the same target features.
+//! the same bits. On AVX-512, GELU and exp run in the registers too
+//! (`math::gelu_v512`, `math::exp_v512`: the scalar functions' operations in the same
+//! order); the other transcendental ops (and those two on AVX2) store the accumulator
+//! to a tile and run the portable loop on it.
 //!
 //! The two widths share one tile loop, written once as a macro over a module of vector
 //! operations (`v256`, `v512`). Everything is compiled with `#[target_feature]`; the
@@ -23,6 +25,7 @@ use super::ops::{affine, unary_acc};
 use super::run::Job;
 use super::schedule::{Src, Step};
 use crate::ir::{BinaryOp, UnaryOp};
+use crate::kernels::math;
 
 /// Elements per tile of the AVX2 path (eight 256-bit vectors).
 pub(super) const TILE_AVX2: usize = 64;
@@ -275,9 +278,12 @@ macro_rules! each_binary {
 }
 
 /// Defines `$name`, the tile loop over vectors of module `$v`, compiled with the
-/// target features `$features`, for tiles of `$tile` elements.
+/// target features `$features`, for tiles of `$tile` elements; each unary op `$op`
+/// listed after them runs on the accumulator in registers as `acc = $f(acc)` (`$f` a
+/// function with target features among `$features`; the other transcendental ops go
+/// through a tile and the portable loop).
 macro_rules! variant {
-    ($name:ident, $features:literal, $v:ident, $tile:expr) => {
+    ($name:ident, $features:literal, $v:ident, $tile:expr $(, $op:ident => $f:path)* $(,)?) => {
         /// Runs `job` for output elements `start..start + outs[0].len()`: whole tiles
         /// with the accumulator in vector registers, the last partial tile with the
         /// portable loop. `regs` holds the schedules' spill tiles.
@@ -329,6 +335,7 @@ macro_rules! variant {
                             }
                         }
                         Step::Unary(op) => match op {
+                            $(UnaryOp::$op => acc = $f(acc),)*
                             UnaryOp::Neg => each!(acc, a => $v::neg(a)),
                             UnaryOp::Abs => each!(acc, a => $v::abs(a)),
                             UnaryOp::Relu => each!(acc, a => $v::relu(a)),
@@ -403,5 +410,7 @@ variant!(
     run_range_avx512,
     "avx512f,avx512vl,avx2,fma",
     v512,
-    TILE_AVX512
+    TILE_AVX512,
+    Gelu => math::gelu_v512,
+    Exp => math::exp_v512,
 );
