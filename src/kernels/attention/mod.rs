@@ -26,9 +26,9 @@
 //! so views of a fused QKV projection need no copy. Work is split over whole output
 //! rows (blocks of up to 16 query rows of one sequence, all heads), so one short
 //! sequence still uses every core.
-//! When the operands are larger than L2, each block asks for the next head's rows
-//! before it starts (they are a few lines each, far apart, which the hardware does not
-//! fetch ahead by itself).
+//! When the operands are larger than L2 and the sequences short, each block asks for
+//! the next head's rows before it starts (they are a few lines each, far apart, which
+//! the hardware does not fetch ahead by itself).
 //! Scratch is the three tiles on the stack (at most 66 KiB with `dh` = 256), so the
 //! kernel allocates nothing.
 //!
@@ -351,18 +351,27 @@ impl<'a> Operands<'a> {
             dh: self.dims[3],
             block_rows: lq.div_ceil(blocks_per_seq.max(1)),
             blocks_per_seq,
-            prefetch: self.q.len().max(self.k.len()).max(self.v.len()) * 4 > PREFETCH_ABOVE,
+            prefetch: lk <= PREFETCH_KEYS
+                && self.q.len().max(self.k.len()).max(self.v.len()) * 4 > PREFETCH_ABOVE,
         }
     }
 }
 
 /// Operands larger than this many bytes are not in L2 when the kernel starts, so each
-/// block asks for the next head's rows ([`Job::prefetch`]); smaller ones are, and the
-/// requests would only cost time. Measured (alternating, 12 heads of 32): batch 32 of
-/// 28 tokens (4 MiB of projections) 2007 → 1734 µs, batch 8 of 128 4754 → 4183 µs;
-/// one sentence of 28 tokens (129 KiB) 42.2 µs without, 45.8 µs with.
+/// block asks for the next head's rows ([`Job::prefetch`]) when they are few (see
+/// [`PREFETCH_KEYS`]); smaller operands are in L2, and the requests would only cost
+/// time. Measured (alternating in one process, 12 heads of 32, one core): batch 32 of
+/// 28 tokens (4 MiB of projections) 1991 → 1943 and 1845 → 1744 µs on a quiet machine
+/// (2007 → 1734 under load); one sentence of 28 tokens (129 KiB) 42.2 µs without,
+/// 45.8 µs with.
 /// (Unit tests use a small bound, so that their operands take the prefetching path.)
 const PREFETCH_ABOVE: usize = if cfg!(test) { 1 << 12 } else { 1 << 20 };
+
+/// At most this many keys for [`Job::prefetch`]: the next head's k and v rows are then
+/// at most 16 KiB, ahead of a block's work. With 128 keys (32 KiB a block, fetched
+/// again by each of a sequence's 8 query blocks) it measured from 5% slower to 1%
+/// faster (batch 8 of 128: 5068 → 5237, 5314 → 5565, 4359 → 4316 µs).
+const PREFETCH_KEYS: usize = 64;
 
 /// A packed batch: each sequence runs as a [`Job`] of one batch entry whose rows
 /// start at the sequence's first token.
@@ -425,7 +434,8 @@ struct Job<'a> {
     block_rows: usize,
     /// Blocks per sequence.
     blocks_per_seq: usize,
-    /// Whether each block asks for the next head's rows ahead ([`PREFETCH_ABOVE`]).
+    /// Whether each block asks for the next head's rows ahead ([`PREFETCH_ABOVE`],
+    /// [`PREFETCH_KEYS`]).
     prefetch: bool,
 }
 
