@@ -249,6 +249,14 @@ pub(crate) const LN2_LO: f32 = 1.428_606_8e-6;
 /// See [`LOG2E`].
 pub(crate) const ROUND: f32 = 12_582_912.0;
 
+/// `c[0] + x·(c[1] + x·(… + x·c[n-1]))` by Horner's rule, one FMA a step, highest
+/// coefficient first (the order `math::x86`'s vector forms follow, so the bits agree).
+#[inline(always)]
+fn horner<const N: usize>(c: &[f32; N], x: f32) -> f32 {
+    let (last, rest) = c.split_last().expect("a polynomial has a coefficient");
+    rest.iter().rev().fold(*last, |q, &cj| q.mul_add(x, cj))
+}
+
 /// GELU, erf form: `x/2 · (1 + erf(x/√2))`, in f32 and branch-free, so that a loop over
 /// it vectorises; `x86::gelu_v512` computes the same bits with AVX-512, and the order
 /// of the operations below (each `mul_add` one fused multiply-add) is the contract
@@ -288,16 +296,7 @@ pub(crate) fn gelu(x: f32) -> f32 {
     // `min` as `vminps` computes it: a NaN gives the second operand.
     let xa = if ax < GELU_XMAX { ax } else { GELU_XMAX };
     let t = 1.0 / xa.mul_add(GELU_HALF_SQRT_HALF, 1.0);
-    let mut q = p[9];
-    q = q.mul_add(t, p[8]);
-    q = q.mul_add(t, p[7]);
-    q = q.mul_add(t, p[6]);
-    q = q.mul_add(t, p[5]);
-    q = q.mul_add(t, p[4]);
-    q = q.mul_add(t, p[3]);
-    q = q.mul_add(t, p[2]);
-    q = q.mul_add(t, p[1]);
-    q = q.mul_add(t, p[0]);
+    let q = horner(&p, t);
     // a² = x²/2 = h + h_lo exactly.
     let hx = 0.5 * xa;
     let h = hx * xa;
@@ -308,13 +307,7 @@ pub(crate) fn gelu(x: f32) -> f32 {
     let u = k.mul_add(LN2_HI, h);
     let r = (-k).mul_add(LN2_LO, (q - u) - h_lo);
     // e^r / 2.
-    let mut e = c[6];
-    e = e.mul_add(r, c[5]);
-    e = e.mul_add(r, c[4]);
-    e = e.mul_add(r, c[3]);
-    e = e.mul_add(r, c[2]);
-    e = e.mul_add(r, c[1]);
-    e = e.mul_add(r, c[0]);
+    let e = horner(&c, r);
     // Times 2^k, k in [-149, 1], as 2^half · 2^(k - half), both normal.
     let ki = kr.to_bits() as i32 - ROUND.to_bits() as i32;
     let half = ki >> 1;

@@ -252,13 +252,8 @@ mod avx512 {
             // SAFETY: q < kp, so `b[q * NR..q * NR + 32]` is inside `t.b`, and
             // `a[i * kp + q]` for i < R inside `t.a`. The transmutes reinterpret 64
             // bytes of pairs as the 32 bf16 they hold.
-            // A prefetch reads nothing and cannot fault, whatever the address.
             unsafe {
-                // The panel `PREFETCH_BYTES` ahead (past the last panel the hint is
-                // ignored; `wrapping_add` keeps the address computation defined).
-                let ahead = b.wrapping_add(q * NR + super::super::PREFETCH_PAIRS);
-                _mm_prefetch::<_MM_HINT_T1>(ahead as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(16) as *const i8);
+                super::super::prefetch_ahead(b.wrapping_add(q * NR).cast());
                 let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(b.add(q * NR).cast()));
                 let b1: __m512bh =
                     std::mem::transmute(_mm512_loadu_si512(b.add(q * NR + 16).cast()));

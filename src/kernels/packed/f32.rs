@@ -100,15 +100,9 @@ mod avx512 {
             let col = if UNIT { p } else { p * t.cs };
             // SAFETY: p < k, so `b[p * NR..p * NR + 32]` is inside `t.b` (k * NR
             // elements), and `a[i * lda + p * cs]` for i < R is inside `t.a` (whose
-            // last element is at (R - 1) * lda + (k - 1) * cs or beyond). A prefetch
-            // reads nothing and cannot fault, whatever the address.
+            // last element is at (R - 1) * lda + (k - 1) * cs or beyond).
             unsafe {
-                // The panel `PREFETCH_BYTES` ahead (the next panel's, near the
-                // end; past the last panel the hint is ignored, and `wrapping_add`
-                // keeps the address computation defined).
-                let ahead = b.wrapping_add(p * NR + super::super::PREFETCH_PAIRS);
-                _mm_prefetch::<_MM_HINT_T1>(ahead as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(16) as *const i8);
+                super::super::prefetch_ahead(b.wrapping_add(p * NR).cast());
                 let b0 = _mm512_loadu_ps(b.add(p * NR));
                 let b1 = _mm512_loadu_ps(b.add(p * NR + 16));
                 for i in 0..R {

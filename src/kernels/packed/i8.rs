@@ -413,13 +413,8 @@ mod vnni {
             // SAFETY: p < kp / 4, so bytes p * QUAD..(p + 1) * QUAD are inside `t.b`
             // (kp * NR = kp / 4 * QUAD bytes), and row i's 4 bytes at i * kp + 4 * p
             // are inside `t.qa` (R * kp bytes) for i < R.
-            // A prefetch reads nothing and cannot fault, whatever the address.
             unsafe {
-                // The panel `PREFETCH_BYTES` ahead (past the last panel the hint is
-                // ignored; `wrapping_add` keeps the address computation defined).
-                let ahead = b.wrapping_add(p * QUAD + super::super::PREFETCH_BYTES);
-                _mm_prefetch::<_MM_HINT_T1>(ahead as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64) as *const i8);
+                super::super::prefetch_ahead(b.wrapping_add(p * QUAD));
                 let b0 = _mm512_loadu_si512(b.add(p * QUAD).cast());
                 let b1 = _mm512_loadu_si512(b.add(p * QUAD + 64).cast());
                 for i in 0..R {

@@ -275,9 +275,24 @@ pub fn has_avx512() -> bool {
 /// 98 → 100. Into L2 (`T1`): into L1 gained less with 2 threads (115–134).
 #[cfg(target_arch = "x86_64")]
 const PREFETCH_BYTES: usize = 4096;
-/// [`PREFETCH_BYTES`] in f32 elements or bf16 pairs.
+
+/// Asks for the 128 bytes (two cache lines) [`PREFETCH_BYTES`] past `step`, the start
+/// of the panel bytes a tile's current step reads (every form's step reads 128 bytes
+/// of its panel), to be brought into L2. Past the last panel the hint is simply
+/// ignored: a prefetch reads nothing and cannot fault, and `wrapping_add` keeps the
+/// address computation defined for any `step`.
 #[cfg(target_arch = "x86_64")]
-const PREFETCH_PAIRS: usize = PREFETCH_BYTES / 4;
+#[inline(always)]
+fn prefetch_ahead(step: *const u8) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+    let ahead = step.wrapping_add(PREFETCH_BYTES);
+    // SAFETY: a prefetch is only a hint: it dereferences nothing, whatever the
+    // address, and needs only SSE (always present on x86_64).
+    unsafe {
+        _mm_prefetch::<_MM_HINT_T1>(ahead.cast());
+        _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64).cast());
+    }
+}
 
 const SHORT_M: usize = if cfg!(test) { 20 } else { 128 };
 
