@@ -30,4 +30,4 @@ pub use op_by_op::execute;
 pub use slot::{Slot, SlotState};
 pub use storage::{Data, DataMut, StorageElement, TensorBuffer};
 pub use task::Task;
-pub use threads::{kernel_threads, run_in_pool};
+pub use threads::{kernel_spin, kernel_threads, run_in_pool, set_kernel_spin};
