@@ -35,7 +35,9 @@ fn is_row_norm(kind: &OpKind) -> bool {
 }
 
 /// The operand layouts of matmul op `op` with their batch dims broadcast to its
-/// output's, or `None` when it is not an f32 matmul of two operands of rank 2 or more.
+/// output's, or `None` when it is not a matmul of two operands of rank 2 or more with
+/// an f32 result, an f32 left operand and an f32 right one or a weight kept in reduced
+/// precision (which the chain's product reads packed).
 fn matmul_operands(op: &Op) -> Option<(Layout, Layout)> {
     let out = op.output.as_ref()?;
     let [lhs, rhs] = op.inputs.as_slice() else {
@@ -43,7 +45,8 @@ fn matmul_operands(op: &Op) -> Option<(Layout, Layout)> {
     };
     if op.kind != OpKind::MatMul
         || out.dtype != DType::F32
-        || op.inputs.iter().any(|i| i.dtype != DType::F32)
+        || lhs.dtype != DType::F32
+        || !(rhs.dtype == DType::F32 || rhs.dtype.is_weight_only())
     {
         return None;
     }
