@@ -167,7 +167,7 @@ rows_for() { # batch
         add "$b" sf-ref "streamfuse 1 stream (--threads 1)" "$SF $common --threads 1 --out OUT"
         [ "$THREADS" != 1 ] && add "$b" sf "streamfuse $THREADS streams (--threads $THREADS)" \
             "$SF $common --threads $THREADS --out OUT"
-        for p in bf16 int8; do
+        for p in bf16x3 bf16 int8; do
             add "$b" "sf-$p" "streamfuse $p 1 stream" \
                 "$SF $common --threads 1 --precision $p --out OUT"
         done
@@ -175,7 +175,7 @@ rows_for() { # batch
         add "$b" sf-ref "streamfuse --threads 1" "$SF $common --threads 1 --out OUT"
         [ "$THREADS" != 1 ] && add "$b" sf "streamfuse --threads $THREADS" \
             "$SF $common --threads $THREADS --out OUT"
-        for p in bf16 int8; do
+        for p in bf16x3 bf16 int8; do
             add "$b" "sf-$p" "streamfuse $p --threads $THREADS" \
                 "$SF $common --threads $THREADS --precision $p --out OUT"
         done

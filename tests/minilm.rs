@@ -210,3 +210,47 @@ fn reduced_precisions_keep_their_accuracy_contract() {
         assert!(a.overlap.mean >= 0.9, "{precision}: overlap {}", a.overlap);
     }
 }
+
+/// The f32-accurate precisions (f32, and bf16x3: three bf16 products on AMX tiles,
+/// f32 weights where the CPU has no AMX) hold the f32 contract against the float64
+/// numpy reference: minimum cosine ≥ 0.99999 and largest element error ≤ 2e-5 (the
+/// embeddings are unit vectors), ragged and padded.
+#[test]
+fn f32_accurate_precisions_match_the_float64_reference() {
+    use streamfuse::models::bert::{Packing, Pooling};
+    use streamfuse::models::Precision;
+    let s = setup();
+    let refs = reference();
+    let seqs: Vec<Vec<u32>> = refs.iter().map(|(t, _)| ids(s, t)).collect();
+    let rows: Vec<&[u32]> = seqs.iter().map(|v| v.as_slice()).collect();
+    let dir = find_or_fetch_model(None).expect("model");
+    let x3 = BertModel::load_as(&dir, Precision::Bf16x3).expect("load bf16x3");
+    assert_eq!(x3.precision(), Precision::Bf16x3);
+    for (name, model) in [("f32", &s.model), ("bf16x3", &x3)] {
+        let ragged = model
+            .embed_packed(&rows, Pooling::Mean, Packing::Exact)
+            .expect("embed ragged");
+        let padded = model.embed_batch(&rows).expect("embed padded");
+        for got in [ragged, padded] {
+            let mut worst = (1.0f64, 0.0f32);
+            for ((_, want), e) in refs.iter().zip(&got) {
+                let err = e
+                    .iter()
+                    .zip(want)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f32::max);
+                worst = (worst.0.min(cosine(e, want)), worst.1.max(err));
+            }
+            assert!(
+                worst.0 >= 0.99999 && worst.1 <= 2e-5,
+                "{name}: min cosine {}, max error {:e}",
+                worst.0,
+                worst.1
+            );
+            eprintln!(
+                "{name}: min cosine {:.8}, max error {:.2e}",
+                worst.0, worst.1
+            );
+        }
+    }
+}

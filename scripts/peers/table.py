@@ -154,7 +154,20 @@ def main():
                     if r and stats[r[3]]["sps"]:
                         parts.append(f"{stats[i]['sps'] / stats[r[3]]['sps']:.2f}x {label or r[2]}")
                 print(f"  {name}: " + ", ".join(parts))
+        # Issue 12's targets, read off this section: at batch B, streamfuse's f32-accurate
+        # rows (f32 and bf16x3) against the best fp32 peer's sentences/s; at batch 1,
+        # their p50 against ONNX Runtime fp32's.
         fp32 = next((r for r in srows if r[1] == "ort-fp32"), None)
+        peers32 = [r for r in srows if r[1] in ("torch", "ort-fp32") and stats[r[3]]["sps"]]
+        best32 = max(peers32, key=lambda r: stats[r[3]]["sps"], default=None)
+        for _s, role, name, i in srows:
+            if role not in ("sf-ref", "sf", "sf-bf16x3") or not stats[i]["sps"]:
+                continue
+            if b == 1 and fp32 and stats[fp32[3]]["p50"] and stats[i]["p50"]:
+                print(f"  {name}: p50 {stats[i]['p50'] / stats[fp32[3]]['p50']:.2f}x {fp32[2]}'s")
+            elif b != 1 and best32:
+                print(f"  {name}: {stats[i]['sps'] / stats[best32[3]]['sps']:.2f}x the best fp32 peer "
+                      f"({best32[2]})")
         if fp32:
             for _s, role, name, i in srows:
                 if role == "ort-int8":

@@ -26,13 +26,20 @@ pub enum DType {
     /// of the memory and multiplied with AVX512_VNNI. A matrix `[k, n]`, as
     /// [`DType::BF16`].
     I8,
+    /// An f32 matrix kept as the sum of two bf16 (`hi + lo`: about 16 significant
+    /// bits, in the f32's memory), whose products are taken as three bf16 products
+    /// (`a_hi·b_hi + a_hi·b_lo + a_lo·b_hi`, f32 sums) on AMX tiles: within
+    /// `2⁻¹⁴ · Σ|a·b|` of the f32 product, several times faster where the CPU has
+    /// AMX-BF16 (portable loops elsewhere, slower than f32). A matrix `[k, n]`, as
+    /// [`DType::BF16`].
+    BF16X3,
 }
 
 impl DType {
     /// Size of one element in bytes.
     pub fn size_in_bytes(self) -> usize {
         match self {
-            DType::F32 | DType::U32 => 4,
+            DType::F32 | DType::U32 | DType::BF16X3 => 4,
             DType::I64 => 8,
             DType::BF16 => 2,
             DType::I8 => 1,
@@ -40,9 +47,10 @@ impl DType {
     }
 
     /// Whether tensors of this type are weights kept in reduced precision (`BF16`,
-    /// `I8`): matrices that only `matmul` (as its right operand) and `to_dtype` take.
+    /// `I8`, `BF16X3`): matrices that only `matmul` (as its right operand) and
+    /// `to_dtype` take.
     pub fn is_weight_only(self) -> bool {
-        matches!(self, DType::BF16 | DType::I8)
+        matches!(self, DType::BF16 | DType::I8 | DType::BF16X3)
     }
 
     /// Whether this is a floating-point type (transcendental ops need one).
@@ -58,6 +66,7 @@ impl DType {
             DType::I64 => "i64",
             DType::BF16 => "bf16",
             DType::I8 => "i8",
+            DType::BF16X3 => "bf16x3",
         }
     }
 }

@@ -15,6 +15,7 @@ struct Features {
     avx512: bool,
     avx512_bf16: bool,
     avx512_vnni: bool,
+    amx_bf16: bool,
 }
 
 fn features() -> Features {
@@ -35,6 +36,49 @@ fn detect() -> Features {
         avx512,
         avx512_bf16: avx512 && has!("avx512bf16"),
         avx512_vnni: avx512 && has!("avx512vnni"),
+        amx_bf16: avx512 && has!("avx512bf16") && amx::enable(),
+    }
+}
+
+/// AMX's tile registers: asked of the CPU and, on Linux, of the kernel.
+///
+/// `is_x86_feature_detected!` does not answer for AMX on stable Rust, so the CPUID
+/// bits are read here. A process may use the tile registers only after asking the
+/// kernel for them (`arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)`: the kernel then
+/// saves their 8 KiB of state on context switches); without that, the first tile
+/// instruction faults. The request covers every thread of the process and is made
+/// once, with the rest of the detection.
+#[cfg(target_arch = "x86_64")]
+mod amx {
+    /// Whether CPUID reports AMX-TILE and AMX-BF16 and the kernel granted the tile
+    /// state to this process.
+    pub(super) fn enable() -> bool {
+        // CPUID leaf 7, sub-leaf 0: EDX bit 22 is AMX-BF16, bit 24 AMX-TILE.
+        let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
+        let cpu = leaf7.edx & (1 << 22) != 0 && leaf7.edx & (1 << 24) != 0;
+        cpu && request_tile_state()
+    }
+
+    #[cfg(target_os = "linux")]
+    fn request_tile_state() -> bool {
+        extern "C" {
+            /// The C library's system-call entry (glibc and musl both have it).
+            fn syscall(number: std::ffi::c_long, ...) -> std::ffi::c_long;
+        }
+        const SYS_ARCH_PRCTL: std::ffi::c_long = 158;
+        const ARCH_REQ_XCOMP_PERM: std::ffi::c_long = 0x1023;
+        const XFEATURE_XTILEDATA: std::ffi::c_long = 18;
+        // SAFETY: arch_prctl with ARCH_REQ_XCOMP_PERM reads only its two integer
+        // arguments and changes only which register state the kernel keeps for this
+        // process; it fails (a non-zero result) on kernels or CPUs without AMX.
+        let r = unsafe { syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) };
+        r == 0
+    }
+
+    /// Other systems: not asked, so not used.
+    #[cfg(not(target_os = "linux"))]
+    fn request_tile_state() -> bool {
+        false
     }
 }
 
@@ -60,6 +104,12 @@ pub fn has_avx512() -> bool {
 /// AVX-512 with `vdpbf16ps` (pairs of bf16 multiplied and summed into f32).
 pub fn has_avx512_bf16() -> bool {
     features().avx512_bf16
+}
+
+/// AMX with bf16 tiles (`tdpbf16ps`), granted to this process, beside AVX-512 with
+/// AVX512_BF16 (which the tiles' operand preparation uses).
+pub fn has_amx_bf16() -> bool {
+    features().amx_bf16
 }
 
 /// AVX-512 with `vpdpbusd` (four u8 × i8 products summed into i32).

@@ -38,6 +38,12 @@ pub enum Precision {
     /// per row inside the product (a quarter of the memory; AVX512_VNNI products).
     /// Contract: minimum cosine ≥ 0.99, top-10 neighbour overlap ≥ 0.9.
     Int8,
+    /// f32 accuracy from bf16 arithmetic: each weight kept as the sum of two bfloat16
+    /// (the f32's memory), each product taken as three bf16 products on AMX tiles
+    /// ([`DType::BF16X3`]). Contract: minimum cosine to the float64 reference
+    /// embeddings ≥ 0.99999, as for f32 (`tests/minilm.rs`). Where the CPU has no AMX
+    /// the model keeps its weights in f32 instead (faster there, and more accurate).
+    Bf16x3,
 }
 
 impl Precision {
@@ -47,15 +53,18 @@ impl Precision {
             Precision::F32 => DType::F32,
             Precision::Bf16 => DType::BF16,
             Precision::Int8 => DType::I8,
+            Precision::Bf16x3 if crate::kernels::cpu::has_amx_bf16() => DType::BF16X3,
+            Precision::Bf16x3 => DType::F32,
         }
     }
 
-    /// The name used on command lines: `f32`, `bf16` or `int8`.
+    /// The name used on command lines: `f32`, `bf16`, `int8` or `bf16x3`.
     pub fn as_str(self) -> &'static str {
         match self {
             Precision::F32 => "f32",
             Precision::Bf16 => "bf16",
             Precision::Int8 => "int8",
+            Precision::Bf16x3 => "bf16x3",
         }
     }
 }
@@ -69,14 +78,15 @@ impl fmt::Display for Precision {
 impl FromStr for Precision {
     type Err = String;
 
-    /// `f32`, `bf16` or `int8` (also `i8`).
+    /// `f32`, `bf16`, `int8` (also `i8`) or `bf16x3`.
     fn from_str(s: &str) -> Result<Precision, String> {
         match s {
             "f32" => Ok(Precision::F32),
             "bf16" => Ok(Precision::Bf16),
             "int8" | "i8" => Ok(Precision::Int8),
+            "bf16x3" => Ok(Precision::Bf16x3),
             other => Err(format!(
-                "unknown precision `{other}`: expected f32, bf16 or int8"
+                "unknown precision `{other}`: expected f32, bf16, int8 or bf16x3"
             )),
         }
     }

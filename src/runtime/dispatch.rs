@@ -292,7 +292,7 @@ fn dst<T: StorageElement>(d: DataMut<'_>) -> Result<&mut [T], KernelError> {
 macro_rules! with_dtype {
     ($dtype:expr, $T:ident => $body:expr) => {
         match $dtype {
-            DType::F32 | DType::BF16 | DType::I8 => {
+            DType::F32 | DType::BF16 | DType::I8 | DType::BF16X3 => {
                 type $T = f32;
                 $body
             }

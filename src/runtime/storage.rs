@@ -109,7 +109,7 @@ impl Storage {
         Ok(match dtype {
             // Weights kept in reduced precision hold their elements packed; what the
             // buffer itself holds, when anything, is their values in f32.
-            DType::F32 | DType::BF16 | DType::I8 => Storage::F32(try_zeroed(len)?),
+            DType::F32 | DType::BF16 | DType::I8 | DType::BF16X3 => Storage::F32(try_zeroed(len)?),
             DType::U32 => Storage::U32(try_zeroed(len)?),
             DType::I64 => Storage::I64(try_zeroed(len)?),
         })

@@ -189,16 +189,18 @@ impl Tensor {
     /// The tensor converted to `dtype` (float to integer truncates toward zero and
     /// saturates; NaN becomes 0). Converting to the same dtype returns `self`.
     ///
-    /// **Weights in reduced precision.** To `BF16` or `I8`, an f32 matrix `[k, n]`
-    /// becomes a weight kept in that precision, packed once for the product kernel
-    /// (half or a quarter of the memory): `BF16` rounds each element to the nearest
-    /// bfloat16; `I8` stores each column as signed 8-bit integers times one f32 scale
-    /// (the column's largest magnitude / 127). Such a tensor can only be the right
+    /// **Weights in reduced precision.** To `BF16`, `I8` or `BF16X3`, an f32 matrix
+    /// `[k, n]` becomes a weight kept in that precision, packed once for the product
+    /// kernel: `BF16` rounds each element to the nearest bfloat16 (half the memory);
+    /// `I8` stores each column as signed 8-bit integers times one f32 scale (the
+    /// column's largest magnitude / 127; a quarter of the memory); `BF16X3` keeps each
+    /// element as the sum of two bfloat16 (the f32's memory), for products taken as
+    /// three bf16 products on AMX tiles (see [`DType::BF16X3`]). Such a tensor can only be the right
     /// operand of [`Tensor::matmul`] or converted again; any other op on it is an
     /// [`Error::DType`]. This conversion is not lazy: it computes the source (running
     /// what it waits on) and packs it at the call, as a model does when it loads. From
-    /// `BF16` or `I8`, `to_dtype(DType::F32)` gives the weight's values (the rounded
-    /// or dequantised ones). Errors: a source that is not a 2-D f32 matrix (or a
+    /// such a weight, `to_dtype(DType::F32)` gives its values (the rounded, split or
+    /// dequantised ones). Errors: a source that is not a 2-D f32 matrix (or a
     /// weight), non-finite elements for `I8`, memory the system refuses.
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype() {

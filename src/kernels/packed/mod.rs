@@ -34,8 +34,11 @@
 //! between threads (disjoint columns).
 
 mod bf16;
+mod bf16x3;
 mod f32;
 mod i8;
+
+use std::mem::MaybeUninit;
 
 use super::{check_input, error, KernelError, Par};
 use crate::ir::{DType, Layout};
@@ -69,6 +72,8 @@ enum Panels {
     Bf16(Vec<u32>),
     /// Signed 8-bit values with a scale per column (module `i8`).
     I8(i8::PackedI8),
+    /// Each element as the sum of two bf16, for AMX tiles (module `bf16x3`).
+    Bf16x3(bf16x3::PackedX3),
 }
 
 /// The `[k, n]` matrix `layout` reads from `src`: `(k, n, row stride, column stride)`,
@@ -157,6 +162,7 @@ impl PackedRhs {
         let mut p = match dtype {
             DType::BF16 => PackedRhs::pack_bf16(src, layout)?,
             DType::I8 => PackedRhs::pack_i8(src, layout)?,
+            DType::BF16X3 => PackedRhs::pack_bf16x3(src, layout)?,
             _ => {
                 return Err(error(
                     "pack",
@@ -182,21 +188,38 @@ impl PackedRhs {
         })
     }
 
+    /// Packs the `[k, n]` matrix `layout` reads from `src` with each element split
+    /// into two bf16 (`hi + lo`, about 16 significant bits), for products taken as
+    /// three bf16 products on AMX tiles (module `bf16x3`; portable loops elsewhere), on
+    /// any CPU. Errors name a layout that is not 2-D or does not fit `src`, an empty
+    /// matrix, a `k` beyond `bf16x3::MAX_K`, or memory the system refused.
+    pub fn pack_bf16x3(src: &[f32], layout: &Layout) -> Result<PackedRhs, KernelError> {
+        let (k, n, rs, cs) = matrix_of("pack_bf16x3", src, layout)?;
+        Ok(PackedRhs {
+            k,
+            n,
+            source: (layout.offset, rs, cs),
+            panels: Panels::Bf16x3(bf16x3::PackedX3::pack(src, layout.offset, (k, n, rs, cs))?),
+        })
+    }
+
     /// The panels, borrowed.
     fn form(&self) -> Form<'_> {
         match &self.panels {
             Panels::F32(d) => Form::F32(d),
             Panels::Bf16(d) => Form::Bf16(d),
             Panels::I8(w) => Form::I8(w),
+            Panels::Bf16x3(w) => Form::Bf16x3(w),
         }
     }
 
-    /// The element type the matrix is kept in: `F32` or `BF16`.
+    /// The element type the matrix is kept in: `F32`, `BF16`, `I8` or `BF16X3`.
     pub fn dtype(&self) -> DType {
         match self.panels {
             Panels::F32(_) => DType::F32,
             Panels::Bf16(_) => DType::BF16,
             Panels::I8(_) => DType::I8,
+            Panels::Bf16x3(_) => DType::BF16X3,
         }
     }
 
@@ -225,6 +248,10 @@ impl PackedRhs {
         }
         let mut out = Vec::new();
         out.try_reserve_exact(k.checked_mul(n)?).ok()?;
+        if let Panels::Bf16x3(w) = &self.panels {
+            out.extend((0..k).flat_map(|p| (0..n).map(move |j| w.get(p, j))));
+            return Some(out);
+        }
         for p in 0..k {
             for j0 in (0..n).step_by(NR) {
                 let w = NR.min(n - j0);
@@ -233,7 +260,7 @@ impl PackedRhs {
                         let at = (j0 / NR) * k * NR + p * NR;
                         out.extend_from_slice(&data[at..at + w]);
                     }
-                    Panels::I8(_) => unreachable!("dequantised above"),
+                    Panels::I8(_) | Panels::Bf16x3(_) => unreachable!("unpacked above"),
                     Panels::Bf16(data) => {
                         let at = (j0 / NR) * k.div_ceil(2) * NR + (p / 2) * NR;
                         let half = 16 * (p % 2) as u32;
@@ -255,6 +282,7 @@ impl PackedRhs {
             Panels::F32(d) => d.capacity() * std::mem::size_of::<f32>(),
             Panels::Bf16(d) => d.capacity() * std::mem::size_of::<u32>(),
             Panels::I8(w) => w.bytes(),
+            Panels::Bf16x3(w) => w.bytes(),
         }
     }
 }
@@ -321,6 +349,7 @@ enum Form<'a> {
     F32(&'a [f32]),
     Bf16(&'a [u32]),
     I8(&'a i8::PackedI8),
+    Bf16x3(&'a bf16x3::PackedX3),
 }
 
 impl Form<'_> {
@@ -331,6 +360,15 @@ impl Form<'_> {
             Form::F32(_) => true,
             Form::Bf16(_) => super::cpu::has_avx512_bf16(),
             Form::I8(_) => super::cpu::has_avx512_vnni(),
+            Form::Bf16x3(_) => super::cpu::has_amx_bf16(),
+        }
+    }
+
+    /// The rows of one tile: a split by rows cuts at multiples of it.
+    fn tile_rows(self) -> usize {
+        match self {
+            Form::Bf16x3(_) => bf16x3::ROWS,
+            _ => MR,
         }
     }
 }
@@ -438,10 +476,11 @@ struct Job<'a> {
 fn split_rows(job: &Job<'_>, rows: (usize, usize), out: Out, threads: usize) {
     let (r0, r1) = rows;
     let m = r1 - r0;
-    if threads <= 1 || m <= 2 * MR {
+    let tile = job.form.tile_rows();
+    if threads <= 1 || m <= 2 * tile {
         return split_columns(job, rows, out, (0, job.n.div_ceil(NR)), 1);
     }
-    let mid = r0 + (m / 2).next_multiple_of(MR).min(m - MR);
+    let mid = r0 + (m / 2).next_multiple_of(tile).min(m - tile);
     rayon::join(
         || split_rows(job, (r0, mid), out, threads / 2),
         || split_rows(job, (mid, r1), out, threads - threads / 2),
@@ -526,6 +565,7 @@ fn split_columns(
         Form::F32(data) => f32::part(job.g, data, part, out),
         Form::Bf16(data) => bf16::part(job.g, data, part, job.simd, out),
         Form::I8(w) => i8::part(job.g, w, part, job.simd, out),
+        Form::Bf16x3(w) => bf16x3::part(job.g, w, part, job.simd, out),
     }
 }
 
@@ -648,6 +688,32 @@ fn with_stack<T: Copy + Default, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -
     }
 }
 
+/// Calls `f` with a scratch of `len` elements (at most 256 Ki) on the stack whose
+/// contents are unspecified, taken from the smallest of four sizes that holds it: for
+/// a caller that writes every element it reads, so that the scratch costs no clearing
+/// (clearing 256 KiB per thread and product was 7% of a one-sentence forward). In
+/// tests the elements are `0x7fc0_7fc0` (a pair of bf16 NaNs), so a read of one never
+/// written shows in a result.
+fn with_stack_uninit<R>(len: usize, f: impl FnOnce(&mut [MaybeUninit<u32>]) -> R) -> R {
+    /// Not inlined, so that each size has its own frame.
+    #[inline(never)]
+    fn sized<R, const N: usize>(len: usize, f: impl FnOnce(&mut [MaybeUninit<u32>]) -> R) -> R {
+        let mut buf = [const { MaybeUninit::<u32>::uninit() }; N];
+        if cfg!(test) {
+            for x in &mut buf[..len] {
+                x.write(0x7fc0_7fc0);
+            }
+        }
+        f(&mut buf[..len])
+    }
+    match len {
+        0..=4096 => sized::<R, 4096>(len, f),
+        4097..=16384 => sized::<R, 16384>(len, f),
+        16385..=65536 => sized::<R, 65536>(len, f),
+        _ => sized::<R, 262144>(len, f),
+    }
+}
+
 /// Runs `$tile::<R, ..>` for the row count `$rows` (1 to [`MR`]) as a constant.
 macro_rules! by_rows {
     ($rows:expr, $call:ident ! ()) => {
@@ -708,7 +774,7 @@ mod tests {
         (a, al, b, bl)
     }
 
-    fn naive(a: &[f32], al: &Layout, b: &[f32], bl: &Layout) -> Vec<f32> {
+    pub(super) fn naive(a: &[f32], al: &Layout, b: &[f32], bl: &Layout) -> Vec<f32> {
         let r = al.dims.len();
         let (m, k, n) = (al.dims[r - 2], al.dims[r - 1], bl.dims[1]);
         let batch: usize = al.dims[..r - 2].iter().product();

@@ -423,7 +423,12 @@ mod tests {
         let (f32_file, bf16_file) = (file_in(&w, Dtype::F32), file_in(&w, Dtype::BF16));
         let path = Path::new("m.safetensors");
         let ids: &[u32] = &[1, 3, 2, 4];
-        for precision in [Precision::F32, Precision::Bf16, Precision::Int8] {
+        for precision in [
+            Precision::F32,
+            Precision::Bf16,
+            Precision::Int8,
+            Precision::Bf16x3,
+        ] {
             let embed = |bytes: &[u8]| {
                 let m = BertModel::from_safetensors_as(tiny(), bytes, path, precision).unwrap();
                 assert_eq!(m.precision(), precision);

@@ -1,0 +1,769 @@
+//! bf16x3 panels: f32 products as three bf16 products, on AMX tiles.
+//!
+//! An f32 `x` is split into two bf16: `hi = bf16(x)` and `lo = bf16(x - hi)` (the
+//! subtraction is exact), so `hi + lo` keeps about 16 significant bits of `x`'s 24. A
+//! product `a · b` is then taken as `a_hi·b_hi + a_hi·b_lo + a_lo·b_hi`: each term is
+//! exact in f32 and the sums are f32; the dropped `a_lo·b_lo` and the two splits'
+//! residues are each at most `2⁻¹⁶·|a·b|`. A `k`-term product stays within
+//! `2⁻¹⁴ · Σ|a·b|` (plus f32 rounding of the sums) of the f32 product: about a
+//! hundred times the f32 product's own rounding, and five hundred times closer than a
+//! bf16 product (the tests hold it there; all-MiniLM-L6-v2's embeddings keep a cosine
+//! of 0.99999 to the float64 reference, `tests/minilm.rs`).
+//!
+//! **Why.** An AMX tile multiply (`tdpbf16ps`) does 16 × 16 × 32 bf16 multiply-adds
+//! in about 16 cycles: sixteen times what the f32 tile's two AVX-512 FMAs do in that
+//! time. Three of them still leave the f32 tile far behind, wherever the operands come
+//! from the caches fast enough (module docs of `packed` for the measured rates).
+//!
+//! **Layout.** A panel of [`NR`] = 32 columns is cut into blocks of [`KB`] = 32 rows of
+//! `k`; a block holds four AMX tiles of 16 × 16 pairs (1 KiB each, contiguous): the
+//! `hi` halves of columns 0-15, of columns 16-31, then the `lo` halves of both. Tile
+//! row `r` of block `kb` holds, for each of its 16 columns, rows `2q` (low half) and
+//! `2q + 1` of that column, `q = 16·kb + r`: the pair layout `tdpbf16ps` takes for its
+//! second operand. `k` and `n` are padded with zeros to whole blocks and panels. The
+//! left operand is split the same way into a scratch on the stack, a chunk of rows at
+//! a time, in tiles of 16 rows × 32 `k` (`hi` then `lo`, 1 KiB each), rows past `m`
+//! zero.
+//!
+//! **The tile.** Four accumulators cover 32 rows × 32 columns; per block, ten tile
+//! loads (two row tiles and two column tiles in `hi`, both column tiles again in
+//! `lo`, then the rows in `lo` and the columns in `hi` once more: eight tile registers
+//! in all) feed twelve `tdpbf16ps`. The instructions are written in `asm!`: stable Rust
+//! has no AMX intrinsics. Without AMX (or with `STREAMFUSE_PORTABLE=1`) portable loops
+//! compute the same three products in f32.
+
+use std::mem::MaybeUninit;
+
+use super::{with_stack_uninit, Matrix, Out, Part, NR};
+use crate::kernels::{error, KernelError};
+
+/// Rows of `k` in one block of a panel (one tile row: 32 bf16).
+pub(super) const KB: usize = 32;
+/// Rows of one AMX tile of the left operand or of the output.
+const TR: usize = 16;
+/// Pairs in one tile (16 rows of 64 bytes).
+const TILE: usize = 256;
+/// Pairs in one block of a panel: four tiles.
+const BLOCK: usize = 4 * TILE;
+/// Rows of the left operand multiplied per call of the tile (two row tiles).
+pub(super) const ROWS: usize = 2 * TR;
+
+/// The largest `k` of a bf16x3 matrix: 32 rows of its left operand, split, fill the
+/// largest stack scratch (`with_stack`), and a product takes them 32 at a time.
+pub const MAX_K: usize = 8192;
+
+/// The bf16 split of `x`: `(hi, lo)` with `hi = bf16(x)`, `lo = bf16(x - hi)`; a
+/// non-finite `hi` (an infinity, a NaN, or a value beyond bf16's largest finite) has
+/// `lo = 0`. So a NaN operand makes its products NaN, as in f32; an infinite one makes
+/// them infinite or NaN (NaN where the other operand's `lo` is zero: `0 · ∞`), where
+/// the f32 product is infinite.
+pub(super) fn split(x: f32) -> (u16, u16) {
+    let hi = super::bf16::round(x);
+    let h = super::bf16::to_f32(hi);
+    if !h.is_finite() {
+        return (hi, 0);
+    }
+    (hi, super::bf16::round(x - h))
+}
+
+/// The panels of a `[k, n]` matrix in bf16x3 form.
+#[derive(Debug)]
+pub(super) struct PackedX3 {
+    /// `ceil(n / NR)` panels of `blocks` blocks of [`BLOCK`] pairs.
+    data: Vec<u32>,
+    /// Blocks per panel: `ceil(k / KB)`.
+    blocks: usize,
+}
+
+impl PackedX3 {
+    /// Packs the `[k, n]` matrix at `offset` with strides `(rs, cs)` in `src` (which
+    /// the caller checked it fits).
+    pub(super) fn pack(
+        src: &[f32],
+        offset: usize,
+        (k, n, rs, cs): (usize, usize, usize, usize),
+    ) -> Result<PackedX3, KernelError> {
+        if k > MAX_K {
+            return Err(error(
+                "pack_bf16x3",
+                format_args!("k = {k} exceeds {MAX_K}, the most a bf16x3 product takes"),
+            ));
+        }
+        let blocks = k.div_ceil(KB);
+        let len = n
+            .div_ceil(NR)
+            .checked_mul(blocks)
+            .and_then(|x| x.checked_mul(BLOCK))
+            .ok_or_else(|| error("pack_bf16x3", "the packed size overflows"))?;
+        let mut data = Vec::new();
+        data.try_reserve_exact(len).map_err(|_| {
+            error(
+                "pack_bf16x3",
+                format_args!("no memory for {} bytes of panels", len * 4),
+            )
+        })?;
+        data.resize(len, 0);
+        for (pj, panel) in data.chunks_exact_mut(blocks * BLOCK).enumerate() {
+            for (kb, block) in panel.chunks_exact_mut(BLOCK).enumerate() {
+                for (t, tile) in block.chunks_exact_mut(TILE).enumerate() {
+                    let (half, c) = (t / 2, t % 2);
+                    for (r, row) in tile.chunks_exact_mut(16).enumerate() {
+                        let p = 2 * (kb * 16 + r);
+                        for (jj, x) in row.iter_mut().enumerate() {
+                            let j = pj * NR + c * 16 + jj;
+                            if j >= n {
+                                break;
+                            }
+                            let at = |p: usize| {
+                                if p < k {
+                                    split(src[offset + p * rs + j * cs])
+                                } else {
+                                    (0, 0)
+                                }
+                            };
+                            let (e0, e1) = (at(p), at(p + 1));
+                            *x = if half == 0 {
+                                e0.0 as u32 | (e1.0 as u32) << 16
+                            } else {
+                                e0.1 as u32 | (e1.1 as u32) << 16
+                            };
+                        }
+                    }
+                }
+            }
+        }
+        Ok(PackedX3 { data, blocks })
+    }
+
+    /// Element `(p, j)` of the matrix: `hi + lo` (exact in f32).
+    pub(super) fn get(&self, p: usize, j: usize) -> f32 {
+        let (pj, c, jj) = (j / NR, (j % NR) / 16, j % 16);
+        let (kb, r, half) = (p / KB, (p % KB) / 2, 16 * (p % 2) as u32);
+        let at = |h: usize| {
+            let pair =
+                self.data[(pj * self.blocks + kb) * BLOCK + (2 * h + c) * TILE + r * 16 + jj];
+            super::bf16::to_f32((pair >> half) as u16)
+        };
+        at(0) + at(1)
+    }
+
+    /// Bytes held.
+    pub(super) fn bytes(&self) -> usize {
+        self.data.capacity() * std::mem::size_of::<u32>()
+    }
+}
+
+/// Most pairs of the stack scratch that holds one chunk of the left operand's rows,
+/// split (512 KiB: with a panel, it stays in L2).
+const SCRATCH: usize = 128 << 10;
+
+/// Computes `part` of the product of `g` by `w`: its rows a chunk at a time (as many
+/// whole pairs of row tiles as the stack scratch holds), each chunk split once and
+/// multiplied by every panel of the part.
+pub(super) fn part(g: Matrix<'_>, w: &PackedX3, part: Part, simd: bool, out: Out) {
+    let (first, end) = part.rows;
+    // Pairs per row of the split operand: hi and lo, KB / 2 pairs each per block.
+    let per_row = w.blocks * KB;
+    let fit = (SCRATCH / per_row / ROWS).max(1) * ROWS;
+    let chunk = fit.min((end - first).next_multiple_of(ROWS));
+    #[cfg(target_arch = "x86_64")]
+    let regs = simd.then(|| {
+        assert!(crate::kernels::cpu::has_amx_bf16());
+        // SAFETY: AMX is granted (asserted).
+        unsafe { amx::Tiles::configure() }
+    });
+    #[cfg(not(target_arch = "x86_64"))]
+    let regs: Option<()> = None;
+    with_stack_uninit(chunk * per_row, |scratch| {
+        let mut c0 = first;
+        while c0 < end {
+            let rows = chunk.min(end - c0);
+            let tiles = rows.div_ceil(TR);
+            let a = &mut scratch[..tiles.next_multiple_of(2) * TR * per_row];
+            let a = split_rows(g, (c0, rows), w.blocks, simd, a);
+            for pj in part.panels.0..part.panels.1 {
+                let b = &w.data[pj * w.blocks * BLOCK..(pj + 1) * w.blocks * BLOCK];
+                let at = part.cols(pj);
+                for t in (0..tiles).step_by(2) {
+                    let h = (rows - t * TR).min(ROWS);
+                    let r0 = c0 + t * TR;
+                    let a = &a[t * TR * per_row..(t + 2) * TR * per_row];
+                    let dst = Dst {
+                        out: out.skip(r0 * part.n + at.j0),
+                        rows: h,
+                        width: at.width,
+                        ldc: at.ldc,
+                    };
+                    tile(a, b, w.blocks, regs.as_ref(), dst);
+                }
+            }
+            c0 += rows;
+        }
+    });
+}
+
+/// Splits `rows.1` rows of `g` from row `rows.0` into `a` and returns it, every
+/// element written: row tile `t`, block `kb` at `((t · blocks + kb) · 2 + half) ·
+/// TILE`, row `r` of the tile at `+ 16 r`. Rows past the count and `k` past the matrix
+/// are zero.
+fn split_rows<'s>(
+    g: Matrix<'_>,
+    (r0, rows): (usize, usize),
+    blocks: usize,
+    simd: bool,
+    a: &'s mut [MaybeUninit<u32>],
+) -> &'s [u32] {
+    let per_row = blocks * KB;
+    assert!(a.len().is_multiple_of(2 * TR * per_row) && rows <= a.len() / per_row);
+    // The rows past the count, up to the end of the last pair of row tiles: zero.
+    for i in rows..a.len() / per_row {
+        let (t, r) = (i / TR, i % TR);
+        for tile in a[t * blocks * 2 * TILE..(t + 1) * blocks * 2 * TILE].chunks_exact_mut(TILE) {
+            for x in &mut tile[16 * r..16 * r + 16] {
+                x.write(0);
+            }
+        }
+    }
+    for i in 0..rows {
+        let (t, r) = (i / TR, i % TR);
+        let row = &g.a[(r0 + i) * g.lda..];
+        let tiles = &mut a[t * blocks * 2 * TILE..(t + 1) * blocks * 2 * TILE];
+        #[cfg(target_arch = "x86_64")]
+        if simd && g.cs == 1 {
+            assert!(crate::kernels::cpu::has_avx512_bf16() && row.len() >= g.k);
+            // SAFETY: AVX-512F and AVX512_BF16 are present (asserted); the row's `k`
+            // elements are `row[..k]` (cs == 1, and `g.a` ends at the last element of
+            // the last row) and `tiles` holds the row tile's blocks.
+            unsafe { avx512::split_row(&row[..g.k], tiles, r) };
+            continue;
+        }
+        for kb in 0..blocks {
+            let base = kb * 2 * TILE + 16 * r;
+            for q in 0..16 {
+                let p = kb * KB + 2 * q;
+                let at = |p: usize| {
+                    if p < g.k {
+                        split(row[p * g.cs])
+                    } else {
+                        (0, 0)
+                    }
+                };
+                let (e0, e1) = (at(p), at(p + 1));
+                tiles[base + q].write(e0.0 as u32 | (e1.0 as u32) << 16);
+                tiles[base + TILE + q].write(e0.1 as u32 | (e1.1 as u32) << 16);
+            }
+        }
+    }
+    // SAFETY: every element of `a` was written above: each row below `rows` in all 16
+    // pairs of its `hi` and `lo` tile rows of every block (by `split_row`, which stores
+    // whole tile rows, or by the loop), each row from `rows` to the end zeroed the same
+    // way; `MaybeUninit<u32>` has `u32`'s layout. (Tests fill the scratch with NaN
+    // pairs first, so an element of a row below `rows` missed here shows as a NaN
+    // result; the zero rows feed only output rows that are never stored.)
+    unsafe { std::slice::from_raw_parts(a.as_ptr().cast::<u32>(), a.len()) }
+}
+
+/// Where one call of the tile writes: `rows` (1 to [`ROWS`]) rows of `width` (1 to
+/// [`NR`]) columns from `out`'s first element, rows `ldc` apart.
+struct Dst {
+    out: Out,
+    rows: usize,
+    width: usize,
+    ldc: usize,
+}
+
+/// `dst = a · b` for two row tiles of the split left operand (`blocks` blocks each)
+/// and one panel, on AMX when this thread's tiles are configured (`tiles`), by the
+/// portable loops otherwise.
+#[cfg(target_arch = "x86_64")]
+fn tile(a: &[u32], b: &[u32], blocks: usize, tiles: Option<&amx::Tiles>, dst: Dst) {
+    // The bounds every access below relies on, checked once.
+    assert!(blocks >= 1 && a.len() >= 2 * TR * blocks * KB && b.len() >= blocks * BLOCK);
+    assert!((1..=ROWS).contains(&dst.rows) && (1..=NR).contains(&dst.width));
+    assert!(dst.out.len >= (dst.rows - 1) * dst.ldc + dst.width);
+    if let Some(tiles) = tiles {
+        let (two, full) = (dst.rows > TR, dst.rows == ROWS && dst.width == NR);
+        if full {
+            // SAFETY: AMX is granted and the tiles configured (`tiles`); `a` holds two
+            // row tiles and `b` a
+            // panel of `blocks` blocks (asserted above); the 32 × 32 output at
+            // `dst.out` with rows `ldc` apart is inside it (asserted) and written by
+            // no one else (see `Out`).
+            unsafe {
+                amx::tile(
+                    tiles,
+                    a.as_ptr(),
+                    b.as_ptr(),
+                    blocks,
+                    two,
+                    dst.out.ptr,
+                    dst.ldc,
+                )
+            };
+            return;
+        }
+        let mut buf = [0.0f32; ROWS * NR];
+        // SAFETY: as above, with the output a local 32 × 32 buffer (rows NR apart).
+        unsafe {
+            amx::tile(
+                tiles,
+                a.as_ptr(),
+                b.as_ptr(),
+                blocks,
+                two,
+                buf.as_mut_ptr(),
+                NR,
+            )
+        };
+        return store(&buf, &dst);
+    }
+    store(&portable(a, b, blocks, dst.rows), &dst)
+}
+
+/// The tile elsewhere: the portable loops.
+#[cfg(not(target_arch = "x86_64"))]
+fn tile(a: &[u32], b: &[u32], blocks: usize, _tiles: Option<&()>, dst: Dst) {
+    assert!(blocks >= 1 && a.len() >= 2 * TR * blocks * KB && b.len() >= blocks * BLOCK);
+    assert!((1..=ROWS).contains(&dst.rows) && (1..=NR).contains(&dst.width));
+    assert!(dst.out.len >= (dst.rows - 1) * dst.ldc + dst.width);
+    store(&portable(a, b, blocks, dst.rows), &dst)
+}
+
+/// Copies the first `dst.rows × dst.width` of the 32 × 32 `buf` to `dst`.
+fn store(buf: &[f32; ROWS * NR], dst: &Dst) {
+    for i in 0..dst.rows {
+        // SAFETY: row i's first `width` elements are inside the output (asserted by
+        // `tile`) and written by no one else (see `Out`).
+        let row = unsafe { dst.out.part(i * dst.ldc, dst.width) };
+        row.copy_from_slice(&buf[i * NR..i * NR + dst.width]);
+    }
+}
+
+/// The tile with f32 operations: per block, per pair of `k`, the three products.
+fn portable(a: &[u32], b: &[u32], blocks: usize, rows: usize) -> [f32; ROWS * NR] {
+    let x = |pair: u32, half: u32| super::bf16::to_f32((pair >> (16 * half)) as u16);
+    let mut acc = [0.0f32; ROWS * NR];
+    for i in 0..rows {
+        let (t, r) = (i / TR, i % TR);
+        for kb in 0..blocks {
+            let rows_at = (t * blocks + kb) * 2 * TILE + 16 * r;
+            let block = &b[kb * BLOCK..(kb + 1) * BLOCK];
+            for q in 0..16 {
+                let (ah, al) = (a[rows_at + q], a[rows_at + TILE + q]);
+                for j in 0..NR {
+                    let (c, jj) = (j / 16, j % 16);
+                    let bh = block[c * TILE + q * 16 + jj];
+                    let bl = block[(2 + c) * TILE + q * 16 + jj];
+                    let s = &mut acc[i * NR + j];
+                    for half in 0..2 {
+                        *s += x(ah, half) * x(bh, half)
+                            + x(ah, half) * x(bl, half)
+                            + x(al, half) * x(bh, half);
+                    }
+                }
+            }
+        }
+    }
+    acc
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{KB, TILE};
+    use std::arch::x86_64::*;
+    use std::mem::MaybeUninit;
+
+    /// Splits one row (`k` elements) into row `r` of a row tile's blocks at `tiles`
+    /// (block `kb`'s `hi` tile at `2 · kb · TILE`, its `lo` tile right after), 32
+    /// elements per block, the last block's past `k` zero.
+    ///
+    /// # Safety
+    ///
+    /// The CPU has AVX-512F, BW and AVX512_BF16. (`tiles` must hold `ceil(k / KB)`
+    /// blocks of two tiles: asserted.)
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn split_row(row: &[f32], tiles: &mut [MaybeUninit<u32>], r: usize) {
+        let k = row.len();
+        let blocks = k.div_ceil(KB);
+        assert!(tiles.len() >= blocks * 2 * TILE && r < 16);
+        for kb in 0..blocks {
+            let p = kb * KB;
+            let n0 = (k - p).min(16);
+            let n1 = (k - p).saturating_sub(16).min(16);
+            let m0 = ((1u32 << n0) - 1) as __mmask16;
+            let m1 = ((1u32 << n1) - 1) as __mmask16;
+            // SAFETY: the masked loads read only elements p..p + n0 and p + 16..p + 16 +
+            // n1, all below k; the stores write 64 bytes at tile rows inside `tiles`
+            // (asserted); the transmutes reinterpret 32 bf16 as 16 pairs and back.
+            unsafe {
+                let x0 = _mm512_maskz_loadu_ps(m0, row.as_ptr().add(p));
+                let x1 = _mm512_maskz_loadu_ps(m1, row.as_ptr().wrapping_add(p + 16));
+                let hi: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(x1, x0));
+                // The hi halves back in f32: each bf16 in the top half of its lane.
+                let h0 = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
+                    _mm512_castsi512_si256(hi),
+                )));
+                let h1 = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
+                    _mm512_extracti64x4_epi64::<1>(hi),
+                )));
+                // lo = x - hi, zero where hi is not finite (its exponent all ones).
+                let inf = _mm512_set1_epi32(0x7f80_0000);
+                let f0 =
+                    _mm512_cmpneq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(h0), inf), inf);
+                let f1 =
+                    _mm512_cmpneq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(h1), inf), inf);
+                let l0 = _mm512_maskz_sub_ps(f0, x0, h0);
+                let l1 = _mm512_maskz_sub_ps(f1, x1, h1);
+                let lo: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(l1, l0));
+                let at = tiles.as_mut_ptr().add(2 * kb * TILE + 16 * r).cast::<u32>();
+                _mm512_storeu_si512(at.cast(), hi);
+                _mm512_storeu_si512(at.add(TILE).cast(), lo);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod amx {
+    use super::{BLOCK, TILE};
+    use std::arch::asm;
+
+    /// The tile configuration every tile of this module uses (palette 1): eight
+    /// tiles of 16 rows of 64 bytes.
+    #[repr(C, align(64))]
+    struct Config([u8; 64]);
+
+    const CONFIG: Config = {
+        let mut c = [0u8; 64];
+        c[0] = 1;
+        let mut t = 0;
+        while t < 8 {
+            c[16 + 2 * t] = 64; // bytes per row (little-endian u16)
+            c[48 + t] = 16; // rows
+            t += 1;
+        }
+        Config(c)
+    };
+
+    /// The tile registers of this thread, configured for [`tile`]: made once per
+    /// part of a product (`ldtilecfg` costs about as much as a tile's whole block
+    /// loop), released when dropped (`tilerelease`), so no tile state outlives the
+    /// part.
+    pub(super) struct Tiles(());
+
+    impl Tiles {
+        /// Loads the configuration.
+        ///
+        /// # Safety
+        ///
+        /// AMX-TILE is granted to the process (`cpu::has_amx_bf16`).
+        pub(super) unsafe fn configure() -> Tiles {
+            // SAFETY: AMX is granted (the caller's contract); `ldtilecfg` reads the 64
+            // bytes of `CONFIG` and changes only the tile registers, which no compiled
+            // code uses.
+            unsafe {
+                asm!("ldtilecfg [{cfg}]", cfg = in(reg) CONFIG.0.as_ptr(), options(nostack, readonly));
+            }
+            Tiles(())
+        }
+    }
+
+    impl Drop for Tiles {
+        fn drop(&mut self) {
+            // SAFETY: a `Tiles` exists only where AMX is granted; releasing the tiles
+            // zeroes them and their configuration, which only this module uses.
+            unsafe { asm!("tilerelease", options(nostack, nomem)) };
+        }
+    }
+
+    /// `c = a · b` for two row tiles of the split left operand (`a`: per block, the
+    /// first tile's `hi` and `lo`, `2 · blocks · TILE` pairs on, the second's) and one
+    /// panel of `blocks` blocks (`b`); the 32 × 32 result at `c`, rows `ldc` floats
+    /// apart. With `two` false only the first row tile is multiplied (rows 16-31 of
+    /// `c` are left as they are).
+    ///
+    /// # Safety
+    ///
+    /// AMX-TILE and AMX-BF16 are granted to the process, and this thread's tiles are
+    /// configured (`_tiles`); `a` holds `2 · 2 · blocks ·
+    /// TILE` pairs (one row tile's when `two` is false: `2 · blocks · TILE`), `b`
+    /// `blocks · BLOCK` pairs; `c` is valid for writes of 16 (32 when `two`) rows of 32
+    /// floats, `ldc` apart, that no one else touches during the call.
+    pub(super) unsafe fn tile(
+        _tiles: &Tiles,
+        a: *const u32,
+        b: *const u32,
+        blocks: usize,
+        two: bool,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        let a1 = a.wrapping_add(2 * blocks * TILE);
+        let stride = 64usize;
+        let ldc_bytes = ldc * 4;
+        // SAFETY: the caller's contract. The loop reads, per block, the row tiles'
+        // `hi` and `lo` tiles (1 KiB each, at `a`, `a + TILE` and the same past `a1`)
+        // and the block's four tiles of `b`, advancing by one block's pairs each step
+        // `blocks` times; the stores write the accumulators at `c` (and 16 rows on).
+        // The asm touches no Rust-visible memory but through these pointers, and the
+        // tile registers are not Rust's (no compiled code uses AMX): between two calls
+        // under one `Tiles` nothing else touches them.
+        unsafe {
+            if two {
+                asm!(
+                    "tilezero tmm0",
+                    "tilezero tmm1",
+                    "tilezero tmm2",
+                    "tilezero tmm3",
+                    "2:",
+                    "tileloadd tmm4, [{a0} + {s}]",
+                    "tileloadd tmm5, [{a1} + {s}]",
+                    "tileloadd tmm6, [{b} + {s}]",
+                    "tileloadd tmm7, [{b} + {s} + 1024]",
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    "tdpbf16ps tmm2, tmm5, tmm6",
+                    "tdpbf16ps tmm3, tmm5, tmm7",
+                    "tileloadd tmm6, [{b} + {s} + 2048]",
+                    "tileloadd tmm7, [{b} + {s} + 3072]",
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    "tdpbf16ps tmm2, tmm5, tmm6",
+                    "tdpbf16ps tmm3, tmm5, tmm7",
+                    "tileloadd tmm4, [{a0} + {s} + 1024]",
+                    "tileloadd tmm5, [{a1} + {s} + 1024]",
+                    "tileloadd tmm6, [{b} + {s}]",
+                    "tileloadd tmm7, [{b} + {s} + 1024]",
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    "tdpbf16ps tmm2, tmm5, tmm6",
+                    "tdpbf16ps tmm3, tmm5, tmm7",
+                    "add {a0}, 2048",
+                    "add {a1}, 2048",
+                    "add {b}, 4096",
+                    "dec {n}",
+                    "jnz 2b",
+                    "tilestored [{c0} + {ldc}], tmm0",
+                    "tilestored [{c0} + {ldc} + 64], tmm1",
+                    "tilestored [{c1} + {ldc}], tmm2",
+                    "tilestored [{c1} + {ldc} + 64], tmm3",
+                    a0 = inout(reg) a => _,
+                    a1 = inout(reg) a1 => _,
+                    b = inout(reg) b => _,
+                    n = inout(reg) blocks => _,
+                    s = in(reg) stride,
+                    c0 = in(reg) c,
+                    c1 = in(reg) c.wrapping_add(16 * ldc),
+                    ldc = in(reg) ldc_bytes,
+                    options(nostack),
+                );
+            } else {
+                asm!(
+                    "tilezero tmm0",
+                    "tilezero tmm1",
+                    "2:",
+                    "tileloadd tmm4, [{a0} + {s}]",
+                    "tileloadd tmm6, [{b} + {s}]",
+                    "tileloadd tmm7, [{b} + {s} + 1024]",
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    "tileloadd tmm6, [{b} + {s} + 2048]",
+                    "tileloadd tmm7, [{b} + {s} + 3072]",
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    "tileloadd tmm4, [{a0} + {s} + 1024]",
+                    "tileloadd tmm6, [{b} + {s}]",
+                    "tileloadd tmm7, [{b} + {s} + 1024]",
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    "add {a0}, 2048",
+                    "add {b}, 4096",
+                    "dec {n}",
+                    "jnz 2b",
+                    "tilestored [{c0} + {ldc}], tmm0",
+                    "tilestored [{c0} + {ldc} + 64], tmm1",
+                    a0 = inout(reg) a => _,
+                    b = inout(reg) b => _,
+                    n = inout(reg) blocks => _,
+                    s = in(reg) stride,
+                    c0 = in(reg) c,
+                    ldc = in(reg) ldc_bytes,
+                    options(nostack),
+                );
+            }
+        }
+        let _ = BLOCK;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{naive, strided_operands, SHAPES};
+    use super::super::{matmul_packed, product, PackedRhs};
+    use super::*;
+    use crate::ir::{DType, Layout};
+    use crate::kernels::testutil::*;
+    use crate::kernels::Par;
+
+    /// The product of `a` by `w` on the AMX path (`simd`) or the portable loops.
+    fn on(simd: bool, a: &[f32], al: &Layout, w: &PackedRhs, threads: usize) -> Vec<f32> {
+        let r = al.dims.len();
+        let len = al.dims[..r - 1].iter().product::<usize>() * w.n;
+        let mut out = vec![f32::NAN; len];
+        product(a, al, (w.k, w.n), w.form(), simd, &mut out, Par { threads }).unwrap();
+        out
+    }
+
+    /// The paths this CPU runs: the portable loops always, AMX where granted.
+    fn paths() -> Vec<bool> {
+        if crate::kernels::cpu::has_amx_bf16() {
+            vec![false, true]
+        } else {
+            vec![false]
+        }
+    }
+
+    /// Checks `got` against the f32 product of `a` and `b` (`[m, k] x [k, n]` per
+    /// batch, contiguous after gathering) within the stated bound, `2⁻¹⁴ · Σ|a·b|`
+    /// plus the f32 sums' rounding.
+    fn assert_within_bound(got: &[f32], a: &[f32], al: &Layout, b: &[f32], bl: &Layout) {
+        let exact = naive(a, al, b, bl);
+        let abs = |x: &[f32]| x.iter().map(|v| v.abs()).collect::<Vec<f32>>();
+        let mag = naive(&abs(a), al, &abs(b), bl);
+        let k = bl.dims[0] as f32;
+        for (i, ((g, e), m)) in got.iter().zip(&exact).zip(&mag).enumerate() {
+            let bound = (2f32.powi(-14) + k * 2f32.powi(-23)) * m + 1e-30;
+            assert!(
+                (g - e).abs() <= bound,
+                "element {i}: {g} vs {e}, bound {bound}"
+            );
+        }
+    }
+
+    #[test]
+    fn split_keeps_sixteen_bits_and_special_values() {
+        let mut rng = Rng::new(300);
+        for _ in 0..10_000 {
+            let x = (rng.f32() - 0.5) * 2f32.powi(rng.below(60) as i32 - 30);
+            let (hi, lo) = split(x);
+            let (h, l) = (
+                super::super::bf16::to_f32(hi),
+                super::super::bf16::to_f32(lo),
+            );
+            assert!(
+                (h + l - x).abs() <= x.abs() * 2f32.powi(-16),
+                "{x:e}: {h:e} + {l:e}"
+            );
+        }
+        for x in [f32::INFINITY, f32::NEG_INFINITY, f32::MAX] {
+            let (hi, lo) = split(x);
+            assert!(
+                super::super::bf16::to_f32(hi).is_infinite() && lo == 0,
+                "{x}"
+            );
+        }
+        let (hi, lo) = split(f32::NAN);
+        assert!(super::super::bf16::to_f32(hi).is_nan() && lo == 0);
+        assert_eq!(split(0.0), (0, 0));
+    }
+
+    #[test]
+    fn packing_keeps_hi_plus_lo_of_every_element() {
+        let mut rng = Rng::new(301);
+        for (k, n) in [(1, 1), (33, 17), (64, 32), (70, 70)] {
+            let b: Vec<f32> = (0..k * n).map(|_| rng.f32() - 0.5).collect();
+            let w = PackedRhs::pack_bf16x3(&b, &Layout::contiguous(&[k, n])).unwrap();
+            assert_eq!(w.dtype(), DType::BF16X3);
+            assert_eq!(w.bytes(), n.div_ceil(NR) * k.div_ceil(KB) * BLOCK * 4);
+            let back = w.unpack().unwrap();
+            for (x, y) in b.iter().zip(&back) {
+                let (hi, lo) = split(*x);
+                let want = super::super::bf16::to_f32(hi) + super::super::bf16::to_f32(lo);
+                assert_eq!(y.to_bits(), want.to_bits());
+            }
+        }
+        let e = PackedRhs::pack_bf16x3(
+            &vec![0.0; (MAX_K + 1) * 2],
+            &Layout::contiguous(&[MAX_K + 1, 2]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("exceeds"), "{e}");
+    }
+
+    #[test]
+    fn every_path_stays_within_the_bound_for_every_shape() {
+        let mut rng = Rng::new(302);
+        // SHAPES, and shapes with whole and partial row tiles, blocks and panels.
+        let more = [
+            (16, 32, 32),
+            (32, 64, 64),
+            (33, 65, 33),
+            (47, 96, 40),
+            (64, 31, 96),
+            (100, 130, 70),
+        ];
+        for (m, k, n) in SHAPES.into_iter().chain(more) {
+            let a: Vec<f32> = (0..m * k).map(|_| rng.f32() - 0.5).collect();
+            let b: Vec<f32> = (0..k * n).map(|_| rng.f32() - 0.5).collect();
+            let (al, bl) = (Layout::contiguous(&[m, k]), Layout::contiguous(&[k, n]));
+            let w = PackedRhs::pack_bf16x3(&b, &bl).unwrap();
+            assert!(w.packs(&bl));
+            for simd in paths() {
+                for threads in [1, 2, 3] {
+                    let got = on(simd, &a, &al, &w, threads);
+                    assert_within_bound(&got, &a, &al, &b, &bl);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn amx_and_portable_paths_agree_closely() {
+        if !crate::kernels::cpu::has_amx_bf16() {
+            return;
+        }
+        let mut rng = Rng::new(303);
+        let (m, k, n) = (70, 200, 100);
+        let a: Vec<f32> = (0..m * k).map(|_| rng.f32() - 0.5).collect();
+        let b: Vec<f32> = (0..k * n).map(|_| rng.f32() - 0.5).collect();
+        let w = PackedRhs::pack_bf16x3(&b, &Layout::contiguous(&[k, n])).unwrap();
+        let al = Layout::contiguous(&[m, k]);
+        let (x, y) = (on(true, &a, &al, &w, 2), on(false, &a, &al, &w, 1));
+        // The same exact products, summed in another order.
+        assert_close(&x, &y, 1e-5);
+    }
+
+    #[test]
+    fn strided_operands_batches_and_special_values() {
+        let mut rng = Rng::new(304);
+        let (a, al, b, bl) = strided_operands(&mut rng);
+        let w = PackedRhs::pack_bf16x3(&b, &bl).unwrap();
+        let (k, n) = (21, 40);
+        assert!(w.packs(&bl.broadcast_as(&[3, k, n]).unwrap()));
+        let want = naive(&a, &al, &b, &bl);
+        for simd in paths() {
+            let got = on(simd, &a, &al, &w, 2);
+            assert_close(&got, &want, 1e-4);
+            let mut out = vec![f32::NAN; want.len()];
+            matmul_packed(&a, &al, &w, &mut out, Par { threads: 2 }).unwrap();
+            assert_close(&out, &want, 1e-4);
+        }
+        // A NaN weight gives NaN, as in f32; an infinite one infinity or NaN (module
+        // docs of `split`), never a finite value.
+        let (k, n) = (40, 20);
+        let mut b: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
+        b[3 * n + 2] = f32::INFINITY;
+        b[5 * n + 7] = f32::NAN;
+        let a: Vec<f32> = (0..2 * k).map(|_| rng.f32().abs() + 0.1).collect();
+        let w = PackedRhs::pack_bf16x3(&b, &Layout::contiguous(&[k, n])).unwrap();
+        for simd in paths() {
+            let got = on(simd, &a, &Layout::contiguous(&[2, k]), &w, 1);
+            for i in 0..2 {
+                let x = got[i * n + 2];
+                assert!(x == f32::INFINITY || x.is_nan(), "{x}");
+                assert!(got[i * n + 7].is_nan());
+                assert!(got[i * n].is_finite());
+            }
+        }
+    }
+}
