@@ -213,8 +213,9 @@ fn reduced_precisions_keep_their_accuracy_contract() {
 
 /// The f32-accurate precisions (f32, and bf16x3: three bf16 products on AMX tiles,
 /// f32 weights where the CPU has no AMX) hold the f32 contract against the float64
-/// numpy reference: minimum cosine ≥ 0.99999 and largest element error ≤ 2e-5 (the
-/// embeddings are unit vectors), ragged and padded.
+/// numpy reference: minimum cosine ≥ 0.99999 and largest element error ≤ 1e-5 (the
+/// embeddings are unit vectors), ragged and padded. Measured on the 2-core Xeon with
+/// AMX: f32 1 - cos 1.8e-12, error 3.1e-7; bf16x3 1 - cos 1.4e-10, error 2.6e-6.
 #[test]
 fn f32_accurate_precisions_match_the_float64_reference() {
     use streamfuse::models::bert::{Packing, Pooling};
@@ -242,14 +243,15 @@ fn f32_accurate_precisions_match_the_float64_reference() {
                 worst = (worst.0.min(cosine(e, want)), worst.1.max(err));
             }
             assert!(
-                worst.0 >= 0.99999 && worst.1 <= 2e-5,
+                worst.0 >= 0.99999 && worst.1 <= 1e-5,
                 "{name}: min cosine {}, max error {:e}",
                 worst.0,
                 worst.1
             );
             eprintln!(
-                "{name}: min cosine {:.8}, max error {:.2e}",
-                worst.0, worst.1
+                "{name}: 1 - min cosine {:.1e}, max error {:.2e}",
+                1.0 - worst.0,
+                worst.1
             );
         }
     }
