@@ -1,7 +1,8 @@
 //! Reduced-precision products at MiniLM-L6's shapes: the kernel over weights packed
-//! once (`PackedRhs`) in f32, in bf16 (`vdpbf16ps`, AVX512_BF16) and in int8 (a scale
-//! per column, activations quantised per row inside the kernel, AVX512_VNNI), on one
-//! thread and on all.
+//! once (`PackedRhs`) in f32, in bf16 (`vdpbf16ps`, AVX512_BF16), in int8 (a scale
+//! per column, activations quantised per row inside the kernel, AVX512_VNNI) and in
+//! bf16x3 (three bf16 products on AMX tiles, f32 accuracy; portable loops without
+//! AMX), on one thread and on all.
 //!
 //! Two groups: `lowp_pass` runs every product of a forward pass by its weights (6
 //! layers of `[384, 1152]`, `[384, 384]`, `[384, 1536]`, `[1536, 384]`: 42.5 MB in f32,
@@ -39,11 +40,11 @@ fn data(n: usize) -> Vec<f32> {
 struct Weight {
     k: usize,
     n: usize,
-    forms: [PackedRhs; 3],
+    forms: [PackedRhs; 4],
 }
 
 /// The names of the forms, in `Weight::forms` order.
-const DTYPES: [&str; 3] = ["f32", "bf16", "i8"];
+const DTYPES: [&str; 4] = ["f32", "bf16", "i8", "bf16x3"];
 
 fn weight(k: usize, n: usize, seed: usize) -> Weight {
     let w: Vec<f32> = data(k * n + seed).split_off(seed);
@@ -55,6 +56,7 @@ fn weight(k: usize, n: usize, seed: usize) -> Weight {
             PackedRhs::pack(&w, &l).expect("the f32 packed kernel needs AVX-512"),
             PackedRhs::pack_bf16(&w, &l).unwrap(),
             PackedRhs::pack_i8(&w, &l).unwrap(),
+            PackedRhs::pack_bf16x3(&w, &l).unwrap(),
         ],
     }
 }

@@ -144,7 +144,11 @@ fn a_repeated_bert_layer_forward_pass_allocates_nothing_in_the_engine() {
 
         // The same layer with its weights kept in reduced precision: the products
         // round (or quantise) their left rows into per-thread scratch that is kept.
-        for dtype in [streamfuse::DType::BF16, streamfuse::DType::I8] {
+        for dtype in [
+            streamfuse::DType::BF16,
+            streamfuse::DType::I8,
+            streamfuse::DType::BF16X3,
+        ] {
             let q: Vec<streamfuse::Tensor> = p
                 .iter()
                 .map(|t| {
