@@ -155,7 +155,16 @@ pub fn chain(
     // Panels: runs of whole rows of one matrix, of equal size within a matrix.
     let max_rows = (PANEL_BYTES / 4 / geom.n).clamp(1, geom.m);
     let mut per_matrix = geom.m.div_ceil(max_rows);
-    if par.threads > 1 {
+    // A product whose whole output is one panel (a request or two: tens of rows) is
+    // not cut by rows for the threads: each thread would stream the whole weight for
+    // its half of the rows. It stays one panel, and its product splits by columns
+    // (each thread reads half the weight; `kernels::packed`), its program and norm by
+    // rows. With the kernel workers spinning through a flush (`set_kernel_spin`), one
+    // sentence a call on the 2-core Xeon, paired ratios against the row split: f32
+    // 0.956, bf16x3 0.851 (p50 2.59 -> 2.28 ms; the AMX tile needs its two row tiles
+    // to keep up with the weight's stream).
+    let one_product_panel = matmul.is_some() && per_matrix == 1;
+    if par.threads > 1 && !one_product_panel {
         // Cut a little finer when that gives every thread as many panels.
         let fits = |p: &usize| (geom.batch * p).is_multiple_of(par.threads);
         if let Some(p) = (per_matrix..=(2 * per_matrix).min(geom.m)).find(fits) {
@@ -178,11 +187,10 @@ pub fn chain(
         ctx.panels(layout, 0..n_panels, outputs, Par::serial())
     } else if n_panels >= par.threads && per_task < n_panels {
         // Runs of panels halved across rayon::join (no allocation), each run with its
-        // own pieces of the outputs and single-threaded gemms. One panel a thread is
-        // enough: one request's 28 rows as two panels of 14, each thread running its
-        // rows' product, program and norm, kept one sentence at 4.3 ms against 4.9 ms
-        // with each step split by columns (the program and the norm then ran on one
-        // thread while the other waited).
+        // own pieces of the outputs and single-threaded gemms. (Before the kernel
+        // workers spun through a flush, one request's 28 rows also went this way, as
+        // two panels of 14: 4.3 ms a sentence against 4.9 ms split by columns on the
+        // 2-core EPYC, when the other worker slept between the steps.)
         ctx.split(layout, 0..n_panels, outputs, per_task)
     } else {
         // Too few panels to share out: each gemm, program and norm uses the threads.
