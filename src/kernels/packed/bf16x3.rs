@@ -174,6 +174,8 @@ pub(super) fn part(g: Matrix<'_>, w: &PackedX3, part: Part, simd: bool, out: Out
     });
     #[cfg(not(target_arch = "x86_64"))]
     let regs: Option<()> = None;
+    // The rows a tile cannot store in place, cleared once per part.
+    let mut buf = [0.0f32; ROWS * NR];
     with_stack_uninit(chunk * per_row, |scratch| {
         let mut c0 = first;
         while c0 < end {
@@ -194,13 +196,19 @@ pub(super) fn part(g: Matrix<'_>, w: &PackedX3, part: Part, simd: bool, out: Out
                         width: at.width,
                         ldc: at.ldc,
                     };
-                    tile(a, b, w.blocks, regs.as_ref(), dst);
+                    tile(a, b, w.blocks, regs.as_ref(), dst, &mut buf);
                 }
             }
             c0 += rows;
         }
     });
 }
+
+/// The tile registers' configuration where AMX runs (`()` stands in elsewhere).
+#[cfg(target_arch = "x86_64")]
+type Regs = amx::Tiles;
+#[cfg(not(target_arch = "x86_64"))]
+type Regs = ();
 
 /// Splits `rows.1` rows of `g` from row `rows.0` into `a` and returns it, every
 /// element written: row tile `t`, block `kb` at `((t · blocks + kb) · 2 + half) ·
@@ -274,68 +282,92 @@ struct Dst {
 
 /// `dst = a · b` for two row tiles of the split left operand (`blocks` blocks each)
 /// and one panel, on AMX when this thread's tiles are configured (`tiles`), by the
-/// portable loops otherwise.
+/// portable loops otherwise. `buf` takes the rows that cannot be stored in place: a
+/// row tile of the output not whole (fewer than 16 rows, or a narrow last panel).
 #[cfg(target_arch = "x86_64")]
-fn tile(a: &[u32], b: &[u32], blocks: usize, tiles: Option<&amx::Tiles>, dst: Dst) {
+fn tile(
+    a: &[u32],
+    b: &[u32],
+    blocks: usize,
+    tiles: Option<&Regs>,
+    dst: Dst,
+    buf: &mut [f32; ROWS * NR],
+) {
     // The bounds every access below relies on, checked once.
     assert!(blocks >= 1 && a.len() >= 2 * TR * blocks * KB && b.len() >= blocks * BLOCK);
     assert!((1..=ROWS).contains(&dst.rows) && (1..=NR).contains(&dst.width));
     assert!(dst.out.len >= (dst.rows - 1) * dst.ldc + dst.width);
-    if let Some(tiles) = tiles {
-        let (two, full) = (dst.rows > TR, dst.rows == ROWS && dst.width == NR);
-        if full {
-            // SAFETY: AMX is granted and the tiles configured (`tiles`); `a` holds two
-            // row tiles and `b` a
-            // panel of `blocks` blocks (asserted above); the 32 × 32 output at
-            // `dst.out` with rows `ldc` apart is inside it (asserted) and written by
-            // no one else (see `Out`).
-            unsafe {
-                amx::tile(
-                    tiles,
-                    a.as_ptr(),
-                    b.as_ptr(),
-                    blocks,
-                    two,
-                    dst.out.ptr,
-                    dst.ldc,
-                )
-            };
-            return;
-        }
-        let mut buf = [0.0f32; ROWS * NR];
-        // SAFETY: as above, with the output a local 32 × 32 buffer (rows NR apart).
-        unsafe {
-            amx::tile(
-                tiles,
-                a.as_ptr(),
-                b.as_ptr(),
-                blocks,
-                two,
-                buf.as_mut_ptr(),
-                NR,
-            )
-        };
-        return store(&buf, &dst);
+    let Some(tiles) = tiles else {
+        *buf = portable(a, b, blocks, dst.rows);
+        return store(buf, &dst, 0);
+    };
+    let two = dst.rows > TR;
+    // Row tile 0 in place when it is whole (16 rows of the full width), else in
+    // `buf`; row tile 1 (when `two`) in place when whole, else in `buf`'s second half.
+    let whole = |rows: usize| rows >= TR && dst.width == NR;
+    let (c0, ldc0) = if whole(dst.rows) {
+        (dst.out.ptr, dst.ldc)
+    } else {
+        (buf.as_mut_ptr(), NR)
+    };
+    let (c1, ldc1) = if two && whole(dst.rows - TR) {
+        (dst.out.skip(TR * dst.ldc).ptr, dst.ldc)
+    } else {
+        (buf[TR * NR..].as_mut_ptr(), NR)
+    };
+    // SAFETY: AMX is granted and the tiles configured (`tiles`); `a` holds two row
+    // tiles and `b` a panel of `blocks` blocks (asserted above). Each row tile's 16 ×
+    // 32 results go either to the output, when all 16 rows of all 32 columns are
+    // inside it (`whole`, with the bounds asserted above; rows `ldc` apart, written
+    // by no one else, see `Out`), or to `buf` (16 rows of NR at its start or at row
+    // 16).
+    unsafe {
+        amx::tile(
+            tiles,
+            a.as_ptr(),
+            b.as_ptr(),
+            blocks,
+            two,
+            [(c0, ldc0), (c1, ldc1)],
+        )
+    };
+    if !whole(dst.rows) {
+        store(buf, &dst, 0);
+    } else if two && !whole(dst.rows - TR) {
+        store(buf, &dst, TR);
     }
-    store(&portable(a, b, blocks, dst.rows), &dst)
 }
 
 /// The tile elsewhere: the portable loops.
 #[cfg(not(target_arch = "x86_64"))]
-fn tile(a: &[u32], b: &[u32], blocks: usize, _tiles: Option<&()>, dst: Dst) {
+fn tile(
+    a: &[u32],
+    b: &[u32],
+    blocks: usize,
+    _tiles: Option<&Regs>,
+    dst: Dst,
+    buf: &mut [f32; ROWS * NR],
+) {
     assert!(blocks >= 1 && a.len() >= 2 * TR * blocks * KB && b.len() >= blocks * BLOCK);
     assert!((1..=ROWS).contains(&dst.rows) && (1..=NR).contains(&dst.width));
     assert!(dst.out.len >= (dst.rows - 1) * dst.ldc + dst.width);
-    store(&portable(a, b, blocks, dst.rows), &dst)
+    *buf = portable(a, b, blocks, dst.rows);
+    store(buf, &dst, 0)
 }
 
-/// Copies the first `dst.rows × dst.width` of the 32 × 32 `buf` to `dst`.
-fn store(buf: &[f32; ROWS * NR], dst: &Dst) {
-    for i in 0..dst.rows {
+/// Copies rows `from..dst.rows` of the 32 × 32 `buf` (the first `dst.width` of each)
+/// to the same rows of `dst`.
+fn store(buf: &[f32; ROWS * NR], dst: &Dst, from: usize) {
+    for i in from..dst.rows {
         // SAFETY: row i's first `width` elements are inside the output (asserted by
         // `tile`) and written by no one else (see `Out`).
         let row = unsafe { dst.out.part(i * dst.ldc, dst.width) };
-        row.copy_from_slice(&buf[i * NR..i * NR + dst.width]);
+        let src = &buf[i * NR..(i + 1) * NR];
+        match <&mut [f32; NR]>::try_from(&mut *row) {
+            // A whole row as one fixed-size copy (vector moves, not a call).
+            Ok(whole) => *whole = src.try_into().expect("NR elements"),
+            Err(_) => row.copy_from_slice(&src[..dst.width]),
+        }
     }
 }
 
@@ -478,33 +510,32 @@ mod amx {
 
     /// `c = a · b` for two row tiles of the split left operand (`a`: per block, the
     /// first tile's `hi` and `lo`, `2 · blocks · TILE` pairs on, the second's) and one
-    /// panel of `blocks` blocks (`b`); the 32 × 32 result at `c`, rows `ldc` floats
-    /// apart. With `two` false only the first row tile is multiplied (rows 16-31 of
-    /// `c` are left as they are).
+    /// panel of `blocks` blocks (`b`): row tile 0's 16 × 32 results at `c0`, rows
+    /// `ldc0` floats apart, row tile 1's at `c1`, rows `ldc1` apart. With `two` false
+    /// only the first row tile is multiplied (`c1` is not written).
     ///
     /// # Safety
     ///
     /// AMX-TILE and AMX-BF16 are granted to the process, and this thread's tiles are
-    /// configured (`_tiles`); `a` holds `2 · 2 · blocks ·
-    /// TILE` pairs (one row tile's when `two` is false: `2 · blocks · TILE`), `b`
-    /// `blocks · BLOCK` pairs; `c` is valid for writes of 16 (32 when `two`) rows of 32
-    /// floats, `ldc` apart, that no one else touches during the call.
+    /// configured (`_tiles`); `a` holds `2 · 2 · blocks · TILE` pairs (one row tile's
+    /// when `two` is false: `2 · blocks · TILE`), `b` `blocks · BLOCK` pairs; `c0` (and
+    /// `c1` when `two`) is valid for writes of 16 rows of 32 floats, `ldc0` (`ldc1`)
+    /// apart, that no one else touches during the call.
     pub(super) unsafe fn tile(
         _tiles: &Tiles,
         a: *const u32,
         b: *const u32,
         blocks: usize,
         two: bool,
-        c: *mut f32,
-        ldc: usize,
+        [(c0, ldc0), (c1, ldc1)]: [(*mut f32, usize); 2],
     ) {
         let a1 = a.wrapping_add(2 * blocks * TILE);
         let stride = 64usize;
-        let ldc_bytes = ldc * 4;
+        let (ldc0, ldc1) = (ldc0 * 4, ldc1 * 4);
         // SAFETY: the caller's contract. The loop reads, per block, the row tiles'
         // `hi` and `lo` tiles (1 KiB each, at `a`, `a + TILE` and the same past `a1`)
         // and the block's four tiles of `b`, advancing by one block's pairs each step
-        // `blocks` times; the stores write the accumulators at `c` (and 16 rows on).
+        // `blocks` times; the stores write the accumulators at `c0` (and `c1`).
         // The asm touches no Rust-visible memory but through these pointers, and the
         // tile registers are not Rust's (no compiled code uses AMX): between two calls
         // under one `Tiles` nothing else touches them.
@@ -543,18 +574,19 @@ mod amx {
                     "add {b}, 4096",
                     "dec {n}",
                     "jnz 2b",
-                    "tilestored [{c0} + {ldc}], tmm0",
-                    "tilestored [{c0} + {ldc} + 64], tmm1",
-                    "tilestored [{c1} + {ldc}], tmm2",
-                    "tilestored [{c1} + {ldc} + 64], tmm3",
+                    "tilestored [{c0} + {ldc0}], tmm0",
+                    "tilestored [{c0} + {ldc0} + 64], tmm1",
+                    "tilestored [{c1} + {ldc1}], tmm2",
+                    "tilestored [{c1} + {ldc1} + 64], tmm3",
                     a0 = inout(reg) a => _,
                     a1 = inout(reg) a1 => _,
                     b = inout(reg) b => _,
                     n = inout(reg) blocks => _,
                     s = in(reg) stride,
-                    c0 = in(reg) c,
-                    c1 = in(reg) c.wrapping_add(16 * ldc),
-                    ldc = in(reg) ldc_bytes,
+                    c0 = in(reg) c0,
+                    c1 = in(reg) c1,
+                    ldc0 = in(reg) ldc0,
+                    ldc1 = in(reg) ldc1,
                     options(nostack),
                 );
             } else {
@@ -580,14 +612,14 @@ mod amx {
                     "add {b}, 4096",
                     "dec {n}",
                     "jnz 2b",
-                    "tilestored [{c0} + {ldc}], tmm0",
-                    "tilestored [{c0} + {ldc} + 64], tmm1",
+                    "tilestored [{c0} + {ldc0}], tmm0",
+                    "tilestored [{c0} + {ldc0} + 64], tmm1",
                     a0 = inout(reg) a => _,
                     b = inout(reg) b => _,
                     n = inout(reg) blocks => _,
                     s = in(reg) stride,
-                    c0 = in(reg) c,
-                    ldc = in(reg) ldc_bytes,
+                    c0 = in(reg) c0,
+                    ldc0 = in(reg) ldc0,
                     options(nostack),
                 );
             }
