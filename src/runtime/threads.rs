@@ -128,12 +128,18 @@ fn with_workers_awake<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 
 /// Keeps `workers` workers (the one running this among them) taking the pool's jobs
 /// until `done`. Spinners are handed out by joins, not spawns, so a flush allocates
-/// nothing; a spinner no other worker took before `done` returns at once.
+/// nothing; a spinner no other worker took before `done` returns at once. After a look
+/// that found nothing, a spinner waits 64 `spin_loop` hints before the next: looking
+/// touches the working thread's deque, and polling without the pause made one
+/// sentence's forward slower (p50 2.48 against 2.38 ms, binaries alternated 8 times,
+/// bf16x3 on the 2-core Xeon; 256 hints measured between the two).
 fn spin(workers: usize, done: &AtomicBool) {
     let one = || {
         while !done.load(Ordering::Acquire) && ACTIVE.load(Ordering::Acquire) == 1 {
             if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                std::hint::spin_loop();
+                for _ in 0..64 {
+                    std::hint::spin_loop();
+                }
             }
         }
     };
