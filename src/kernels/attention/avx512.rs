@@ -224,23 +224,26 @@ fn transpose16(simd: V4, r: &mut [f32x16; QB]) {
         }
         idx
     }
-    const ROUNDS: [(usize, [u32; QB], [u32; QB]); 4] = [
-        (8, index(8, true), index(8, false)),
-        (4, index(4, true), index(4, false)),
-        (2, index(2, true), index(2, false)),
-        (1, index(1, true), index(1, false)),
-    ];
-    for (s, first, second) in ROUNDS {
-        let (first, second) = (pulp::bytemuck::cast(first), pulp::bytemuck::cast(second));
+    /// Round `S`, its index vectors constants and its loop unrolled (a loop over a
+    /// table of the rounds copied the 544-byte table to the stack on every call,
+    /// `memcpy`, and permuted by indices loaded from there).
+    #[inline(always)]
+    fn round<const S: usize>(simd: V4, r: &mut [f32x16; QB]) {
+        let first = pulp::bytemuck::cast(const { index(S, true) });
+        let second = pulp::bytemuck::cast(const { index(S, false) });
         for i in 0..QB {
-            if i & s == 0 {
+            if i & S == 0 {
                 let a = pulp::bytemuck::cast(r[i]);
-                let b = pulp::bytemuck::cast(r[i + s]);
+                let b = pulp::bytemuck::cast(r[i + S]);
                 r[i] = pulp::bytemuck::cast(simd.avx512f._mm512_permutex2var_ps(a, first, b));
-                r[i + s] = pulp::bytemuck::cast(simd.avx512f._mm512_permutex2var_ps(a, second, b));
+                r[i + S] = pulp::bytemuck::cast(simd.avx512f._mm512_permutex2var_ps(a, second, b));
             }
         }
     }
+    round::<8>(simd, r);
+    round::<4>(simd, r);
+    round::<2>(simd, r);
+    round::<1>(simd, r);
 }
 
 #[cfg(test)]
