@@ -37,6 +37,11 @@
 # model.safetensors by scripts/peers/ort_export.py once (redone when the model, the
 # export script or the package versions change). Not part of CI.
 #
+# On a CPU with AMX, PyTorch has a second row with its fp32 products run through oneDNN
+# in bf16 (torch.backends.mkldnn.matmul.fp32_precision = "bf16"): not an fp32 peer, but
+# what a PyTorch user who trades accuracy for speed there gets; its "min cos vs sf"
+# shows the accuracy it trades.
+#
 # PyTorch's x86 wheels use Intel MKL, whose sgemm may take a slower path on CPUs that
 # do not report GenuineIntel. On such a CPU the table has a second PyTorch row with
 # MKL's vendor check answered "Intel" by a preloaded shim (a one-line C function built
@@ -154,6 +159,12 @@ rows_for() { # batch
     if [ -n "$SHIM" ]; then
         add "$b" torch "pytorch + MKL Intel shim" \
             "LD_PRELOAD=$SHIM $PY scripts/peers/torch_bench.py $common --threads $THREADS --out OUT"
+    fi
+    if grep -qw amx_bf16 /proc/cpuinfo; then
+        # Not an fp32 peer (its products are bf16): the row a PyTorch user on an AMX
+        # CPU gets by trading accuracy for speed, beside streamfuse's bf16x3 and bf16.
+        add "$b" torch-bf16 "pytorch, AMX bf16 matmuls" \
+            "$PY scripts/peers/torch_bench.py $common --threads $THREADS --fp32-precision bf16 --out OUT"
     fi
     add "$b" ort-fp32 "onnxruntime fp32 ($THREADS threads)" \
         "$PY scripts/peers/ort_bench.py --onnx $ONNX/minilm-fp32-opt.onnx $common --threads $THREADS --out OUT"

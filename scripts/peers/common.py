@@ -78,12 +78,15 @@ def cpu_seconds():
     return ru.ru_utime + ru.ru_stime
 
 
-def arguments(extra=()):
+def arguments(extra=(), optional=()):
     """The command line every Python peer takes: --model, --sentences, --batch,
-    --threads, --out, plus `extra` (names of required options, e.g. "--onnx")."""
+    --threads, --out, plus `extra` (names of required options, e.g. "--onnx") and
+    `optional` (names of options that may be left out)."""
     ap = argparse.ArgumentParser()
     for name in extra:
         ap.add_argument(name, required=True)
+    for name in optional:
+        ap.add_argument(name)
     ap.add_argument("--model", required=True)
     ap.add_argument("--sentences", required=True)
     ap.add_argument("--batch", type=int, default=32)

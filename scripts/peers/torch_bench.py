@@ -9,6 +9,12 @@ padded to its longest sentence (common.py); the forward pass is the Hugging Face
 the padding mask), then mean pooling and L2 normalisation.
 
     python torch_bench.py --model DIR --sentences FILE [--batch 32] [--threads 2] [--out FILE]
+        [--fp32-precision bf16]
+
+--fp32-precision bf16 sets `torch.backends.mkldnn.matmul.fp32_precision`, so that the
+fp32 products run through oneDNN in bf16 (AMX where the CPU has it): what a PyTorch
+user who trades accuracy for speed on such a CPU turns on. Its products are single
+bf16 products (bf16 accuracy, like streamfuse's bf16 rows), not f32 ones.
 
 Prints `peak RSS: X MiB` (ru_maxrss), `p50_ms:`/`p99_ms:` (latency of one forward
 call: padding a batch, the forward pass, the embeddings as numpy; per sentence with
@@ -83,8 +89,10 @@ class Bert:
 
 
 def main():
-    args = common.arguments()
+    args = common.arguments(optional=("--fp32-precision",))
     torch.set_num_threads(args.threads)
+    if args.fp32_precision:
+        torch.backends.mkldnn.matmul.fp32_precision = args.fp32_precision
     model = Bert(args.model)
 
     def forward(ids, mask):
@@ -94,7 +102,8 @@ def main():
     common.run(
         args,
         forward,
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}",
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}"
+        + (f", mkldnn fp32_precision {args.fp32_precision}" if args.fp32_precision else ""),
     )
 
 
