@@ -46,19 +46,10 @@ pub(super) fn pack(
     (k, n, rs, cs): (usize, usize, usize, usize),
 ) -> Result<Vec<u32>, KernelError> {
     let kp = k.div_ceil(2);
-    let len = n
-        .div_ceil(NR)
-        .checked_mul(kp)
-        .and_then(|x| x.checked_mul(NR))
+    let per_panel = kp
+        .checked_mul(NR)
         .ok_or_else(|| error("pack_bf16", "the packed size overflows"))?;
-    let mut data = Vec::new();
-    data.try_reserve_exact(len).map_err(|_| {
-        error(
-            "pack_bf16",
-            format_args!("no memory for {} bytes of panels", len * 4),
-        )
-    })?;
-    data.resize(len, 0);
+    let mut data = super::zeroed_pairs("pack_bf16", n.div_ceil(NR), per_panel)?;
     for (pj, panel) in data.chunks_exact_mut(kp * NR).enumerate() {
         let j0 = pj * NR;
         for (q, row) in panel.chunks_exact_mut(NR).enumerate() {

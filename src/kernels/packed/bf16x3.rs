@@ -90,27 +90,20 @@ impl PackedX3 {
             ));
         }
         let blocks = k.div_ceil(KB);
-        let len = n
-            .div_ceil(NR)
-            .checked_mul(blocks)
-            .and_then(|x| x.checked_mul(BLOCK))
-            .ok_or_else(|| error("pack_bf16x3", "the packed size overflows"))?;
-        let mut data = Vec::new();
-        data.try_reserve_exact(len).map_err(|_| {
-            error(
-                "pack_bf16x3",
-                format_args!("no memory for {} bytes of panels", len * 4),
-            )
-        })?;
-        data.resize(len, 0);
+        let mut data = super::zeroed_pairs("pack_bf16x3", n.div_ceil(NR), blocks * BLOCK)?;
         for (pj, panel) in data.chunks_exact_mut(blocks * BLOCK).enumerate() {
             for (kb, block) in panel.chunks_exact_mut(BLOCK).enumerate() {
-                for (t, tile) in block.chunks_exact_mut(TILE).enumerate() {
-                    let (half, c) = (t / 2, t % 2);
-                    for (r, row) in tile.chunks_exact_mut(16).enumerate() {
+                // Each element split once: its `hi` to tile `c`, its `lo` to `2 + c`.
+                let (hi, lo) = block.split_at_mut(2 * TILE);
+                for (t, (hi, lo)) in hi
+                    .chunks_exact_mut(TILE)
+                    .zip(lo.chunks_exact_mut(TILE))
+                    .enumerate()
+                {
+                    for r in 0..16 {
                         let p = 2 * (kb * 16 + r);
-                        for (jj, x) in row.iter_mut().enumerate() {
-                            let j = pj * NR + c * 16 + jj;
+                        for jj in 0..16 {
+                            let j = pj * NR + t * 16 + jj;
                             if j >= n {
                                 break;
                             }
@@ -122,11 +115,8 @@ impl PackedX3 {
                                 }
                             };
                             let (e0, e1) = (at(p), at(p + 1));
-                            *x = if half == 0 {
-                                e0.0 as u32 | (e1.0 as u32) << 16
-                            } else {
-                                e0.1 as u32 | (e1.1 as u32) << 16
-                            };
+                            hi[16 * r + jj] = e0.0 as u32 | (e1.0 as u32) << 16;
+                            lo[16 * r + jj] = e0.1 as u32 | (e1.1 as u32) << 16;
                         }
                     }
                 }
@@ -284,7 +274,6 @@ struct Dst {
 /// and one panel, on AMX when this thread's tiles are configured (`tiles`), by the
 /// portable loops otherwise. `buf` takes the rows that cannot be stored in place: a
 /// row tile of the output not whole (fewer than 16 rows, or a narrow last panel).
-#[cfg(target_arch = "x86_64")]
 fn tile(
     a: &[u32],
     b: &[u32],
@@ -297,10 +286,18 @@ fn tile(
     assert!(blocks >= 1 && a.len() >= 2 * TR * blocks * KB && b.len() >= blocks * BLOCK);
     assert!((1..=ROWS).contains(&dst.rows) && (1..=NR).contains(&dst.width));
     assert!(dst.out.len >= (dst.rows - 1) * dst.ldc + dst.width);
-    let Some(tiles) = tiles else {
-        *buf = portable(a, b, blocks, dst.rows);
-        return store(buf, &dst, 0);
-    };
+    #[cfg(target_arch = "x86_64")]
+    if let Some(tiles) = tiles {
+        return on_amx(tiles, a, b, blocks, dst, buf);
+    }
+    let _ = tiles;
+    *buf = portable(a, b, blocks, dst.rows);
+    store(buf, &dst, 0)
+}
+
+/// [`tile`] on AMX, with the bounds it asserted.
+#[cfg(target_arch = "x86_64")]
+fn on_amx(tiles: &Regs, a: &[u32], b: &[u32], blocks: usize, dst: Dst, buf: &mut [f32; ROWS * NR]) {
     let two = dst.rows > TR;
     // Row tile 0 in place when it is whole (16 rows of the full width), else in
     // `buf`; row tile 1 (when `two`) in place when whole, else in `buf`'s second half.
@@ -316,9 +313,9 @@ fn tile(
         (buf[TR * NR..].as_mut_ptr(), NR)
     };
     // SAFETY: AMX is granted and the tiles configured (`tiles`); `a` holds two row
-    // tiles and `b` a panel of `blocks` blocks (asserted above). Each row tile's 16 ×
-    // 32 results go either to the output, when all 16 rows of all 32 columns are
-    // inside it (`whole`, with the bounds asserted above; rows `ldc` apart, written
+    // tiles and `b` a panel of `blocks` blocks (asserted by `tile`). Each row tile's
+    // 16 × 32 results go either to the output, when all 16 rows of all 32 columns are
+    // inside it (`whole`, with the bounds `tile` asserted; rows `ldc` apart, written
     // by no one else, see `Out`), or to `buf` (16 rows of NR at its start or at row
     // 16).
     unsafe {
@@ -336,23 +333,6 @@ fn tile(
     } else if two && !whole(dst.rows - TR) {
         store(buf, &dst, TR);
     }
-}
-
-/// The tile elsewhere: the portable loops.
-#[cfg(not(target_arch = "x86_64"))]
-fn tile(
-    a: &[u32],
-    b: &[u32],
-    blocks: usize,
-    _tiles: Option<&Regs>,
-    dst: Dst,
-    buf: &mut [f32; ROWS * NR],
-) {
-    assert!(blocks >= 1 && a.len() >= 2 * TR * blocks * KB && b.len() >= blocks * BLOCK);
-    assert!((1..=ROWS).contains(&dst.rows) && (1..=NR).contains(&dst.width));
-    assert!(dst.out.len >= (dst.rows - 1) * dst.ldc + dst.width);
-    *buf = portable(a, b, blocks, dst.rows);
-    store(buf, &dst, 0)
 }
 
 /// Copies rows `from..dst.rows` of the 32 × 32 `buf` (the first `dst.width` of each)

@@ -76,6 +76,27 @@ enum Panels {
     Bf16x3(bf16x3::PackedX3),
 }
 
+/// A zeroed vector of `panels × per_panel` pairs, for the panels of a bf16 or bf16x3
+/// matrix; an error names `what` when the size overflows or the memory is refused.
+fn zeroed_pairs(
+    what: &'static str,
+    panels: usize,
+    per_panel: usize,
+) -> Result<Vec<u32>, KernelError> {
+    let len = panels
+        .checked_mul(per_panel)
+        .ok_or_else(|| error(what, "the packed size overflows"))?;
+    let mut data = Vec::new();
+    data.try_reserve_exact(len).map_err(|_| {
+        error(
+            what,
+            format_args!("no memory for {} bytes of panels", len * 4),
+        )
+    })?;
+    data.resize(len, 0);
+    Ok(data)
+}
+
 /// The `[k, n]` matrix `layout` reads from `src`: `(k, n, row stride, column stride)`,
 /// or an error naming what does not fit.
 fn matrix_of(
