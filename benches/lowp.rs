@@ -1,5 +1,6 @@
 //! Reduced-precision products at MiniLM-L6's shapes: the kernel over weights packed
-//! once (`PackedRhs`) in f32, in bf16 (`vdpbf16ps`, AVX512_BF16), in int8 (a scale
+//! once (`PackedRhs`) in f32, in bf16 (AMX tiles where the CPU has AMX, else
+//! `vdpbf16ps`, AVX512_BF16), in int8 (a scale
 //! per column, activations quantised per row inside the kernel, AVX512_VNNI) and in
 //! bf16x3 (three bf16 products on AMX tiles, f32 accuracy; portable loops without
 //! AMX), on one thread and on all.

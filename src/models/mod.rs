@@ -31,8 +31,9 @@ pub enum Precision {
     /// f32 weights: the reference.
     #[default]
     F32,
-    /// bfloat16 weights (half the memory; AVX512_BF16 products). Contract: minimum
-    /// cosine to the f32 embeddings ≥ 0.9999.
+    /// bfloat16 weights (half the memory; products on AMX tiles where the CPU has AMX,
+    /// AVX512_BF16 elsewhere). Contract: minimum cosine to the f32 embeddings ≥
+    /// 0.9999.
     Bf16,
     /// 8-bit integer weights with one scale per output channel, activations quantised
     /// per row inside the product (a quarter of the memory; AVX512_VNNI products).

@@ -144,9 +144,6 @@ mod avx512 {
         let (a, b) = (t.a.as_ptr(), t.b.as_ptr());
         for p in 0..t.k {
             let col = if UNIT { p } else { p * t.cs };
-            // SAFETY: p < k, so `b[p * NR..p * NR + 32]` is inside `t.b` (k * NR
-            // elements), and `a[i * lda + p * cs]` for i < R is inside `t.a` (whose
-            // last element is at (R - 1) * lda + (k - 1) * cs or beyond).
             if p < t.next.steps {
                 let line = t.next.at.wrapping_add(p * t.next.per * 64);
                 // A prefetch is only a hint: it reads nothing and cannot fault,
@@ -157,6 +154,9 @@ mod avx512 {
                     _mm_prefetch::<_MM_HINT_T1>(line.wrapping_add(64).cast());
                 }
             }
+            // SAFETY: p < k, so `b[p * NR..p * NR + 32]` is inside `t.b` (k * NR
+            // elements), and `a[i * lda + p * cs]` for i < R is inside `t.a` (whose
+            // last element is at (R - 1) * lda + (k - 1) * cs or beyond).
             unsafe {
                 let b0 = _mm512_loadu_ps(b.add(p * NR));
                 let b1 = _mm512_loadu_ps(b.add(p * NR + 16));

@@ -1,6 +1,7 @@
-//! bf16x3 panels: f32 products as three bf16 products, on AMX tiles.
+//! Panels in AMX tiles: bf16 products (one per product, `DType::BF16`) and f32
+//! products as three bf16 products (`DType::BF16X3`), on AMX.
 //!
-//! An f32 `x` is split into two bf16: `hi = bf16(x)` and `lo = bf16(x - hi)` (the
+//! **bf16x3.** An f32 `x` is split into two bf16: `hi = bf16(x)` and `lo = bf16(x - hi)` (the
 //! subtraction is exact), so `hi + lo` keeps about 16 significant bits of `x`'s 24. A
 //! product `a · b` is then taken as `a_hi·b_hi + a_hi·b_lo + a_lo·b_hi`: each term is
 //! exact in f32 and the sums are f32; the dropped `a_lo·b_lo` and the two splits'
@@ -10,6 +11,12 @@
 //! bf16 product (the tests hold it there; all-MiniLM-L6-v2's embeddings keep a cosine
 //! of 0.99999 to the float64 reference, `tests/minilm.rs`).
 //!
+//! **bf16.** The same panels holding only `hi` ([`Parts::Hi`]): each operand rounded
+//! to the nearest bf16 and one product, `a_hi·b_hi`, exactly what the `vdpbf16ps`
+//! tile of module `bf16` computes (within `2 · 2⁻⁸ · Σ|a·b|` of the f32 product), in a
+//! third of bf16x3's tile work and half its bytes. `PackedRhs::pack_bf16` packs here
+//! where AMX runs, for `vdpbf16ps` elsewhere.
+//!
 //! **Why.** An AMX tile multiply (`tdpbf16ps`) does 16 × 16 × 32 bf16 multiply-adds
 //! in about 16 cycles: sixteen times what the f32 tile's two AVX-512 FMAs do in that
 //! time. Three of them still leave the f32 tile far behind, wherever the operands come
@@ -17,18 +24,20 @@
 //!
 //! **Layout.** A panel of [`NR`] = 32 columns is cut into blocks of [`KB`] = 32 rows of
 //! `k`; a block holds four AMX tiles of 16 × 16 pairs (1 KiB each, contiguous): the
-//! `hi` halves of columns 0-15, of columns 16-31, then the `lo` halves of both. Tile
+//! `hi` halves of columns 0-15, of columns 16-31, then the `lo` halves of both (two
+//! tiles, `hi` only, for bf16). Tile
 //! row `r` of block `kb` holds, for each of its 16 columns, rows `2q` (low half) and
 //! `2q + 1` of that column, `q = 16·kb + r`: the pair layout `tdpbf16ps` takes for its
 //! second operand. `k` and `n` are padded with zeros to whole blocks and panels. The
 //! left operand is split the same way into a scratch on the stack, a chunk of rows at
-//! a time, in tiles of 16 rows × 32 `k` (`hi` then `lo`, 1 KiB each), rows past `m`
-//! zero.
+//! a time, in tiles of 16 rows × 32 `k` (`hi` then `lo`, 1 KiB each; `hi` only for
+//! bf16), rows past `m` zero.
 //!
 //! **The tile.** Four accumulators cover 32 rows × 32 columns; per block, ten tile
 //! loads (two row tiles and two column tiles in `hi`, both column tiles again in
 //! `lo`, then the rows in `lo` and the columns in `hi` once more: eight tile registers
-//! in all) feed twelve `tdpbf16ps`. The instructions are written in `asm!`: stable Rust
+//! in all) feed twelve `tdpbf16ps`; for bf16, four tile loads feed four. The
+//! instructions are written in `asm!`: stable Rust
 //! has no AMX intrinsics. Without AMX (or with `STREAMFUSE_PORTABLE=1`) portable loops
 //! compute the same three products in f32.
 
@@ -43,8 +52,6 @@ pub(super) const KB: usize = 32;
 const TR: usize = 16;
 /// Pairs in one tile (16 rows of 64 bytes).
 const TILE: usize = 256;
-/// Pairs in one block of a panel: four tiles.
-const BLOCK: usize = 4 * TILE;
 /// Rows of the left operand multiplied per call of the tile (two row tiles).
 pub(super) const ROWS: usize = 2 * TR;
 
@@ -66,40 +73,73 @@ pub(super) fn split(x: f32) -> (u16, u16) {
     (hi, super::bf16::round(x - h))
 }
 
-/// The panels of a `[k, n]` matrix in bf16x3 form.
+/// Which bf16 parts of each element a matrix in tiles keeps, and so how many
+/// products a product takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Parts {
+    /// `hi` only: each element rounded to bf16, one product (`DType::BF16`).
+    Hi,
+    /// `hi` and `lo`: about 16 significant bits, three products (`DType::BF16X3`).
+    HiLo,
+}
+
+impl Parts {
+    /// Tiles per element's parts: 1 or 2.
+    fn count(self) -> usize {
+        match self {
+            Parts::Hi => 1,
+            Parts::HiLo => 2,
+        }
+    }
+
+    /// Pairs in one block of a panel: two column tiles per part.
+    fn block(self) -> usize {
+        2 * self.count() * TILE
+    }
+
+    /// The name of the packing, for errors.
+    fn packing(self) -> &'static str {
+        match self {
+            Parts::Hi => "pack_bf16",
+            Parts::HiLo => "pack_bf16x3",
+        }
+    }
+}
+
+/// The panels of a `[k, n]` matrix in AMX tiles, bf16 or bf16x3.
 #[derive(Debug)]
-pub(super) struct PackedX3 {
-    /// `ceil(n / NR)` panels of `blocks` blocks of [`BLOCK`] pairs.
+pub(super) struct PackedTiles {
+    /// `ceil(n / NR)` panels of `blocks` blocks of `parts.block()` pairs.
     data: Vec<u32>,
     /// Blocks per panel: `ceil(k / KB)`.
     blocks: usize,
+    parts: Parts,
 }
 
-impl PackedX3 {
+impl PackedTiles {
     /// Packs the `[k, n]` matrix at `offset` with strides `(rs, cs)` in `src` (which
-    /// the caller checked it fits).
+    /// the caller checked it fits), keeping `parts` of each element.
     pub(super) fn pack(
         src: &[f32],
         offset: usize,
         (k, n, rs, cs): (usize, usize, usize, usize),
-    ) -> Result<PackedX3, KernelError> {
+        parts: Parts,
+    ) -> Result<PackedTiles, KernelError> {
         if k > MAX_K {
             return Err(error(
-                "pack_bf16x3",
-                format_args!("k = {k} exceeds {MAX_K}, the most a bf16x3 product takes"),
+                parts.packing(),
+                format_args!("k = {k} exceeds {MAX_K}, the most a product in tiles takes"),
             ));
         }
         let blocks = k.div_ceil(KB);
-        let mut data = super::zeroed_pairs("pack_bf16x3", n.div_ceil(NR), blocks * BLOCK)?;
-        for (pj, panel) in data.chunks_exact_mut(blocks * BLOCK).enumerate() {
-            for (kb, block) in panel.chunks_exact_mut(BLOCK).enumerate() {
-                // Each element split once: its `hi` to tile `c`, its `lo` to `2 + c`.
+        let size = parts.block();
+        let mut data = super::zeroed_pairs(parts.packing(), n.div_ceil(NR), blocks * size)?;
+        for (pj, panel) in data.chunks_exact_mut(blocks * size).enumerate() {
+            for (kb, block) in panel.chunks_exact_mut(size).enumerate() {
+                // Each element split once: its `hi` to tile `c`, its `lo` (bf16x3) to
+                // `2 + c`.
                 let (hi, lo) = block.split_at_mut(2 * TILE);
-                for (t, (hi, lo)) in hi
-                    .chunks_exact_mut(TILE)
-                    .zip(lo.chunks_exact_mut(TILE))
-                    .enumerate()
-                {
+                for t in 0..2 {
                     for r in 0..16 {
                         let p = 2 * (kb * 16 + r);
                         for jj in 0..16 {
@@ -115,26 +155,41 @@ impl PackedX3 {
                                 }
                             };
                             let (e0, e1) = (at(p), at(p + 1));
-                            hi[16 * r + jj] = e0.0 as u32 | (e1.0 as u32) << 16;
-                            lo[16 * r + jj] = e0.1 as u32 | (e1.1 as u32) << 16;
+                            let x = t * TILE + 16 * r + jj;
+                            hi[x] = e0.0 as u32 | (e1.0 as u32) << 16;
+                            if parts == Parts::HiLo {
+                                lo[x] = e0.1 as u32 | (e1.1 as u32) << 16;
+                            }
                         }
                     }
                 }
             }
         }
-        Ok(PackedX3 { data, blocks })
+        Ok(PackedTiles {
+            data,
+            blocks,
+            parts,
+        })
     }
 
-    /// Element `(p, j)` of the matrix: `hi + lo` (exact in f32).
+    /// Which parts of each element the matrix keeps.
+    pub(super) fn parts(&self) -> Parts {
+        self.parts
+    }
+
+    /// Element `(p, j)` of the matrix: `hi + lo` (exact in f32), or `hi`.
     pub(super) fn get(&self, p: usize, j: usize) -> f32 {
         let (pj, c, jj) = (j / NR, (j % NR) / 16, j % 16);
         let (kb, r, half) = (p / KB, (p % KB) / 2, 16 * (p % 2) as u32);
+        let block = (pj * self.blocks + kb) * self.parts.block();
         let at = |h: usize| {
-            let pair =
-                self.data[(pj * self.blocks + kb) * BLOCK + (2 * h + c) * TILE + r * 16 + jj];
+            let pair = self.data[block + (2 * h + c) * TILE + r * 16 + jj];
             super::bf16::to_f32((pair >> half) as u16)
         };
-        at(0) + at(1)
+        match self.parts {
+            Parts::Hi => at(0),
+            Parts::HiLo => at(0) + at(1),
+        }
     }
 
     /// Bytes held.
@@ -150,10 +205,10 @@ const SCRATCH: usize = 128 << 10;
 /// Computes `part` of the product of `g` by `w`: its rows a chunk at a time (as many
 /// whole pairs of row tiles as the stack scratch holds), each chunk split once and
 /// multiplied by every panel of the part.
-pub(super) fn part(g: Matrix<'_>, w: &PackedX3, part: Part, simd: bool, out: Out) {
+pub(super) fn part(g: Matrix<'_>, w: &PackedTiles, part: Part, simd: bool, out: Out) {
     let (first, end) = part.rows;
-    // Pairs per row of the split operand: hi and lo, KB / 2 pairs each per block.
-    let per_row = w.blocks * KB;
+    // Pairs per row of the split operand: KB / 2 per block and part.
+    let per_row = w.blocks * w.parts.count() * KB / 2;
     let fit = (SCRATCH / per_row / ROWS).max(1) * ROWS;
     let chunk = fit.min((end - first).next_multiple_of(ROWS));
     #[cfg(target_arch = "x86_64")]
@@ -172,9 +227,10 @@ pub(super) fn part(g: Matrix<'_>, w: &PackedX3, part: Part, simd: bool, out: Out
             let rows = chunk.min(end - c0);
             let tiles = rows.div_ceil(TR);
             let a = &mut scratch[..tiles.next_multiple_of(2) * TR * per_row];
-            let a = split_rows(g, (c0, rows), w.blocks, simd, a);
+            let a = split_rows(g, (c0, rows), (w.blocks, w.parts), simd, a);
+            let size = w.blocks * w.parts.block();
             for pj in part.panels.0..part.panels.1 {
-                let b = &w.data[pj * w.blocks * BLOCK..(pj + 1) * w.blocks * BLOCK];
+                let b = &w.data[pj * size..(pj + 1) * size];
                 let at = part.cols(pj);
                 for t in (0..tiles).step_by(2) {
                     let h = (rows - t * TR).min(ROWS);
@@ -186,7 +242,7 @@ pub(super) fn part(g: Matrix<'_>, w: &PackedX3, part: Part, simd: bool, out: Out
                         width: at.width,
                         ldc: at.ldc,
                     };
-                    tile(a, b, w.blocks, regs.as_ref(), dst, &mut buf);
+                    tile(a, b, (w.blocks, w.parts), regs.as_ref(), dst, &mut buf);
                 }
             }
             c0 += rows;
@@ -200,23 +256,25 @@ type Regs = amx::Tiles;
 #[cfg(not(target_arch = "x86_64"))]
 type Regs = ();
 
-/// Splits `rows.1` rows of `g` from row `rows.0` into `a` and returns it, every
-/// element written: row tile `t`, block `kb` at `((t · blocks + kb) · 2 + half) ·
-/// TILE`, row `r` of the tile at `+ 16 r`. Rows past the count and `k` past the matrix
-/// are zero.
+/// Splits `rows.1` rows of `g` from row `rows.0` into `a` (its `parts`) and returns
+/// it, every element written: row tile `t`, block `kb` at `((t · blocks + kb) · count
+/// + part) · TILE` (`count` = `parts.count()`), row `r` of the tile at `+ 16 r`. Rows
+/// past the count and `k` past the matrix are zero.
 fn split_rows<'s>(
     g: Matrix<'_>,
     (r0, rows): (usize, usize),
-    blocks: usize,
+    (blocks, parts): (usize, Parts),
     simd: bool,
     a: &'s mut [MaybeUninit<u32>],
 ) -> &'s [u32] {
-    let per_row = blocks * KB;
+    let count = parts.count();
+    let per_row = blocks * count * KB / 2;
+    let per_tile = blocks * count * TILE;
     assert!(a.len().is_multiple_of(2 * TR * per_row) && rows <= a.len() / per_row);
     // The rows past the count, up to the end of the last pair of row tiles: zero.
     for i in rows..a.len() / per_row {
         let (t, r) = (i / TR, i % TR);
-        for tile in a[t * blocks * 2 * TILE..(t + 1) * blocks * 2 * TILE].chunks_exact_mut(TILE) {
+        for tile in a[t * per_tile..(t + 1) * per_tile].chunks_exact_mut(TILE) {
             for x in &mut tile[16 * r..16 * r + 16] {
                 x.write(0);
             }
@@ -225,18 +283,18 @@ fn split_rows<'s>(
     for i in 0..rows {
         let (t, r) = (i / TR, i % TR);
         let row = &g.a[(r0 + i) * g.lda..];
-        let tiles = &mut a[t * blocks * 2 * TILE..(t + 1) * blocks * 2 * TILE];
+        let tiles = &mut a[t * per_tile..(t + 1) * per_tile];
         #[cfg(target_arch = "x86_64")]
         if simd && g.cs == 1 {
             assert!(crate::kernels::cpu::has_avx512_bf16() && row.len() >= g.k);
             // SAFETY: AVX-512F and AVX512_BF16 are present (asserted); the row's `k`
             // elements are `row[..k]` (cs == 1, and `g.a` ends at the last element of
             // the last row) and `tiles` holds the row tile's blocks.
-            unsafe { avx512::split_row(&row[..g.k], tiles, r) };
+            unsafe { avx512::split_row(&row[..g.k], tiles, r, parts) };
             continue;
         }
         for kb in 0..blocks {
-            let base = kb * 2 * TILE + 16 * r;
+            let base = kb * count * TILE + 16 * r;
             for q in 0..16 {
                 let p = kb * KB + 2 * q;
                 let at = |p: usize| {
@@ -248,12 +306,14 @@ fn split_rows<'s>(
                 };
                 let (e0, e1) = (at(p), at(p + 1));
                 tiles[base + q].write(e0.0 as u32 | (e1.0 as u32) << 16);
-                tiles[base + TILE + q].write(e0.1 as u32 | (e1.1 as u32) << 16);
+                if parts == Parts::HiLo {
+                    tiles[base + TILE + q].write(e0.1 as u32 | (e1.1 as u32) << 16);
+                }
             }
         }
     }
     // SAFETY: every element of `a` was written above: each row below `rows` in all 16
-    // pairs of its `hi` and `lo` tile rows of every block (by `split_row`, which stores
+    // pairs of its `hi` (and `lo`) tile rows of every block (by `split_row`, which stores
     // whole tile rows, or by the loop), each row from `rows` to the end zeroed the same
     // way; `MaybeUninit<u32>` has `u32`'s layout. (Tests fill the scratch with NaN
     // pairs first, so an element of a row below `rows` missed here shows as a NaN
@@ -277,27 +337,35 @@ struct Dst {
 fn tile(
     a: &[u32],
     b: &[u32],
-    blocks: usize,
+    (blocks, parts): (usize, Parts),
     tiles: Option<&Regs>,
     dst: Dst,
     buf: &mut [f32; ROWS * NR],
 ) {
     // The bounds every access below relies on, checked once.
-    assert!(blocks >= 1 && a.len() >= 2 * TR * blocks * KB && b.len() >= blocks * BLOCK);
+    let per_row = blocks * parts.count() * KB / 2;
+    assert!(blocks >= 1 && a.len() >= 2 * TR * per_row && b.len() >= blocks * parts.block());
     assert!((1..=ROWS).contains(&dst.rows) && (1..=NR).contains(&dst.width));
     assert!(dst.out.len >= (dst.rows - 1) * dst.ldc + dst.width);
     #[cfg(target_arch = "x86_64")]
     if let Some(tiles) = tiles {
-        return on_amx(tiles, a, b, blocks, dst, buf);
+        return on_amx(tiles, a, b, (blocks, parts), dst, buf);
     }
     let _ = tiles;
-    *buf = portable(a, b, blocks, dst.rows);
+    *buf = portable(a, b, (blocks, parts), dst.rows);
     store(buf, &dst, 0)
 }
 
 /// [`tile`] on AMX, with the bounds it asserted.
 #[cfg(target_arch = "x86_64")]
-fn on_amx(tiles: &Regs, a: &[u32], b: &[u32], blocks: usize, dst: Dst, buf: &mut [f32; ROWS * NR]) {
+fn on_amx(
+    tiles: &Regs,
+    a: &[u32],
+    b: &[u32],
+    (blocks, parts): (usize, Parts),
+    dst: Dst,
+    buf: &mut [f32; ROWS * NR],
+) {
     let two = dst.rows > TR;
     // Row tile 0 in place when it is whole (16 rows of the full width), else in
     // `buf`; row tile 1 (when `two`) in place when whole, else in `buf`'s second half.
@@ -323,7 +391,7 @@ fn on_amx(tiles: &Regs, a: &[u32], b: &[u32], blocks: usize, dst: Dst, buf: &mut
             tiles,
             a.as_ptr(),
             b.as_ptr(),
-            blocks,
+            (blocks, parts),
             two,
             [(c0, ldc0), (c1, ldc1)],
         )
@@ -351,26 +419,43 @@ fn store(buf: &[f32; ROWS * NR], dst: &Dst, from: usize) {
     }
 }
 
-/// The tile with f32 operations: per block, per pair of `k`, the three products.
-fn portable(a: &[u32], b: &[u32], blocks: usize, rows: usize) -> [f32; ROWS * NR] {
+/// The tile with f32 operations: per block, per pair of `k`, the three products (the
+/// one, for bf16).
+fn portable(
+    a: &[u32],
+    b: &[u32],
+    (blocks, parts): (usize, Parts),
+    rows: usize,
+) -> [f32; ROWS * NR] {
     let x = |pair: u32, half: u32| super::bf16::to_f32((pair >> (16 * half)) as u16);
+    let (count, size) = (parts.count(), parts.block());
     let mut acc = [0.0f32; ROWS * NR];
     for i in 0..rows {
         let (t, r) = (i / TR, i % TR);
         for kb in 0..blocks {
-            let rows_at = (t * blocks + kb) * 2 * TILE + 16 * r;
-            let block = &b[kb * BLOCK..(kb + 1) * BLOCK];
+            let rows_at = (t * blocks + kb) * count * TILE + 16 * r;
+            let block = &b[kb * size..(kb + 1) * size];
             for q in 0..16 {
-                let (ah, al) = (a[rows_at + q], a[rows_at + TILE + q]);
+                let ah = a[rows_at + q];
                 for j in 0..NR {
                     let (c, jj) = (j / 16, j % 16);
                     let bh = block[c * TILE + q * 16 + jj];
-                    let bl = block[(2 + c) * TILE + q * 16 + jj];
                     let s = &mut acc[i * NR + j];
-                    for half in 0..2 {
-                        *s += x(ah, half) * x(bh, half)
-                            + x(ah, half) * x(bl, half)
-                            + x(al, half) * x(bh, half);
+                    match parts {
+                        Parts::Hi => {
+                            for half in 0..2 {
+                                *s += x(ah, half) * x(bh, half);
+                            }
+                        }
+                        Parts::HiLo => {
+                            let al = a[rows_at + TILE + q];
+                            let bl = block[(2 + c) * TILE + q * 16 + jj];
+                            for half in 0..2 {
+                                *s += x(ah, half) * x(bh, half)
+                                    + x(ah, half) * x(bl, half)
+                                    + x(al, half) * x(bh, half);
+                            }
+                        }
                     }
                 }
             }
@@ -381,23 +466,29 @@ fn portable(a: &[u32], b: &[u32], blocks: usize, rows: usize) -> [f32; ROWS * NR
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{KB, TILE};
+    use super::{Parts, KB, TILE};
     use std::arch::x86_64::*;
     use std::mem::MaybeUninit;
 
     /// Splits one row (`k` elements) into row `r` of a row tile's blocks at `tiles`
-    /// (block `kb`'s `hi` tile at `2 · kb · TILE`, its `lo` tile right after), 32
-    /// elements per block, the last block's past `k` zero.
+    /// (block `kb`'s `hi` tile at `count · kb · TILE`, its `lo` tile right after when
+    /// `parts` keeps it), 32 elements per block, the last block's past `k` zero.
     ///
     /// # Safety
     ///
     /// The CPU has AVX-512F, BW and AVX512_BF16. (`tiles` must hold `ceil(k / KB)`
-    /// blocks of two tiles: asserted.)
+    /// blocks of `count` tiles: asserted.)
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    pub(super) unsafe fn split_row(row: &[f32], tiles: &mut [MaybeUninit<u32>], r: usize) {
+    pub(super) unsafe fn split_row(
+        row: &[f32],
+        tiles: &mut [MaybeUninit<u32>],
+        r: usize,
+        parts: Parts,
+    ) {
         let k = row.len();
         let blocks = k.div_ceil(KB);
-        assert!(tiles.len() >= blocks * 2 * TILE && r < 16);
+        let count = parts.count();
+        assert!(tiles.len() >= blocks * count * TILE && r < 16);
         for kb in 0..blocks {
             let p = kb * KB;
             let n0 = (k - p).min(16);
@@ -411,6 +502,14 @@ mod avx512 {
                 let x0 = _mm512_maskz_loadu_ps(m0, row.as_ptr().add(p));
                 let x1 = _mm512_maskz_loadu_ps(m1, row.as_ptr().wrapping_add(p + 16));
                 let hi: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(x1, x0));
+                let at = tiles
+                    .as_mut_ptr()
+                    .add(count * kb * TILE + 16 * r)
+                    .cast::<u32>();
+                _mm512_storeu_si512(at.cast(), hi);
+                if parts == Parts::Hi {
+                    continue;
+                }
                 // The hi halves back in f32: each bf16 in the top half of its lane.
                 let h0 = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
                     _mm512_castsi512_si256(hi),
@@ -427,8 +526,6 @@ mod avx512 {
                 let l0 = _mm512_maskz_sub_ps(f0, x0, h0);
                 let l1 = _mm512_maskz_sub_ps(f1, x1, h1);
                 let lo: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(l1, l0));
-                let at = tiles.as_mut_ptr().add(2 * kb * TILE + 16 * r).cast::<u32>();
-                _mm512_storeu_si512(at.cast(), hi);
                 _mm512_storeu_si512(at.add(TILE).cast(), lo);
             }
         }
@@ -437,7 +534,7 @@ mod avx512 {
 
 #[cfg(target_arch = "x86_64")]
 mod amx {
-    use super::{BLOCK, TILE};
+    use super::{Parts, TILE};
     use std::arch::asm;
 
     /// The tile configuration every tile of this module uses (palette 1): eight
@@ -488,123 +585,193 @@ mod amx {
         }
     }
 
+    /// One `asm!` tile loop: zero the accumulators, run `$body` once per block
+    /// (`blocks` times; the body advances `{a0}` (and `{a1}`) and `{b}` by a block),
+    /// store the accumulators. `two`: four accumulators, row tile 0's at `{c0}` and
+    /// row tile 1's at `{c1}`; `one`: two, row tile 0's only.
+    macro_rules! tile_loop {
+        (two, $a0:expr, $a1:expr, $b:expr, $n:expr, $c:expr, [$($body:literal),* $(,)?]) => {
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                "2:",
+                $($body,)*
+                "dec {n}",
+                "jnz 2b",
+                "tilestored [{c0} + {ldc0}], tmm0",
+                "tilestored [{c0} + {ldc0} + 64], tmm1",
+                "tilestored [{c1} + {ldc1}], tmm2",
+                "tilestored [{c1} + {ldc1} + 64], tmm3",
+                a0 = inout(reg) $a0 => _,
+                a1 = inout(reg) $a1 => _,
+                b = inout(reg) $b => _,
+                n = inout(reg) $n => _,
+                s = in(reg) 64usize,
+                c0 = in(reg) $c[0].0,
+                c1 = in(reg) $c[1].0,
+                ldc0 = in(reg) $c[0].1,
+                ldc1 = in(reg) $c[1].1,
+                options(nostack),
+            )
+        };
+        (one, $a0:expr, $b:expr, $n:expr, $c:expr, [$($body:literal),* $(,)?]) => {
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "2:",
+                $($body,)*
+                "dec {n}",
+                "jnz 2b",
+                "tilestored [{c0} + {ldc0}], tmm0",
+                "tilestored [{c0} + {ldc0} + 64], tmm1",
+                a0 = inout(reg) $a0 => _,
+                b = inout(reg) $b => _,
+                n = inout(reg) $n => _,
+                s = in(reg) 64usize,
+                c0 = in(reg) $c[0].0,
+                ldc0 = in(reg) $c[0].1,
+                options(nostack),
+            )
+        };
+    }
+
     /// `c = a · b` for two row tiles of the split left operand (`a`: per block, the
-    /// first tile's `hi` and `lo`, `2 · blocks · TILE` pairs on, the second's) and one
-    /// panel of `blocks` blocks (`b`): row tile 0's 16 × 32 results at `c0`, rows
-    /// `ldc0` floats apart, row tile 1's at `c1`, rows `ldc1` apart. With `two` false
-    /// only the first row tile is multiplied (`c1` is not written).
+    /// first tile's parts, `count · blocks · TILE` pairs on, the second's; `count` =
+    /// `parts.count()`) and one panel of `blocks` blocks (`b`): row tile 0's 16 × 32
+    /// results at `c0`, rows `ldc0` floats apart, row tile 1's at `c1`, rows `ldc1`
+    /// apart. With `two` false only the first row tile is multiplied (`c1` is not
+    /// written). Per block: bf16 (`Parts::Hi`) loads each row tile's `hi` and the two
+    /// column tiles and takes four products; bf16x3 takes twelve (`hi·hi`, `hi·lo`,
+    /// `lo·hi`) from ten loads.
     ///
     /// # Safety
     ///
     /// AMX-TILE and AMX-BF16 are granted to the process, and this thread's tiles are
-    /// configured (`_tiles`); `a` holds `2 · 2 · blocks · TILE` pairs (one row tile's
-    /// when `two` is false: `2 · blocks · TILE`), `b` `blocks · BLOCK` pairs; `c0` (and
-    /// `c1` when `two`) is valid for writes of 16 rows of 32 floats, `ldc0` (`ldc1`)
-    /// apart, that no one else touches during the call.
+    /// configured (`_tiles`); `a` holds `2 · count · blocks · TILE` pairs (one row
+    /// tile's when `two` is false: `count · blocks · TILE`), `b` `blocks ·
+    /// parts.block()` pairs; `c0` (and `c1` when `two`) is valid for writes of 16 rows
+    /// of 32 floats, `ldc0` (`ldc1`) apart, that no one else touches during the call.
     pub(super) unsafe fn tile(
         _tiles: &Tiles,
         a: *const u32,
         b: *const u32,
-        blocks: usize,
+        (blocks, parts): (usize, Parts),
         two: bool,
         [(c0, ldc0), (c1, ldc1)]: [(*mut f32, usize); 2],
     ) {
-        let a1 = a.wrapping_add(2 * blocks * TILE);
-        let stride = 64usize;
-        let (ldc0, ldc1) = (ldc0 * 4, ldc1 * 4);
-        // SAFETY: the caller's contract. The loop reads, per block, the row tiles'
-        // `hi` and `lo` tiles (1 KiB each, at `a`, `a + TILE` and the same past `a1`)
-        // and the block's four tiles of `b`, advancing by one block's pairs each step
-        // `blocks` times; the stores write the accumulators at `c0` (and `c1`).
-        // The asm touches no Rust-visible memory but through these pointers, and the
-        // tile registers are not Rust's (no compiled code uses AMX): between two calls
-        // under one `Tiles` nothing else touches them.
+        let a1 = a.wrapping_add(parts.count() * blocks * TILE);
+        let c = [(c0, ldc0 * 4), (c1, ldc1 * 4)];
+        // SAFETY: the caller's contract. Each loop reads, per block, the row tiles'
+        // tiles (1 KiB each: `hi` at `a`, `lo` right after it for bf16x3, the same
+        // past `a1`) and the block's tiles of `b` (two for bf16, four for bf16x3),
+        // advancing by one block's pairs each step, `blocks` times; the stores write
+        // the accumulators at `c0` (and `c1`). The asm touches no Rust-visible memory
+        // but through these pointers, and the tile registers are not Rust's (no
+        // compiled code uses AMX): between two calls under one `Tiles` nothing else
+        // touches them.
         unsafe {
-            if two {
-                asm!(
-                    "tilezero tmm0",
-                    "tilezero tmm1",
-                    "tilezero tmm2",
-                    "tilezero tmm3",
-                    "2:",
-                    "tileloadd tmm4, [{a0} + {s}]",
-                    "tileloadd tmm5, [{a1} + {s}]",
-                    "tileloadd tmm6, [{b} + {s}]",
-                    "tileloadd tmm7, [{b} + {s} + 1024]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tdpbf16ps tmm1, tmm4, tmm7",
-                    "tdpbf16ps tmm2, tmm5, tmm6",
-                    "tdpbf16ps tmm3, tmm5, tmm7",
-                    "tileloadd tmm6, [{b} + {s} + 2048]",
-                    "tileloadd tmm7, [{b} + {s} + 3072]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tdpbf16ps tmm1, tmm4, tmm7",
-                    "tdpbf16ps tmm2, tmm5, tmm6",
-                    "tdpbf16ps tmm3, tmm5, tmm7",
-                    "tileloadd tmm4, [{a0} + {s} + 1024]",
-                    "tileloadd tmm5, [{a1} + {s} + 1024]",
-                    "tileloadd tmm6, [{b} + {s}]",
-                    "tileloadd tmm7, [{b} + {s} + 1024]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tdpbf16ps tmm1, tmm4, tmm7",
-                    "tdpbf16ps tmm2, tmm5, tmm6",
-                    "tdpbf16ps tmm3, tmm5, tmm7",
-                    "add {a0}, 2048",
-                    "add {a1}, 2048",
-                    "add {b}, 4096",
-                    "dec {n}",
-                    "jnz 2b",
-                    "tilestored [{c0} + {ldc0}], tmm0",
-                    "tilestored [{c0} + {ldc0} + 64], tmm1",
-                    "tilestored [{c1} + {ldc1}], tmm2",
-                    "tilestored [{c1} + {ldc1} + 64], tmm3",
-                    a0 = inout(reg) a => _,
-                    a1 = inout(reg) a1 => _,
-                    b = inout(reg) b => _,
-                    n = inout(reg) blocks => _,
-                    s = in(reg) stride,
-                    c0 = in(reg) c0,
-                    c1 = in(reg) c1,
-                    ldc0 = in(reg) ldc0,
-                    ldc1 = in(reg) ldc1,
-                    options(nostack),
-                );
-            } else {
-                asm!(
-                    "tilezero tmm0",
-                    "tilezero tmm1",
-                    "2:",
-                    "tileloadd tmm4, [{a0} + {s}]",
-                    "tileloadd tmm6, [{b} + {s}]",
-                    "tileloadd tmm7, [{b} + {s} + 1024]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tdpbf16ps tmm1, tmm4, tmm7",
-                    "tileloadd tmm6, [{b} + {s} + 2048]",
-                    "tileloadd tmm7, [{b} + {s} + 3072]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tdpbf16ps tmm1, tmm4, tmm7",
-                    "tileloadd tmm4, [{a0} + {s} + 1024]",
-                    "tileloadd tmm6, [{b} + {s}]",
-                    "tileloadd tmm7, [{b} + {s} + 1024]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tdpbf16ps tmm1, tmm4, tmm7",
-                    "add {a0}, 2048",
-                    "add {b}, 4096",
-                    "dec {n}",
-                    "jnz 2b",
-                    "tilestored [{c0} + {ldc0}], tmm0",
-                    "tilestored [{c0} + {ldc0} + 64], tmm1",
-                    a0 = inout(reg) a => _,
-                    b = inout(reg) b => _,
-                    n = inout(reg) blocks => _,
-                    s = in(reg) stride,
-                    c0 = in(reg) c0,
-                    ldc0 = in(reg) ldc0,
-                    options(nostack),
-                );
+            match (parts, two) {
+                (Parts::Hi, true) => tile_loop!(
+                    two,
+                    a,
+                    a1,
+                    b,
+                    blocks,
+                    c,
+                    [
+                        "tileloadd tmm4, [{a0} + {s}]",
+                        "tileloadd tmm5, [{a1} + {s}]",
+                        "tileloadd tmm6, [{b} + {s}]",
+                        "tileloadd tmm7, [{b} + {s} + 1024]",
+                        "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tdpbf16ps tmm1, tmm4, tmm7",
+                        "tdpbf16ps tmm2, tmm5, tmm6",
+                        "tdpbf16ps tmm3, tmm5, tmm7",
+                        "add {a0}, 1024",
+                        "add {a1}, 1024",
+                        "add {b}, 2048",
+                    ]
+                ),
+                (Parts::Hi, false) => tile_loop!(
+                    one,
+                    a,
+                    b,
+                    blocks,
+                    c,
+                    [
+                        "tileloadd tmm4, [{a0} + {s}]",
+                        "tileloadd tmm6, [{b} + {s}]",
+                        "tileloadd tmm7, [{b} + {s} + 1024]",
+                        "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tdpbf16ps tmm1, tmm4, tmm7",
+                        "add {a0}, 1024",
+                        "add {b}, 2048",
+                    ]
+                ),
+                (Parts::HiLo, true) => tile_loop!(
+                    two,
+                    a,
+                    a1,
+                    b,
+                    blocks,
+                    c,
+                    [
+                        "tileloadd tmm4, [{a0} + {s}]",
+                        "tileloadd tmm5, [{a1} + {s}]",
+                        "tileloadd tmm6, [{b} + {s}]",
+                        "tileloadd tmm7, [{b} + {s} + 1024]",
+                        "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tdpbf16ps tmm1, tmm4, tmm7",
+                        "tdpbf16ps tmm2, tmm5, tmm6",
+                        "tdpbf16ps tmm3, tmm5, tmm7",
+                        "tileloadd tmm6, [{b} + {s} + 2048]",
+                        "tileloadd tmm7, [{b} + {s} + 3072]",
+                        "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tdpbf16ps tmm1, tmm4, tmm7",
+                        "tdpbf16ps tmm2, tmm5, tmm6",
+                        "tdpbf16ps tmm3, tmm5, tmm7",
+                        "tileloadd tmm4, [{a0} + {s} + 1024]",
+                        "tileloadd tmm5, [{a1} + {s} + 1024]",
+                        "tileloadd tmm6, [{b} + {s}]",
+                        "tileloadd tmm7, [{b} + {s} + 1024]",
+                        "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tdpbf16ps tmm1, tmm4, tmm7",
+                        "tdpbf16ps tmm2, tmm5, tmm6",
+                        "tdpbf16ps tmm3, tmm5, tmm7",
+                        "add {a0}, 2048",
+                        "add {a1}, 2048",
+                        "add {b}, 4096",
+                    ]
+                ),
+                (Parts::HiLo, false) => tile_loop!(
+                    one,
+                    a,
+                    b,
+                    blocks,
+                    c,
+                    [
+                        "tileloadd tmm4, [{a0} + {s}]",
+                        "tileloadd tmm6, [{b} + {s}]",
+                        "tileloadd tmm7, [{b} + {s} + 1024]",
+                        "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tdpbf16ps tmm1, tmm4, tmm7",
+                        "tileloadd tmm6, [{b} + {s} + 2048]",
+                        "tileloadd tmm7, [{b} + {s} + 3072]",
+                        "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tdpbf16ps tmm1, tmm4, tmm7",
+                        "tileloadd tmm4, [{a0} + {s} + 1024]",
+                        "tileloadd tmm6, [{b} + {s}]",
+                        "tileloadd tmm7, [{b} + {s} + 1024]",
+                        "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tdpbf16ps tmm1, tmm4, tmm7",
+                        "add {a0}, 2048",
+                        "add {b}, 4096",
+                    ]
+                ),
             }
         }
-        let _ = BLOCK;
     }
 }
 
@@ -686,7 +853,7 @@ mod tests {
             let b: Vec<f32> = (0..k * n).map(|_| rng.f32() - 0.5).collect();
             let w = PackedRhs::pack_bf16x3(&b, &Layout::contiguous(&[k, n])).unwrap();
             assert_eq!(w.dtype(), DType::BF16X3);
-            assert_eq!(w.bytes(), n.div_ceil(NR) * k.div_ceil(KB) * BLOCK * 4);
+            assert_eq!(w.bytes(), n.div_ceil(NR) * k.div_ceil(KB) * 4 * TILE * 4);
             let back = w.unpack().unwrap();
             for (x, y) in b.iter().zip(&back) {
                 let (hi, lo) = split(*x);
@@ -694,12 +861,24 @@ mod tests {
                 assert_eq!(y.to_bits(), want.to_bits());
             }
         }
-        let e = PackedRhs::pack_bf16x3(
-            &vec![0.0; (MAX_K + 1) * 2],
-            &Layout::contiguous(&[MAX_K + 1, 2]),
-        )
-        .unwrap_err();
+        let (big, bl) = (
+            vec![0.0; (MAX_K + 1) * 2],
+            Layout::contiguous(&[MAX_K + 1, 2]),
+        );
+        let e = PackedRhs::pack_bf16x3(&big, &bl).unwrap_err();
         assert!(e.to_string().contains("exceeds"), "{e}");
+        let e = PackedRhs::pack_bf16_in(&big, &bl, true).unwrap_err();
+        assert!(
+            e.to_string().contains("pack_bf16") && e.to_string().contains("exceeds"),
+            "{e}"
+        );
+        // bf16 in tiles: two tiles a block, `hi` only.
+        let b: Vec<f32> = (0..70 * 40).map(|_| rng.f32() - 0.5).collect();
+        let w = PackedRhs::pack_bf16_in(&b, &Layout::contiguous(&[70, 40]), true).unwrap();
+        assert_eq!(
+            w.bytes(),
+            40usize.div_ceil(NR) * 70usize.div_ceil(KB) * 2 * TILE * 4
+        );
     }
 
     #[test]
@@ -761,15 +940,23 @@ mod tests {
             assert_close(&out, &want, 1e-4);
         }
         // A NaN weight gives NaN, as in f32; an infinite one infinity or NaN (module
-        // docs of `split`), never a finite value.
+        // docs of `split`; bf16: infinity, the operands being positive), never a
+        // finite value.
         let (k, n) = (40, 20);
         let mut b: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
         b[3 * n + 2] = f32::INFINITY;
         b[5 * n + 7] = f32::NAN;
         let a: Vec<f32> = (0..2 * k).map(|_| rng.f32().abs() + 0.1).collect();
-        let w = PackedRhs::pack_bf16x3(&b, &Layout::contiguous(&[k, n])).unwrap();
-        for simd in paths() {
-            let got = on(simd, &a, &Layout::contiguous(&[2, k]), &w, 1);
+        let bl = Layout::contiguous(&[k, n]);
+        let forms = [
+            PackedRhs::pack_bf16x3(&b, &bl).unwrap(),
+            PackedRhs::pack_bf16_in(&b, &bl, true).unwrap(),
+        ];
+        for (w, simd) in forms
+            .iter()
+            .flat_map(|w| paths().into_iter().map(move |s| (w, s)))
+        {
+            let got = on(simd, &a, &Layout::contiguous(&[2, k]), w, 1);
             for i in 0..2 {
                 let x = got[i * n + 2];
                 assert!(x == f32::INFINITY || x.is_nan(), "{x}");
