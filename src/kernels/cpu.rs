@@ -16,6 +16,7 @@ struct Features {
     avx512_bf16: bool,
     avx512_vnni: bool,
     amx_bf16: bool,
+    amx_int8: bool,
 }
 
 fn features() -> Features {
@@ -32,11 +33,17 @@ fn features() -> Features {
 fn detect() -> Features {
     use std::arch::is_x86_feature_detected as has;
     let avx512 = has!("avx512f") && has!("avx512vl") && has!("avx512bw") && has!("fma");
+    let (amx_bf16, amx_int8) = if avx512 {
+        amx::enable()
+    } else {
+        (false, false)
+    };
     Features {
         avx512,
         avx512_bf16: avx512 && has!("avx512bf16"),
         avx512_vnni: avx512 && has!("avx512vnni"),
-        amx_bf16: avx512 && has!("avx512bf16") && amx::enable(),
+        amx_bf16: amx_bf16 && has!("avx512bf16"),
+        amx_int8: amx_int8 && has!("avx512vnni"),
     }
 }
 
@@ -50,13 +57,15 @@ fn detect() -> Features {
 /// once, with the rest of the detection.
 #[cfg(target_arch = "x86_64")]
 mod amx {
-    /// Whether CPUID reports AMX-TILE and AMX-BF16 and the kernel granted the tile
-    /// state to this process.
-    pub(super) fn enable() -> bool {
-        // CPUID leaf 7, sub-leaf 0: EDX bit 22 is AMX-BF16, bit 24 AMX-TILE.
+    /// Whether AMX-BF16 and AMX-INT8 may run: CPUID reports AMX-TILE and the kernel
+    /// granted the tile state to this process, and CPUID reports each.
+    pub(super) fn enable() -> (bool, bool) {
+        // CPUID leaf 7, sub-leaf 0: EDX bit 22 is AMX-BF16, bit 24 AMX-TILE, bit 25
+        // AMX-INT8.
         let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
-        let cpu = leaf7.edx & (1 << 22) != 0 && leaf7.edx & (1 << 24) != 0;
-        cpu && request_tile_state()
+        let bit = |b: u32| leaf7.edx & (1 << b) != 0;
+        let tiles = bit(24) && request_tile_state();
+        (tiles && bit(22), tiles && bit(25))
     }
 
     #[cfg(target_os = "linux")]
@@ -110,6 +119,12 @@ pub fn has_avx512_bf16() -> bool {
 /// AVX512_BF16 (which the tiles' operand preparation uses).
 pub fn has_amx_bf16() -> bool {
     features().amx_bf16
+}
+
+/// AMX with int8 tiles (`tdpbsud`), granted to this process, beside AVX-512 with
+/// AVX512_VNNI (whose tile takes the rows the AMX tiles do not).
+pub fn has_amx_int8() -> bool {
+    features().amx_int8
 }
 
 /// AVX-512 with `vpdpbusd` (four u8 × i8 products summed into i32).

@@ -36,7 +36,8 @@ pub enum Precision {
     /// 0.9999.
     Bf16,
     /// 8-bit integer weights with one scale per output channel, activations quantised
-    /// per row inside the product (a quarter of the memory; AVX512_VNNI products).
+    /// per row inside the product (a quarter of the memory; AVX512_VNNI products, and
+    /// AMX-INT8 tiles for blocks of 32 rows where the CPU has AMX).
     /// Contract: minimum cosine ≥ 0.99, top-10 neighbour overlap ≥ 0.9.
     Int8,
     /// f32 accuracy from bf16 arithmetic: each weight kept as the sum of two bfloat16

@@ -532,8 +532,10 @@ mod avx512 {
     }
 }
 
+/// The AMX tile registers (shared with the int8 form, module `i8`, whose tiles take
+/// the same shape) and the tile loops.
 #[cfg(target_arch = "x86_64")]
-mod amx {
+pub(super) mod amx {
     use super::{Parts, TILE};
     use std::arch::asm;
 
@@ -554,19 +556,20 @@ mod amx {
         Config(c)
     };
 
-    /// The tile registers of this thread, configured for [`tile`]: made once per
-    /// part of a product (`ldtilecfg` costs about as much as a tile's whole block
-    /// loop), released when dropped (`tilerelease`), so no tile state outlives the
-    /// part.
-    pub(super) struct Tiles(());
+    /// The tile registers of this thread, configured for [`tile`] (and the int8
+    /// tile): made once per part of a product (`ldtilecfg` costs about as much as a
+    /// tile's whole block loop), released when dropped (`tilerelease`), so no tile
+    /// state outlives the part.
+    pub(in crate::kernels::packed) struct Tiles(());
 
     impl Tiles {
         /// Loads the configuration.
         ///
         /// # Safety
         ///
-        /// AMX-TILE is granted to the process (`cpu::has_amx_bf16`).
-        pub(super) unsafe fn configure() -> Tiles {
+        /// AMX-TILE is granted to the process (`cpu::has_amx_bf16` or
+        /// `cpu::has_amx_int8`).
+        pub(in crate::kernels::packed) unsafe fn configure() -> Tiles {
             // SAFETY: AMX is granted (the caller's contract); `ldtilecfg` reads the 64
             // bytes of `CONFIG` and changes only the tile registers, which no compiled
             // code uses.
