@@ -36,7 +36,7 @@ pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> Result<ExecutionPlan, Error> 
     build_with(ops, rels, &mut super::memory::solve)
 }
 
-/// [`build`], with the memory step's planner problem answered by `memory` (the
+/// `build` (the tests' entry point), with the memory step's planner problem answered by `memory` (the
 /// memory planner on a full build; a stored symbolic plan on an instantiation).
 pub(crate) fn build_with(
     ops: &[&Op],

@@ -119,7 +119,8 @@ struct Entry {
     key: u64,
     signature: Arc<Vec<SigOp>>,
     stored: Stored,
-    /// Estimated heap bytes of what this entry alone holds ([`entry_bytes`]).
+    /// Estimated heap bytes of what this entry alone holds (summed into
+    /// [`Cache::entry_bytes`]).
     bytes: usize,
     /// The cache clock when it was last used: the least recently used go first.
     used: AtomicU64,

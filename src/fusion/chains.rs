@@ -18,7 +18,7 @@ use crate::ir::relative::RelativeOp;
 use crate::ir::{DType, Dims, Layout, Op, OpKind};
 use crate::kernels::{FusedProgram, Instr};
 
-/// A fused group (or none) extended into a [`Chain`]: the matmul op whose product only
+/// A fused group (or none) extended into a [`Chain`](super::Chain): the matmul op whose product only
 /// it reads, and/or the norm op that alone reads its result.
 #[derive(Clone, Debug)]
 pub(super) struct ChainSpec {

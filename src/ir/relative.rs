@@ -231,7 +231,7 @@ impl RelativeBuilder {
         self.push_into(op, Vec::with_capacity(op.inputs.len()))
     }
 
-    /// [`push`](Self::push), writing the relative input ids into `inputs` (emptied
+    /// `push` (the tests' form), writing the relative input ids into `inputs` (emptied
     /// first): a caller that recycles these vectors records without allocating.
     pub fn push_into(&mut self, op: &Op, mut inputs: Vec<u32>) -> RelativeOp {
         inputs.clear();

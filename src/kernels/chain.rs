@@ -12,7 +12,7 @@
 //!
 //! The output is cut into **panels**: runs of whole rows of one matrix (`rows × n`,
 //! about [`PANEL_BYTES`] each). For each panel the head's gemm writes the product
-//! straight into the panel of output 0 (through the checked wrapper [`matmul()`],
+//! straight into the panel of output 0 (through the checked wrapper [`matmul_prepacked`],
 //! restricted to the panel's rows of `lhs`), [`fused_in_place`] then runs the program on
 //! the panel, reading the product from that output before overwriting it and every
 //! other input through its layout narrowed to the panel's rows, and the tail normalises

@@ -1,6 +1,6 @@
 //! Element-wise kernels: [`unary`] (f32 functions such as `exp` or `gelu`) and
 //! [`binary`] (arithmetic with broadcasting), plus the generic strided map that
-//! [`copy`](super::copy) and [`cast`](super::cast) share.
+//! [`copy`](fn@super::copy) and [`cast`](fn@super::cast) share.
 //!
 //! Both kernels are a loop over the output in row-major order. The input layouts are
 //! simplified into runs by a [`Walk`], and each run gets the tightest loop its inner

@@ -4,7 +4,7 @@
 //! strides, including 0 for broadcasting, and any offset), and the output is written to a
 //! contiguous row-major `dst` that holds exactly the output's elements. Before it touches
 //! memory, a kernel checks its preconditions (the lengths, that each layout
-//! [fits](Layout::fits_in) in its buffer, that dims agree, that indices are in range) and
+//! fits in its buffer (`check_input`), that dims agree, that indices are in range) and
 //! returns a [`KernelError`] when one fails, so a bad plan or a bad index never panics or
 //! reads out of bounds.
 //!

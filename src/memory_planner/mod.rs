@@ -59,7 +59,7 @@
 //!
 //! # Pictures
 //!
-//! [`svg`] draws a plan as an SVG of offsets against time (one rectangle per buffer,
+//! [`svg`](fn@svg) draws a plan as an SVG of offsets against time (one rectangle per buffer,
 //! the lower bound, the arena and the peak marked); `streamfuse-plan INPUT.csv --svg
 //! plan.svg` writes one for a trace.
 //!

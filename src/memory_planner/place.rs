@@ -10,7 +10,7 @@
 //! Only the *union* of the byte ranges of the placed items that meet an item
 //! matters for its gaps, and items are never removed, so [`Placer`] keeps unions.
 //! It lays a segment tree over time (in sections, see
-//! [`Sections`](super::instance::Sections)). A placed item is recorded at the
+//! [`super::instance::Sections`]). A placed item is recorded at the
 //! O(log S) nodes whose ranges tile its lifetime (its *own* nodes), and its byte
 //! range is added to two kinds of union: `own[v]`, the items recorded at node
 //! `v`, and `sub[v]`, the items recorded at `v` or below it. The items meeting a

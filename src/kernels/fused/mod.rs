@@ -4,7 +4,7 @@
 //! Fusion (module `fusion`) turns a chain of element-wise f32 ops into a
 //! [`FusedProgram`]: a list of instructions in SSA form, where instruction `i` defines
 //! register `i` (load input `k`, apply a unary op to a register, combine two registers).
-//! [`fused`] first rewrites the program as a `Schedule` for an accumulator machine:
+//! [`fused_in_place`] first rewrites the program as a `Schedule` for an accumulator machine:
 //! each instruction applies to the result of the one before it where it can (the
 //! accumulator), reads its other operand straight from a contiguous input or from a
 //! *spill tile*, and only registers that are read again later are saved to one. It
@@ -58,7 +58,7 @@ pub fn fused(
     fused_in_place(program, inputs, &[], outputs, par)
 }
 
-/// [`fused`] where some inputs are read from the buffers of the outputs that
+/// `fused` (the tests' form) where some inputs are read from the buffers of the outputs that
 /// overwrite them (in-place reuse of a dying input).
 ///
 /// Each pair `(k, j)` of `in_place` says that input `k` is the current contents of

@@ -14,7 +14,7 @@ use crate::kernels::par::{join_split, units_per_task, MIN_TASK_WORK};
 use crate::kernels::strided::{copy_runs, Walk};
 use crate::kernels::Par;
 
-/// [`fused_in_place`] after its checks, on the given path (which the CPU must
+/// [`fused_in_place`](super::fused_in_place) after its checks, on the given path (which the CPU must
 /// support).
 pub(super) fn run_on(
     path: Path,
