@@ -462,18 +462,24 @@ fn amx_pair(tiles: &Regs, t: &Tile<'_>, dst: Out) {
     assert!(t.sa.len() == AMX_ROWS && t.sums.len() == AMX_ROWS && t.sw.len() == NR);
     assert!(t.at <= dst.len && (AMX_ROWS - 1) * t.ldc + t.width <= dst.len - t.at);
     assert!(crate::kernels::cpu::has_amx_int8());
-    let mut acc = [[0i32; NR]; AMX_ROWS];
+    // Not cleared: the tile stores every element (clearing it was a 4 KiB store per
+    // pair and panel).
+    let mut acc = std::mem::MaybeUninit::<[[i32; NR]; AMX_ROWS]>::uninit();
     // SAFETY: AMX-INT8 is granted and the tiles configured (`tiles`); `t.qa` holds 32
     // rows of `kp` bytes and `t.b` `kp / 4` quads of 128 bytes, `kp` a multiple of 64
-    // (asserted), and `acc` is 32 rows of 32 i32.
-    unsafe {
+    // (asserted), and `acc` is 32 rows of 32 i32. The tile's four stores write all of
+    // `acc` (rows 0–15 and 16–31, columns 0–15 and 16–31), so it is initialised after
+    // (the tests hold the results to the portable path's bits, which an unwritten
+    // element would break).
+    let acc = unsafe {
         amx::pair(
             tiles,
             t.qa.as_ptr(),
             t.kp,
             t.b.as_ptr(),
             acc.as_mut_ptr().cast(),
-        )
+        );
+        acc.assume_init()
     };
     // SAFETY: AVX-512 F and BW are present (VNNI's detection requires them; asserted
     // through `has_amx_int8`), and the bounds asserted above are `vnni::convert`'s.

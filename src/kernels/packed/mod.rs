@@ -183,16 +183,16 @@ impl PackedRhs {
     /// otherwise (the tests take both on any CPU).
     fn pack_bf16_in(src: &[f32], layout: &Layout, tiles: bool) -> Result<PackedRhs, KernelError> {
         let (k, n, rs, cs) = matrix_of("pack_bf16", src, layout)?;
+        let (dims, offset) = ((k, n, rs, cs), layout.offset);
         let panels = if tiles {
-            let dims = (k, n, rs, cs);
             Panels::Tiles(tiles::PackedTiles::pack(
                 src,
-                layout.offset,
+                offset,
                 dims,
                 tiles::Parts::Hi,
             )?)
         } else {
-            Panels::Bf16(bf16::pack(src, layout.offset, (k, n, rs, cs))?)
+            Panels::Bf16(bf16::pack(src, offset, dims)?)
         };
         Ok(PackedRhs {
             k,
@@ -347,15 +347,15 @@ pub fn has_avx512() -> bool {
     super::cpu::has_avx512()
 }
 
-/// Products of at most this many rows are split between threads by columns (tests
-/// use fewer, so that both splits run).
-/// How far ahead of the step being multiplied a tile asks for its panel, in bytes
-/// (the next panel's, near the end of one): 4 KiB, about what arrives from DRAM while
-/// 32 steps of 14 rows run. A model's weights are larger than the cache; without the
-/// hint the first row block of each panel waited on DRAM. Measured on a pass over
-/// MiniLM's 24 weights at 28 rows in f32 (the hint on and off in alternate passes,
-/// medians of 40): 1 thread 83 → 87 GFLOP/s, 2 threads 96–112 → 134–144; 896 rows
-/// 98 → 100. Into L2 (`T1`): into L1 gained less with 2 threads (115–134).
+/// How far ahead of the step being multiplied the bf16 and int8 tiles ask for their
+/// panel, in bytes (the next panel's, near the end of one): 4 KiB, about what arrives
+/// from DRAM while 32 steps of 14 rows run. A model's weights are larger than the
+/// cache; without the hint the first row block of each panel waited on DRAM. Measured
+/// when the f32 tile used it too, on a pass over MiniLM's 24 weights at 28 rows in f32
+/// (the hint on and off in alternate passes, medians of 40, on the EPYC): 1 thread 83 →
+/// 87 GFLOP/s, 2 threads 96–112 → 134–144; 896 rows 98 → 100. Into L2 (`T1`): into L1
+/// gained less with 2 threads (115–134). The f32 tile now shares out the next panel
+/// among its row blocks instead (`f32::NextPanel`).
 #[cfg(target_arch = "x86_64")]
 const PREFETCH_BYTES: usize = 4096;
 
@@ -377,6 +377,8 @@ fn prefetch_ahead(step: *const u8) {
     }
 }
 
+/// Products of at most this many rows are split between threads by columns (tests
+/// use fewer, so that both splits run).
 const SHORT_M: usize = if cfg!(test) { 20 } else { 128 };
 
 /// Below this many multiply-adds a product runs on one thread.
