@@ -6,7 +6,8 @@
 //! (a `memcpy` when the input is contiguous, a strided gather otherwise), and then each
 //! row is normalised in place, while it is hot in L1. The statistics are computed in f32
 //! with several independent accumulators (layer norm uses two passes: the mean, then the
-//! biased variance of the centred values, as PyTorch does). The per-row arithmetic is
+//! biased variance of the centred values, as PyTorch does); layer and RMS norms run
+//! compiled for the CPU's widest SIMD level (`pulp`'s dispatch, `Norm`). The per-row arithmetic is
 //! one `RowOp`, which the chains of `kernels::chain` also apply to rows they computed.
 
 use std::borrow::Cow;
@@ -127,7 +128,6 @@ impl<'a> RowOp<'a> {
     /// Normalises one row in place (its length is the `n` the op was made for).
     #[inline]
     pub(crate) fn apply(&self, row: &mut [f32]) {
-        let n = row.len();
         match self {
             RowOp::Softmax => {
                 let max = max(row);
@@ -139,23 +139,18 @@ impl<'a> RowOp<'a> {
                     *x *= inv;
                 }
             }
-            RowOp::LayerNorm { w, b, eps } => {
-                let mean = sum(row) / n as f32;
-                for x in row.iter_mut() {
-                    *x -= mean;
-                }
-                let var = sum_squares(row) / n as f32;
-                let rstd = 1.0 / (var + eps).sqrt();
-                for ((x, &w), &b) in row.iter_mut().zip(w.iter()).zip(b.iter()) {
-                    *x = *x * rstd * w + b;
-                }
-            }
-            RowOp::RmsNorm { w, eps } => {
-                let r = 1.0 / (sum_squares(row) / n as f32 + eps).sqrt();
-                for (x, &w) in row.iter_mut().zip(w.iter()) {
-                    *x = *x * r * w;
-                }
-            }
+            RowOp::LayerNorm { w, b, eps } => pulp::Arch::new().dispatch(Norm {
+                row,
+                w,
+                b: Some(b),
+                eps: *eps,
+            }),
+            RowOp::RmsNorm { w, eps } => pulp::Arch::new().dispatch(Norm {
+                row,
+                w,
+                b: None,
+                eps: *eps,
+            }),
         }
     }
 }
@@ -200,6 +195,97 @@ fn vector<'a>(
         (_, 0) => Cow::Owned(vec![buf[off]; n]),
         _ => Cow::Owned(run(buf, off, stride, n).copied().collect()),
     })
+}
+
+/// A layer norm (with a bias `b`) or an RMS norm (without) of one row in place, as a
+/// `pulp` op: `Arch::dispatch` runs it compiled for the CPU's widest SIMD level (the
+/// crate is otherwise built for baseline x86-64, where these loops were 128-bit and
+/// bound by the latency of their adds).
+///
+/// Layer norm takes two passes, the mean and then the biased variance of the centred
+/// values (as PyTorch does); the sums run on four independent vector accumulators;
+/// `x · r · w (+ b)` is rounded as written (no fused multiply-add), in the vector head
+/// and the scalar tail alike.
+struct Norm<'r> {
+    row: &'r mut [f32],
+    w: &'r [f32],
+    b: Option<&'r [f32]>,
+    eps: f32,
+}
+
+impl pulp::WithSimd for Norm<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        let Norm { row, w, b, eps } = self;
+        let n = row.len() as f32;
+        let r = match b {
+            Some(_) => {
+                let mean = sum_simd(simd, row, false) / n;
+                let m = simd.splat_f32s(mean);
+                let (head, tail) = S::as_mut_simd_f32s(row);
+                for x in head {
+                    *x = simd.sub_f32s(*x, m);
+                }
+                for x in tail {
+                    *x -= mean;
+                }
+                1.0 / (sum_simd(simd, row, true) / n + eps).sqrt()
+            }
+            None => 1.0 / (sum_simd(simd, row, true) / n + eps).sqrt(),
+        };
+        let rv = simd.splat_f32s(r);
+        let (head, tail) = S::as_mut_simd_f32s(row);
+        let (wh, wt) = S::as_simd_f32s(w);
+        match b {
+            Some(b) => {
+                let (bh, bt) = S::as_simd_f32s(b);
+                for ((x, &w), &b) in head.iter_mut().zip(wh).zip(bh) {
+                    *x = simd.add_f32s(simd.mul_f32s(simd.mul_f32s(*x, rv), w), b);
+                }
+                for ((x, &w), &b) in tail.iter_mut().zip(wt).zip(bt) {
+                    *x = *x * r * w + b;
+                }
+            }
+            None => {
+                for (x, &w) in head.iter_mut().zip(wh) {
+                    *x = simd.mul_f32s(simd.mul_f32s(*x, rv), w);
+                }
+                for (x, &w) in tail.iter_mut().zip(wt) {
+                    *x = *x * r * w;
+                }
+            }
+        }
+    }
+}
+
+/// The sum of `x` (of its squares with `squares`) on four independent vector
+/// accumulators, then the scalar tail.
+#[inline(always)]
+fn sum_simd<S: pulp::Simd>(simd: S, x: &[f32], squares: bool) -> f32 {
+    let (head, tail) = S::as_simd_f32s(x);
+    let mut acc = [simd.splat_f32s(0.0); 4];
+    let add = |a: S::f32s, v: S::f32s| {
+        if squares {
+            simd.mul_add_f32s(v, v, a)
+        } else {
+            simd.add_f32s(a, v)
+        }
+    };
+    let chunks = head.chunks_exact(4);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = add(*a, v);
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(rest) {
+        *a = add(*a, v);
+    }
+    let total = simd.add_f32s(simd.add_f32s(acc[0], acc[1]), simd.add_f32s(acc[2], acc[3]));
+    let tail: f32 = tail.iter().map(|&v| if squares { v * v } else { v }).sum();
+    simd.reduce_sum_f32s(total) + tail
 }
 
 /// Copies the input rows into `dst` chunk by chunk and calls `f` on each row of `n`
@@ -248,21 +334,6 @@ fn max(x: &[f32]) -> f32 {
     rest.iter()
         .chain(&acc)
         .fold(f32::NEG_INFINITY, |m, &v| m.max(v))
-}
-
-/// Sum of squares, like [`sum`].
-#[inline]
-fn sum_squares(x: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let chunks = x.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a += v * v;
-        }
-    }
-    let tail: f32 = rest.iter().map(|v| v * v).sum();
-    (acc[0] + acc[4]) + (acc[1] + acc[5]) + (acc[2] + acc[6]) + (acc[3] + acc[7]) + tail
 }
 
 #[cfg(test)]
