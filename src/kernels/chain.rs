@@ -23,14 +23,15 @@
 //! program and norm using the threads itself. (Running big panels one after the other
 //! with gemm's own threads instead was measured slower on MiniLM.)
 
+use super::fused::Instr;
 use super::fused::{fused_in_place, FusedProgram};
-use super::matmul::matmul_prepacked;
+use super::matmul::{matmul_prepacked, matmul_prepacked_bias};
 use super::norm::RowOp;
 use super::packed::PackedRhs;
 use super::par::{for_each_chunk, join_split, units_per_task, MIN_TASK_WORK};
 use super::strided::offset_of;
 use super::{check_input, error, numel_of, KernelError, Par};
-use crate::ir::Layout;
+use crate::ir::{BinaryOp, Layout};
 
 /// About how many bytes of output one panel covers: the size of an L2 cache, so the
 /// product is still in cache when the program reads it, while each gemm gets enough
@@ -409,6 +410,39 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// When the chain is a product and a bias and nothing more (the program is
+    /// `product + bias`, one output, no norm) and the bias reads the same `n`
+    /// contiguous values on every row of panel `p`: those values. The packed f32
+    /// kernel then adds them in its registers ([`matmul_prepacked_bias`]), with the
+    /// bits of the program's add and without its pass over the panel (a fused QKV
+    /// projection's whole epilogue).
+    fn bias_only(&self, p: Panel) -> Option<&[f32]> {
+        let head = self.matmul.as_ref()?.input;
+        let program = self.program;
+        if self.tail.is_some() || program.outputs != [2] {
+            return None;
+        }
+        let (x, y) = match program.instrs[..] {
+            [Instr::Input(x), Instr::Input(y), Instr::Binary(BinaryOp::Add, 0, 1)]
+            | [Instr::Input(y), Instr::Input(x), Instr::Binary(BinaryOp::Add, 1, 0)] => {
+                (x as usize, y as usize)
+            }
+            _ => return None,
+        };
+        // The product first, as the tile adds it (a NaN keeps the program's payload).
+        if x != head || y == head {
+            return None;
+        }
+        let (data, layout) = self.inputs.get(y)?;
+        let l = self.geom.panel_layout(layout, p);
+        let n = self.geom.n;
+        let same_row = l.dims[0] == 1 || l.strides[0] == 0;
+        if l.dims[1] != n || !same_row || (n > 1 && l.strides[1] != 1) {
+            return None;
+        }
+        data.get(l.offset..l.offset + n)
+    }
+
     /// Runs the chain on one panel; `outs` are the panel's pieces of the outputs. The
     /// head's product is written straight into output 0's piece (in cache), and the
     /// program reads it from there while it overwrites it (an in-place input), so the
@@ -432,6 +466,20 @@ impl Ctx<'_> {
             let out = outs
                 .first_mut()
                 .ok_or_else(|| error("chain", "a matmul head needs an output"))?;
+            if let Some(bias) = self.bias_only(p) {
+                let done = matmul_prepacked_bias(
+                    mm.lhs.0,
+                    &lhs,
+                    &rhs,
+                    mm.packed,
+                    bias,
+                    &mut out[..len],
+                    par,
+                )?;
+                if done {
+                    return Ok(());
+                }
+            }
             matmul_prepacked(
                 mm.lhs.0,
                 &lhs,
@@ -503,6 +551,114 @@ mod tests {
     use crate::kernels::fused::Instr;
     use crate::kernels::testutil::*;
     use crate::kernels::{binary, layer_norm, matmul, softmax, unary};
+
+    /// `product + bias` alone, by a packed f32 weight, is one pass: the tile adds the
+    /// bias in its registers ([`Ctx::bias_only`]). It must give the bits of the product
+    /// followed by the add, for ragged panels and several chain panels; `bias + product`, an unpacked weight or a norm after it take the
+    /// program as before (the same values).
+    #[test]
+    fn a_bias_added_in_the_tile_gives_the_bits_of_the_add() {
+        let mut rng = Rng::new(72);
+        for (m, k, n) in [(1, 5, 1), (13, 9, 33), (700, 24, 70), (40, 1, 1000)] {
+            let (lb, ll) = rand_f32(&mut rng, &[m, k]);
+            let (rb, rl) = rand_f32(&mut rng, &[k, n]);
+            let (bias, bl1) = rand_f32(&mut rng, &[n]);
+            let dims = [m, n];
+            let c = Layout::contiguous(&dims);
+            let mut prod = vec![0f32; m * n];
+            let packed = crate::kernels::PackedRhs::pack(&rb, &rl);
+            matmul_prepacked(
+                &lb,
+                &ll,
+                &rb,
+                &rl,
+                packed.as_ref(),
+                &mut prod,
+                Par::serial(),
+            )
+            .unwrap();
+            let bl = bl1.broadcast_as(&dims).unwrap();
+            let mut want = vec![0f32; m * n];
+            binary(
+                BinaryOp::Add,
+                &prod,
+                &c,
+                &bias,
+                &bl,
+                &mut want,
+                Par::serial(),
+            )
+            .unwrap();
+            let add = |first: u16| FusedProgram {
+                inputs: 2,
+                instrs: vec![
+                    Instr::Input(first),
+                    Instr::Input(1 - first),
+                    Instr::Binary(BinaryOp::Add, 0, 1),
+                ],
+                outputs: vec![2],
+            };
+            let empty = Layout::contiguous(&[]);
+            let run = |program: &FusedProgram, packed, tail, par| {
+                let inputs = [(&[][..], &empty), (&bias[..], &bl)];
+                let mm = ChainMatMul {
+                    lhs: (&lb, &ll),
+                    rhs: (&rb, &rl),
+                    input: 0,
+                    packed,
+                };
+                let mut out = vec![f32::NAN; m * n];
+                chain(
+                    &dims,
+                    Some(mm),
+                    program,
+                    &inputs,
+                    tail,
+                    &mut [&mut out],
+                    par,
+                )
+                .unwrap();
+                out
+            };
+            for program in [add(0), add(1)] {
+                for par in pars() {
+                    for packed in [packed.as_ref(), None] {
+                        let out = run(&program, packed, None, par);
+                        if packed.is_some() {
+                            let same = out
+                                .iter()
+                                .zip(&want)
+                                .all(|(a, b)| a.to_bits() == b.to_bits());
+                            assert!(same, "[{m}, {k}] x [{k}, {n}] {program}");
+                        } else {
+                            assert_close(&out, &want, 1e-5);
+                        }
+                    }
+                }
+            }
+            // A norm after it: the program runs, then the norm.
+            let norm = ChainNorm::LayerNorm {
+                weight: (&bias, &bl1),
+                bias: (&bias, &bl1),
+                eps: 1e-5,
+            };
+            let mut want_ln = vec![0f32; m * n];
+            layer_norm(
+                &want,
+                &c,
+                &bias,
+                &bl1,
+                &bias,
+                &bl1,
+                1e-5,
+                &mut want_ln,
+                Par::serial(),
+            )
+            .unwrap();
+            let out = run(&add(0), packed.as_ref(), Some((norm, 0)), Par::serial());
+            assert_close(&out, &want_ln, 1e-5);
+        }
+    }
 
     /// `gelu(product + bias) + residual`, then optionally a layer norm, against the
     /// single-op kernels, over batched and strided operands and several panels.

@@ -23,7 +23,7 @@
 
 use gemm::Parallelism;
 
-use super::packed::{matmul_packed, PackedRhs};
+use super::packed::{matmul_packed, matmul_packed_bias, PackedRhs};
 use super::par::for_each_chunk;
 use super::strided::offset_of;
 use super::{check_dst, check_input, error, KernelError, Par};
@@ -47,6 +47,25 @@ pub fn matmul_prepacked(
         return matmul_packed(lhs, lhs_layout, p, dst, par);
     }
     matmul(lhs, lhs_layout, rhs, rhs_layout, dst, par)
+}
+
+/// [`matmul_prepacked`] plus `bias` (one value per output column) on every row of the
+/// product, when the packed f32 kernel runs it (which adds it in its registers, with
+/// the bits of a separate add); `Ok(false)`, having done nothing, otherwise, and the
+/// caller adds the bias itself.
+pub(crate) fn matmul_prepacked_bias(
+    lhs: &[f32],
+    lhs_layout: &Layout,
+    rhs_layout: &Layout,
+    packed: Option<&PackedRhs>,
+    bias: &[f32],
+    dst: &mut [f32],
+    par: Par,
+) -> Result<bool, KernelError> {
+    match packed.filter(|p| packs_for(p, lhs_layout, rhs_layout)) {
+        Some(p) => matmul_packed_bias(lhs, lhs_layout, p, bias, dst, par),
+        None => Ok(false),
+    }
 }
 
 /// Whether `packed` can stand for the right operand `rhs_layout` of a product with

@@ -13,16 +13,18 @@
 
 use super::{by_rows, Cols, Matrix, Out, Part, MR, NR};
 
-/// Computes `part` of the product of `g` by the f32 panels `data`: panel by panel, and
-/// in each panel row block by row block (so a panel stays in L2 while every row block
-/// reads it).
-pub(super) fn part(g: Matrix<'_>, data: &[f32], part: Part, out: Out) {
+/// Computes `part` of the product of `g` by the f32 panels `data`, plus `bias` (one
+/// value per column of the whole product) when given: panel by panel, and in each
+/// panel row block by row block (so a panel stays in L2 while every row block reads
+/// it).
+pub(super) fn part(g: Matrix<'_>, data: &[f32], bias: Option<&[f32]>, part: Part, out: Out) {
     let k = g.k;
     let blocks = (part.rows.1 - part.rows.0).div_ceil(MR);
     for pj in part.panels.0..part.panels.1 {
         let b = &data[pj * k * NR..(pj + 1) * k * NR];
         let next = b.as_ptr().wrapping_add(k * NR).cast::<u8>();
         let at = part.cols(pj);
+        let bias = bias.map(|b| &b[at.j0..at.j0 + at.width]);
         let mut bi = 0;
         Part::blocks(part.rows.0, part.rows.1 - part.rows.0, |r0, h| {
             let t = Tile {
@@ -32,6 +34,7 @@ pub(super) fn part(g: Matrix<'_>, data: &[f32], part: Part, out: Out) {
                 k,
                 b,
                 at,
+                bias,
                 next: NextPanel::share(next, k, bi, blocks),
             };
             bi += 1;
@@ -40,8 +43,9 @@ pub(super) fn part(g: Matrix<'_>, data: &[f32], part: Part, out: Out) {
     }
 }
 
-/// One tile's operands: rows of `a` (element `(i, p)` at `i * lda + p * cs`) and the
-/// panel `b` (`k` rows of [`NR`]).
+/// One tile's operands: rows of `a` (element `(i, p)` at `i * lda + p * cs`), the
+/// panel `b` (`k` rows of [`NR`]), and what to add to each row of the result (the
+/// bias of the tile's `width` columns), if anything.
 struct Tile<'a> {
     a: &'a [f32],
     lda: usize,
@@ -49,6 +53,7 @@ struct Tile<'a> {
     k: usize,
     b: &'a [f32],
     at: Cols,
+    bias: Option<&'a [f32]>,
     next: NextPanel,
 }
 
@@ -114,6 +119,7 @@ fn checked<const R: usize>(t: &Tile<'_>, dst: Out) {
     assert!(t.b.len() >= t.k * NR);
     assert!(t.k >= 1 && t.a.len() > (R - 1) * t.lda + (t.k - 1) * t.cs);
     assert!(dst.len >= (R - 1) * w.ldc + w.j0 + w.width);
+    assert!(t.bias.is_none_or(|b| b.len() == w.width));
     #[cfg(target_arch = "x86_64")]
     {
         assert!(
@@ -326,7 +332,7 @@ mod avx512 {
     /// `t.k * NR` ([`super::NR`]) elements; `t.a` holds more than `(R - 1) * t.lda + (t.k - 1) *
     /// t.cs`; `dst` is valid for writes of `(R - 1) * ldc + j0 + width` elements
     /// (`t.at`), of which nobody else reads or writes the tile's during the call, and
-    /// `1 <= width <= NR`.
+    /// `1 <= width <= NR`; `t.bias`, if any, holds `width` values.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
         let a = t.a.as_ptr();
@@ -376,7 +382,22 @@ mod avx512 {
                 _ => unreachable!("a tile has 1 to 14 rows"),
             }
         }
-        let (acc0, acc1) = (o.acc0, o.acc1);
+        let (mut acc0, mut acc1) = (o.acc0, o.acc1);
+        if let Some(bias) = t.bias {
+            let (m0, m1) = super::super::lane_masks(t.at.width);
+            // SAFETY: `bias` holds `width` values (the caller's contract); the masks
+            // read only the first `width` lanes.
+            let (b0, b1) = unsafe {
+                (
+                    _mm512_maskz_loadu_ps(m0, bias.as_ptr()),
+                    _mm512_maskz_loadu_ps(m1, bias.as_ptr().wrapping_add(16)),
+                )
+            };
+            for i in 0..R {
+                acc0[i] = _mm512_add_ps(acc0[i], b0);
+                acc1[i] = _mm512_add_ps(acc1[i], b1);
+            }
+        }
         // SAFETY: the caller's contract: `dst` is valid for the tile's rows' columns
         // j0..j0 + width (at i * ldc + j0..), which no one else touches; the masks
         // write only the first `width` lanes.

@@ -397,7 +397,57 @@ pub fn matmul_packed(
     par: Par,
 ) -> Result<(), KernelError> {
     let form = rhs.form();
-    product(lhs, lhs_layout, (rhs.k, rhs.n), form, form.simd(), dst, par)
+    product(
+        lhs,
+        lhs_layout,
+        (rhs.k, rhs.n),
+        form,
+        form.simd(),
+        None,
+        dst,
+        par,
+    )
+}
+
+/// [`matmul_packed`] with `bias` (one value per output column) added to every row of
+/// the product, when `rhs` is packed in f32: the f32 tile adds it to its accumulators
+/// before it stores them, an IEEE add of the finished product and the bias, so the
+/// bits are those of the product followed by a separate add, without the pass over
+/// the output. Returns `Ok(false)`, having done nothing, for the other forms (the
+/// caller then adds the bias itself).
+pub(crate) fn matmul_packed_bias(
+    lhs: &[f32],
+    lhs_layout: &Layout,
+    rhs: &PackedRhs,
+    bias: &[f32],
+    dst: &mut [f32],
+    par: Par,
+) -> Result<bool, KernelError> {
+    let form = rhs.form();
+    if !matches!(form, Form::F32(_)) {
+        return Ok(false);
+    }
+    if bias.len() != rhs.n {
+        return Err(error(
+            "matmul",
+            format_args!(
+                "a bias of {} values for a product {} columns wide",
+                bias.len(),
+                rhs.n
+            ),
+        ));
+    }
+    product(
+        lhs,
+        lhs_layout,
+        (rhs.k, rhs.n),
+        form,
+        true,
+        Some(bias),
+        dst,
+        par,
+    )?;
+    Ok(true)
 }
 
 /// The panels of a packed matrix, borrowed, in their element type.
@@ -433,12 +483,14 @@ impl Form<'_> {
 /// [`matmul_packed`] by the `[k, n]` matrix whose panels are `form`, on the
 /// instruction-set path when `simd`, on the portable loops otherwise (the tests run
 /// both).
+#[allow(clippy::too_many_arguments)]
 fn product(
     lhs: &[f32],
     lhs_layout: &Layout,
     (k, n): (usize, usize),
     form: Form<'_>,
     simd: bool,
+    bias: Option<&[f32]>,
     dst: &mut [f32],
     par: Par,
 ) -> Result<(), KernelError> {
@@ -474,7 +526,12 @@ fn product(
         return Ok(());
     }
     if k == 0 {
-        dst.fill(0.0);
+        match bias {
+            Some(bias) => dst
+                .chunks_exact_mut(n)
+                .for_each(|row| row.copy_from_slice(bias)),
+            None => dst.fill(0.0),
+        }
         return Ok(());
     }
     let work = m.saturating_mul(n).saturating_mul(k);
@@ -494,6 +551,7 @@ fn product(
             n,
             form,
             simd,
+            bias,
         };
         let out = Out::new(out);
         let panels = (0, n.div_ceil(NR));
@@ -526,6 +584,9 @@ struct Job<'a> {
     n: usize,
     form: Form<'a>,
     simd: bool,
+    /// Added to every row of the product (`n` values; f32 panels only, see
+    /// [`matmul_packed_bias`]).
+    bias: Option<&'a [f32]>,
 }
 
 /// Halves rows `rows.0..rows.1` between threads (block-aligned), each computing all
@@ -619,7 +680,7 @@ fn split_columns(
         n: job.n,
     };
     match job.form {
-        Form::F32(data) => f32::part(job.g, data, part, out),
+        Form::F32(data) => f32::part(job.g, data, job.bias, part, out),
         Form::Bf16(data) => bf16::part(job.g, data, part, job.simd, out),
         Form::I8(w) => i8::part(job.g, w, part, job.simd, out),
         Form::Tiles(w) => tiles::part(job.g, w, part, job.simd, out),
@@ -999,7 +1060,17 @@ mod tests {
                 assert_eq!(packed.unpack().unwrap(), rounded(&b));
                 let mut portable = vec![f32::NAN; m * n];
                 let (form, dims) = (packed.form(), (k, n));
-                product(&a, &al, dims, form, false, &mut portable, Par::serial()).unwrap();
+                product(
+                    &a,
+                    &al,
+                    dims,
+                    form,
+                    false,
+                    None,
+                    &mut portable,
+                    Par::serial(),
+                )
+                .unwrap();
                 assert_close(&portable, &want, 1e-5);
                 for threads in [1, 2, 3] {
                     let mut out = vec![f32::NAN; m * n];

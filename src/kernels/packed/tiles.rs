@@ -792,7 +792,17 @@ mod tests {
         let r = al.dims.len();
         let len = al.dims[..r - 1].iter().product::<usize>() * w.n;
         let mut out = vec![f32::NAN; len];
-        product(a, al, (w.k, w.n), w.form(), simd, &mut out, Par { threads }).unwrap();
+        product(
+            a,
+            al,
+            (w.k, w.n),
+            w.form(),
+            simd,
+            None,
+            &mut out,
+            Par { threads },
+        )
+        .unwrap();
         out
     }
 
