@@ -23,8 +23,7 @@
 //! program and norm using the threads itself. (Running big panels one after the other
 //! with gemm's own threads instead was measured slower on MiniLM.)
 
-use super::fused::Instr;
-use super::fused::{fused_in_place, FusedProgram};
+use super::fused::{fused_in_place, FusedProgram, Instr};
 use super::matmul::{matmul_prepacked, matmul_prepacked_bias};
 use super::norm::RowOp;
 use super::packed::PackedRhs;
@@ -535,9 +534,7 @@ impl Ctx<'_> {
         }
         if let Some((op, j)) = self.tail {
             for_each_chunk(outs[*j], g.n, g.n * op.cost(), par, |_, rows| {
-                for row in rows.chunks_exact_mut(g.n) {
-                    op.apply(row);
-                }
+                op.apply_rows(rows, g.n)
             });
         }
         Ok(())
@@ -554,8 +551,9 @@ mod tests {
 
     /// `product + bias` alone, by a packed f32 weight, is one pass: the tile adds the
     /// bias in its registers ([`Ctx::bias_only`]). It must give the bits of the product
-    /// followed by the add, for ragged panels and several chain panels; `bias + product`, an unpacked weight or a norm after it take the
-    /// program as before (the same values).
+    /// followed by the add, for ragged panels and several chain panels, with the sum's
+    /// operands loaded in either order; `bias + product`, an unpacked weight or a norm
+    /// after it take the program as before (the same values).
     #[test]
     fn a_bias_added_in_the_tile_gives_the_bits_of_the_add() {
         let mut rng = Rng::new(72);
@@ -589,12 +587,13 @@ mod tests {
                 Par::serial(),
             )
             .unwrap();
-            let add = |first: u16| FusedProgram {
+            // Input `first` into register 0, the other into 1, then the sum `regs`.
+            let add = |first: u16, regs: (u16, u16)| FusedProgram {
                 inputs: 2,
                 instrs: vec![
                     Instr::Input(first),
                     Instr::Input(1 - first),
-                    Instr::Binary(BinaryOp::Add, 0, 1),
+                    Instr::Binary(BinaryOp::Add, regs.0, regs.1),
                 ],
                 outputs: vec![2],
             };
@@ -620,7 +619,8 @@ mod tests {
                 .unwrap();
                 out
             };
-            for program in [add(0), add(1)] {
+            // product + bias twice (the tile's path), then bias + product.
+            for program in [add(0, (0, 1)), add(1, (1, 0)), add(1, (0, 1))] {
                 for par in pars() {
                     for packed in [packed.as_ref(), None] {
                         let out = run(&program, packed, None, par);
@@ -655,7 +655,12 @@ mod tests {
                 Par::serial(),
             )
             .unwrap();
-            let out = run(&add(0), packed.as_ref(), Some((norm, 0)), Par::serial());
+            let out = run(
+                &add(0, (0, 1)),
+                packed.as_ref(),
+                Some((norm, 0)),
+                Par::serial(),
+            );
             assert_close(&out, &want_ln, 1e-5);
         }
     }

@@ -7,8 +7,9 @@
 //! row is normalised in place, while it is hot in L1. The statistics are computed in f32
 //! with several independent accumulators (layer norm uses two passes: the mean, then the
 //! biased variance of the centred values, as PyTorch does); layer and RMS norms run
-//! compiled for the CPU's widest SIMD level (`pulp`'s dispatch, `Norm`). The per-row arithmetic is
-//! one `RowOp`, which the chains of `kernels::chain` also apply to rows they computed.
+//! compiled for the CPU's widest SIMD level (`pulp`'s dispatch, `Norm`). The per-row
+//! arithmetic is one `RowOp`, which the chains of `kernels::chain` also apply to rows
+//! they computed.
 
 use std::borrow::Cow;
 
@@ -24,7 +25,7 @@ pub fn softmax(src: &[f32], layout: &Layout, dst: &mut [f32], par: Par) -> Resul
     let kernel = "softmax";
     let n = row_len(kernel, src, layout, dst.len())?;
     let op = RowOp::Softmax;
-    rows(src, layout, dst, n, op.cost(), par, |row| op.apply(row));
+    rows(src, layout, dst, n, &op, par);
     Ok(())
 }
 
@@ -45,7 +46,7 @@ pub fn layer_norm(
     let kernel = "layer_norm";
     let n = row_len(kernel, src, layout, dst.len())?;
     let op = RowOp::layer_norm(weight, weight_layout, bias, bias_layout, eps, n)?;
-    rows(src, layout, dst, n, op.cost(), par, |row| op.apply(row));
+    rows(src, layout, dst, n, &op, par);
     Ok(())
 }
 
@@ -63,7 +64,7 @@ pub fn rms_norm(
     let kernel = "rms_norm";
     let n = row_len(kernel, src, layout, dst.len())?;
     let op = RowOp::rms_norm(weight, weight_layout, eps, n)?;
-    rows(src, layout, dst, n, op.cost(), par, |row| op.apply(row));
+    rows(src, layout, dst, n, &op, par);
     Ok(())
 }
 
@@ -125,28 +126,30 @@ impl<'a> RowOp<'a> {
         }
     }
 
-    /// Normalises one row in place (its length is the `n` the op was made for).
-    #[inline]
-    pub(crate) fn apply(&self, row: &mut [f32]) {
+    /// Normalises each row of `rows` (whole rows of the `n` the op was made for) in
+    /// place; a layer or RMS norm picks its SIMD level once for all of them.
+    pub(crate) fn apply_rows(&self, rows: &mut [f32], n: usize) {
         match self {
             RowOp::Softmax => {
-                let max = max(row);
-                for x in row.iter_mut() {
-                    *x = math::exp(*x - max);
-                }
-                let inv = 1.0 / sum(row);
-                for x in row.iter_mut() {
-                    *x *= inv;
+                for row in rows.chunks_exact_mut(n) {
+                    let max = max(row);
+                    for x in row.iter_mut() {
+                        *x = math::exp(*x - max);
+                    }
+                    let inv = 1.0 / sum(row);
+                    for x in row.iter_mut() {
+                        *x *= inv;
+                    }
                 }
             }
             RowOp::LayerNorm { w, b, eps } => pulp::Arch::new().dispatch(Norm {
-                row,
+                rows,
                 w,
                 b: Some(b),
                 eps: *eps,
             }),
             RowOp::RmsNorm { w, eps } => pulp::Arch::new().dispatch(Norm {
-                row,
+                rows,
                 w,
                 b: None,
                 eps: *eps,
@@ -197,17 +200,17 @@ fn vector<'a>(
     })
 }
 
-/// A layer norm (with a bias `b`) or an RMS norm (without) of one row in place, as a
-/// `pulp` op: `Arch::dispatch` runs it compiled for the CPU's widest SIMD level (the
-/// crate is otherwise built for baseline x86-64, where these loops were 128-bit and
-/// bound by the latency of their adds).
+/// A layer norm (with a bias `b`) or an RMS norm (without) of each row of `rows` in
+/// place (rows as long as `w`), as a `pulp` op: `Arch::dispatch` runs it compiled for
+/// the CPU's widest SIMD level (the crate is otherwise built for baseline x86-64,
+/// where these loops were 128-bit and bound by the latency of their adds).
 ///
 /// Layer norm takes two passes, the mean and then the biased variance of the centred
 /// values (as PyTorch does); the sums run on four independent vector accumulators;
 /// `x · r · w (+ b)` is rounded as written (no fused multiply-add), in the vector head
 /// and the scalar tail alike.
 struct Norm<'r> {
-    row: &'r mut [f32],
+    rows: &'r mut [f32],
     w: &'r [f32],
     b: Option<&'r [f32]>,
     eps: f32,
@@ -218,42 +221,37 @@ impl pulp::WithSimd for Norm<'_> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, simd: S) {
-        let Norm { row, w, b, eps } = self;
-        let n = row.len() as f32;
-        let r = match b {
-            Some(_) => {
+        let Norm { rows, w, b, eps } = self;
+        let (wh, wt) = S::as_simd_f32s(w);
+        for row in rows.chunks_exact_mut(w.len()) {
+            let n = row.len() as f32;
+            if b.is_some() {
                 let mean = sum_simd(simd, row, false) / n;
                 let m = simd.splat_f32s(mean);
                 let (head, tail) = S::as_mut_simd_f32s(row);
-                for x in head {
-                    *x = simd.sub_f32s(*x, m);
-                }
-                for x in tail {
-                    *x -= mean;
-                }
-                1.0 / (sum_simd(simd, row, true) / n + eps).sqrt()
+                head.iter_mut().for_each(|x| *x = simd.sub_f32s(*x, m));
+                tail.iter_mut().for_each(|x| *x -= mean);
             }
-            None => 1.0 / (sum_simd(simd, row, true) / n + eps).sqrt(),
-        };
-        let rv = simd.splat_f32s(r);
-        let (head, tail) = S::as_mut_simd_f32s(row);
-        let (wh, wt) = S::as_simd_f32s(w);
-        match b {
-            Some(b) => {
-                let (bh, bt) = S::as_simd_f32s(b);
-                for ((x, &w), &b) in head.iter_mut().zip(wh).zip(bh) {
-                    *x = simd.add_f32s(simd.mul_f32s(simd.mul_f32s(*x, rv), w), b);
+            let r = 1.0 / (sum_simd(simd, row, true) / n + eps).sqrt();
+            let rv = simd.splat_f32s(r);
+            let (head, tail) = S::as_mut_simd_f32s(row);
+            match b {
+                Some(b) => {
+                    let (bh, bt) = S::as_simd_f32s(b);
+                    for ((x, &w), &b) in head.iter_mut().zip(wh).zip(bh) {
+                        *x = simd.add_f32s(simd.mul_f32s(simd.mul_f32s(*x, rv), w), b);
+                    }
+                    for ((x, &w), &b) in tail.iter_mut().zip(wt).zip(bt) {
+                        *x = *x * r * w + b;
+                    }
                 }
-                for ((x, &w), &b) in tail.iter_mut().zip(wt).zip(bt) {
-                    *x = *x * r * w + b;
-                }
-            }
-            None => {
-                for (x, &w) in head.iter_mut().zip(wh) {
-                    *x = simd.mul_f32s(simd.mul_f32s(*x, rv), w);
-                }
-                for (x, &w) in tail.iter_mut().zip(wt) {
-                    *x = *x * r * w;
+                None => {
+                    for (x, &w) in head.iter_mut().zip(wh) {
+                        *x = simd.mul_f32s(simd.mul_f32s(*x, rv), w);
+                    }
+                    for (x, &w) in tail.iter_mut().zip(wt) {
+                        *x = *x * r * w;
+                    }
                 }
             }
         }
@@ -288,18 +286,13 @@ fn sum_simd<S: pulp::Simd>(simd: S, x: &[f32], squares: bool) -> f32 {
     simd.reduce_sum_f32s(total) + tail
 }
 
-/// Copies the input rows into `dst` chunk by chunk and calls `f` on each row of `n`
-/// elements in place. `cost` is the work per element, for the parallel split.
-fn rows<F>(src: &[f32], layout: &Layout, dst: &mut [f32], n: usize, cost: usize, par: Par, f: F)
-where
-    F: Fn(&mut [f32]) + Sync + Send,
-{
+/// Copies the input rows into `dst` chunk by chunk and normalises each chunk's rows
+/// of `n` elements in place with `op`.
+fn rows(src: &[f32], layout: &Layout, dst: &mut [f32], n: usize, op: &RowOp<'_>, par: Par) {
     let walk = Walk::new(&layout.dims, [&layout.strides], [layout.offset]);
-    for_each_chunk(dst, n, n * cost, par, |first_row, out| {
+    for_each_chunk(dst, n, n * op.cost(), par, |first_row, out| {
         copy_runs(src, &walk, first_row * n, out);
-        for row in out.chunks_exact_mut(n) {
-            f(row);
-        }
+        op.apply_rows(out, n);
     });
 }
 

@@ -10,6 +10,9 @@
 //! stream is as even as the arithmetic. Each step also asks for the current panel's
 //! lines [`L1_AHEAD`] bytes on into L1, so the loads of the panel, now mostly from L2,
 //! do not wait on it either.
+//!
+//! Given a bias, the tile adds it to its accumulators before it stores them (an IEEE
+//! add of the finished sums: the bits of a separate add, without its pass).
 
 use super::{by_rows, Cols, Matrix, Out, Part, MR, NR};
 
@@ -329,10 +332,11 @@ mod avx512 {
     /// # Safety
     ///
     /// The CPU has AVX-512F; `1 <= R <= 14`; `t.k >= 1` and `t.b` holds at least
-    /// `t.k * NR` ([`super::NR`]) elements; `t.a` holds more than `(R - 1) * t.lda + (t.k - 1) *
-    /// t.cs`; `dst` is valid for writes of `(R - 1) * ldc + j0 + width` elements
-    /// (`t.at`), of which nobody else reads or writes the tile's during the call, and
-    /// `1 <= width <= NR`; `t.bias`, if any, holds `width` values.
+    /// `t.k * NR` ([`super::NR`]) elements; `t.a` holds more than
+    /// `(R - 1) * t.lda + (t.k - 1) * t.cs`; `dst` is valid for writes of
+    /// `(R - 1) * ldc + j0 + width` elements (`t.at`), of which nobody else reads or
+    /// writes the tile's during the call, and `1 <= width <= NR`; `t.bias`, if any,
+    /// holds `width` values.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
         let a = t.a.as_ptr();

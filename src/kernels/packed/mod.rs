@@ -442,7 +442,7 @@ pub(crate) fn matmul_packed_bias(
         lhs_layout,
         (rhs.k, rhs.n),
         form,
-        true,
+        form.simd(),
         Some(bias),
         dst,
         par,
