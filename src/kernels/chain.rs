@@ -17,20 +17,23 @@
 //! the panel, reading the product from that output before overwriting it and every
 //! other input through its layout narrowed to the panel's rows, and the tail normalises
 //! the panel's rows of its output while they are still in cache. The product and the
-//! norm's input get no memory of their own. With several threads, runs of panels are
+//! norm's input get no memory of their own. When the weight is packed in f32 and the program only
+//! carries the product through adds (a bias, a residual) and GELU, the packed tile
+//! applies those steps to its sums before it stores them ([`Ctx::tile_epilogue`]),
+//! with the program's bits, and the program's pass over the panel disappears. With several threads, runs of panels are
 //! halved across `rayon::join` (a few per thread, each with single-threaded gemms);
 //! a chain with too few panels for that runs them one after the other, each gemm,
 //! program and norm using the threads itself. (Running big panels one after the other
 //! with gemm's own threads instead was measured slower on MiniLM.)
 
 use super::fused::{fused_in_place, FusedProgram, Instr};
-use super::matmul::{matmul_prepacked, matmul_prepacked_bias};
+use super::matmul::{matmul_prepacked, matmul_prepacked_epilogue};
 use super::norm::RowOp;
-use super::packed::PackedRhs;
+use super::packed::{PackedRhs, Step};
 use super::par::{for_each_chunk, join_split, units_per_task, MIN_TASK_WORK};
 use super::strided::offset_of;
 use super::{check_input, error, numel_of, KernelError, Par};
-use crate::ir::{BinaryOp, Layout};
+use crate::ir::{BinaryOp, Layout, UnaryOp};
 
 /// About how many bytes of output one panel covers: the size of an L2 cache, so the
 /// product is still in cache when the program reads it, while each gemm gets enough
@@ -341,6 +344,14 @@ struct Ctx<'a> {
     tail: Option<&'a (RowOp<'a>, usize)>,
 }
 
+/// The most steps of a tile's epilogue ([`Ctx::tile_epilogue`]; MiniLM's longest
+/// are two).
+const MAX_STEPS: usize = 4;
+
+/// The longest program [`Ctx::tile_epilogue`] looks at: the product and, for each
+/// step, an input and an add.
+const MAX_EPILOGUE_INSTRS: usize = 1 + 2 * MAX_STEPS;
+
 /// The inputs one panel reads, kept inline for up to this many program inputs (and
 /// outputs), so that a panel allocates nothing.
 const INLINE: usize = 16;
@@ -409,37 +420,78 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// When the chain is a product and a bias and nothing more (the program is
-    /// `product + bias`, one output, no norm) and the bias reads the same `n`
-    /// contiguous values on every row of panel `p`: those values. The packed f32
-    /// kernel then adds them in its registers ([`matmul_prepacked_bias`]), with the
-    /// bits of the program's add and without its pass over the panel (a fused QKV
-    /// projection's whole epilogue).
-    fn bias_only(&self, p: Panel) -> Option<&[f32]> {
+    /// When the chain's program is a product followed by steps the packed f32 tile can
+    /// take in its registers (adds of a bias or a residual, GELU; one output): those
+    /// steps on panel `p`, written to `steps`, and how many there are. The tile then
+    /// applies them to its sums before it stores them ([`matmul_prepacked_epilogue`]),
+    /// each the operation the program would do, so the bits are the program's, without
+    /// the program's pass over the panel: a fused QKV projection's bias, the FFN's
+    /// `gelu(product + bias)`, the output projections' `product + bias + residual`
+    /// before their layer norm.
+    ///
+    /// The program must keep one running result: the product first, then each
+    /// instruction an add of that result and an input (a bias reading the same `n`
+    /// contiguous values on every row, or a matrix with contiguous rows) or its GELU.
+    fn tile_epilogue<'s>(&'s self, p: Panel, steps: &mut [Step<'s>; MAX_STEPS]) -> Option<usize> {
         let head = self.matmul.as_ref()?.input;
         let program = self.program;
-        if self.tail.is_some() || program.outputs != [2] {
+        if program.outputs.len() != 1 || program.instrs.len() > MAX_EPILOGUE_INSTRS {
             return None;
         }
-        let (x, y) = match program.instrs[..] {
-            [Instr::Input(x), Instr::Input(y), Instr::Binary(BinaryOp::Add, 0, 1)]
-            | [Instr::Input(y), Instr::Input(x), Instr::Binary(BinaryOp::Add, 1, 0)] => {
-                (x as usize, y as usize)
+        // Register r holds input loaded[r] (not the product); `sum` the running result.
+        let mut loaded = [None::<usize>; MAX_EPILOGUE_INSTRS];
+        let mut sum = None::<usize>;
+        let mut len = 0;
+        for (r, instr) in program.instrs.iter().enumerate() {
+            match *instr {
+                Instr::Input(k) if k as usize == head && sum.is_none() => sum = Some(r),
+                Instr::Input(k) if k as usize != head => loaded[r] = Some(k as usize),
+                Instr::Binary(BinaryOp::Add, x, y) => {
+                    let (x, y, s) = (x as usize, y as usize, sum?);
+                    let (other, sum_first) = match (x == s, y == s) {
+                        (true, false) => (y, true),
+                        (false, true) => (x, false),
+                        _ => return None,
+                    };
+                    let k = loaded[other]?;
+                    *steps.get_mut(len)? = self.operand(k, p, sum_first)?;
+                    len += 1;
+                    sum = Some(r);
+                }
+                Instr::Unary(UnaryOp::Gelu, x) if Some(x as usize) == sum => {
+                    *steps.get_mut(len)? = Step::Gelu;
+                    len += 1;
+                    sum = Some(r);
+                }
+                _ => return None,
             }
-            _ => return None,
-        };
-        // The product first, as the tile adds it (a NaN keeps the program's payload).
-        if x != head || y == head {
-            return None;
         }
-        let (data, layout) = self.inputs.get(y)?;
+        (sum? == usize::from(program.outputs[0])).then_some(len)
+    }
+
+    /// Input `k` on panel `p` as the operand of an add in a tile's epilogue: a
+    /// [`Step::Columns`] when every row reads the same `n` contiguous values, a
+    /// [`Step::Rows`] when its rows are contiguous; `None` otherwise.
+    fn operand(&self, k: usize, p: Panel, sum_first: bool) -> Option<Step<'_>> {
+        let (data, layout) = self.inputs[k];
         let l = self.geom.panel_layout(layout, p);
         let n = self.geom.n;
-        let same_row = l.dims[0] == 1 || l.strides[0] == 0;
-        if l.dims[1] != n || !same_row || (n > 1 && l.strides[1] != 1) {
+        if l.dims[1] != n || (n > 1 && l.strides[1] != 1) {
             return None;
         }
-        data.get(l.offset..l.offset + n)
+        Some(if l.dims[0] == 1 || l.strides[0] == 0 {
+            Step::Columns {
+                values: data.get(l.offset..l.offset + n)?,
+                sum_first,
+            }
+        } else {
+            Step::Rows {
+                data,
+                offset: l.offset,
+                stride: l.strides[0],
+                sum_first,
+            }
+        })
     }
 
     /// Runs the chain on one panel; `outs` are the panel's pieces of the outputs. The
@@ -465,17 +517,19 @@ impl Ctx<'_> {
             let out = outs
                 .first_mut()
                 .ok_or_else(|| error("chain", "a matmul head needs an output"))?;
-            if let Some(bias) = self.bias_only(p) {
-                let done = matmul_prepacked_bias(
+            let mut steps = [Step::Gelu; MAX_STEPS];
+            if let Some(n_steps) = self.tile_epilogue(p, &mut steps) {
+                let done = matmul_prepacked_epilogue(
                     mm.lhs.0,
                     &lhs,
                     &rhs,
                     mm.packed,
-                    bias,
+                    &steps[..n_steps],
                     &mut out[..len],
                     par,
                 )?;
                 if done {
+                    self.tail(outs, par);
                     return Ok(());
                 }
             }
@@ -532,12 +586,18 @@ impl Ctx<'_> {
             }
             run(&data[..n_in], outs)?;
         }
+        self.tail(outs, par);
+        Ok(())
+    }
+
+    /// The norm at the chain's tail, if any, on the panel's rows of its output.
+    fn tail(&self, outs: &mut [&mut [f32]], par: Par) {
         if let Some((op, j)) = self.tail {
-            for_each_chunk(outs[*j], g.n, g.n * op.cost(), par, |_, rows| {
-                op.apply_rows(rows, g.n)
+            let n = self.geom.n;
+            for_each_chunk(outs[*j], n, n * op.cost(), par, |_, rows| {
+                op.apply_rows(rows, n)
             });
         }
-        Ok(())
     }
 }
 
@@ -549,20 +609,90 @@ mod tests {
     use crate::kernels::testutil::*;
     use crate::kernels::{binary, layer_norm, matmul, softmax, unary};
 
-    /// `product + bias` alone, by a packed f32 weight, is one pass: the tile adds the
-    /// bias in its registers ([`Ctx::bias_only`]). It must give the bits of the product
-    /// followed by the add, for ragged panels and several chain panels, with the sum's
-    /// operands loaded in either order; `bias + product`, an unpacked weight or a norm
-    /// after it take the program as before (the same values).
+    /// The programs after a product that the packed f32 tile takes in its registers
+    /// ([`Ctx::tile_epilogue`]): a bias (either operand order), GELU of it, a bias
+    /// and a residual (the output projections', before their norm); and ones it must
+    /// leave to the program.
     #[test]
-    fn a_bias_added_in_the_tile_gives_the_bits_of_the_add() {
+    fn the_tile_takes_only_a_running_sum_of_adds_and_gelu() {
+        let (m, n) = (3, 4);
+        let dims = [m, n];
+        let bias = vec![1.0f32; n];
+        let res = vec![2.0f32; m * n];
+        let bl = Layout::contiguous(&[n]).broadcast_as(&dims).unwrap();
+        let rl = Layout::contiguous(&dims);
+        let empty = Layout::contiguous(&[]);
+        let inputs = [(&[][..], &empty), (&bias[..], &bl), (&res[..], &rl)];
+        let geom = Geometry::new("chain", &dims, true).unwrap();
+        let lhs = Layout::contiguous(&[m, 2]);
+        let rhs = Layout::contiguous(&[2, n]);
+        let (i, u, add) = (
+            Instr::Input,
+            |x| Instr::Unary(UnaryOp::Gelu, x),
+            |x, y| Instr::Binary(BinaryOp::Add, x, y),
+        );
+        let cases: [(Vec<Instr>, u16, Option<usize>); 9] = [
+            (vec![i(0), i(1), add(0, 1)], 2, Some(1)),
+            (vec![i(1), i(0), add(0, 1)], 2, Some(1)),
+            (vec![i(0), i(1), add(0, 1), u(2)], 3, Some(2)),
+            (vec![i(0), i(1), add(0, 1), i(2), add(3, 2)], 4, Some(2)),
+            // The product added to itself, GELU of the bias, an old sum used again,
+            // a product loaded twice, an output that is not the running sum.
+            (vec![i(0), add(0, 0)], 1, None),
+            (vec![i(0), i(1), u(1), add(0, 2)], 3, None),
+            (vec![i(0), i(1), add(0, 1), add(2, 0)], 3, None),
+            (vec![i(0), i(0), add(0, 1)], 2, None),
+            (vec![i(0), i(1), add(0, 1)], 1, None),
+        ];
+        for (instrs, out, want) in cases {
+            let program = FusedProgram {
+                inputs: 3,
+                instrs,
+                outputs: vec![out],
+            };
+            let ctx = Ctx {
+                geom: &geom,
+                matmul: Some(ChainMatMul {
+                    lhs: (&[], &lhs),
+                    rhs: (&[], &rhs),
+                    input: 0,
+                    packed: None,
+                }),
+                program: &program,
+                inputs: &inputs,
+                tail: None,
+            };
+            let mut steps = [Step::Gelu; MAX_STEPS];
+            let p = Panel {
+                b: 0,
+                r0: 0,
+                rows: m,
+            };
+            assert_eq!(ctx.tile_epilogue(p, &mut steps), want, "{program}");
+        }
+    }
+
+    /// Chains whose program the tile takes (a bias, GELU of it, a bias and a
+    /// residual in either order, then a layer norm), by a packed f32 weight: the bits
+    /// of the product followed by the program's operations one kernel at a time, for
+    /// ragged panels and several chain panels; by an unpacked weight (the program
+    /// runs), the same values.
+    #[test]
+    fn an_epilogue_in_the_tile_gives_the_bits_of_the_program() {
         let mut rng = Rng::new(72);
         for (m, k, n) in [(1, 5, 1), (13, 9, 33), (700, 24, 70), (40, 1, 1000)] {
             let (lb, ll) = rand_f32(&mut rng, &[m, k]);
             let (rb, rl) = rand_f32(&mut rng, &[k, n]);
             let (bias, bl1) = rand_f32(&mut rng, &[n]);
+            let res: Vec<f32> = (0..m * (n + 2)).map(|_| rng.f32()).collect();
             let dims = [m, n];
             let c = Layout::contiguous(&dims);
+            // The residual's rows are padded: stride n + 2.
+            let resl = Layout {
+                dims: dims.into(),
+                strides: [n + 2, 1].into(),
+                offset: 0,
+            };
             let mut prod = vec![0f32; m * n];
             let packed = crate::kernels::PackedRhs::pack(&rb, &rl);
             matmul_prepacked(
@@ -576,92 +706,77 @@ mod tests {
             )
             .unwrap();
             let bl = bl1.broadcast_as(&dims).unwrap();
-            let mut want = vec![0f32; m * n];
-            binary(
-                BinaryOp::Add,
-                &prod,
-                &c,
-                &bias,
-                &bl,
-                &mut want,
-                Par::serial(),
-            )
-            .unwrap();
-            // Input `first` into register 0, the other into 1, then the sum `regs`.
-            let add = |first: u16, regs: (u16, u16)| FusedProgram {
-                inputs: 2,
-                instrs: vec![
-                    Instr::Input(first),
-                    Instr::Input(1 - first),
-                    Instr::Binary(BinaryOp::Add, regs.0, regs.1),
-                ],
-                outputs: vec![2],
+            let s = Par::serial();
+            let op = |f: &dyn Fn(&mut [f32])| {
+                let mut v = vec![0f32; m * n];
+                f(&mut v);
+                v
             };
-            let empty = Layout::contiguous(&[]);
-            let run = |program: &FusedProgram, packed, tail, par| {
-                let inputs = [(&[][..], &empty), (&bias[..], &bl)];
-                let mm = ChainMatMul {
-                    lhs: (&lb, &ll),
-                    rhs: (&rb, &rl),
-                    input: 0,
-                    packed,
-                };
-                let mut out = vec![f32::NAN; m * n];
-                chain(
-                    &dims,
-                    Some(mm),
-                    program,
-                    &inputs,
-                    tail,
-                    &mut [&mut out],
-                    par,
-                )
-                .unwrap();
-                out
+            let summed = op(&|v| binary(BinaryOp::Add, &prod, &c, &bias, &bl, v, s).unwrap());
+            let gelu = op(&|v| unary(UnaryOp::Gelu, &summed, &c, v, s).unwrap());
+            let res_after = op(&|v| binary(BinaryOp::Add, &summed, &c, &res, &resl, v, s).unwrap());
+            let res_before =
+                op(&|v| binary(BinaryOp::Add, &res, &resl, &summed, &c, v, s).unwrap());
+            let normed =
+                op(&|v| layer_norm(&res_after, &c, &bias, &bl1, &bias, &bl1, 1e-5, v, s).unwrap());
+            let (i, add) = (Instr::Input, |x, y| Instr::Binary(BinaryOp::Add, x, y));
+            let program = |instrs: Vec<Instr>| FusedProgram {
+                inputs: 3,
+                outputs: vec![instrs.len() as u16 - 1],
+                instrs,
             };
-            // product + bias twice (the tile's path), then bias + product.
-            for program in [add(0, (0, 1)), add(1, (1, 0)), add(1, (0, 1))] {
-                for par in pars() {
-                    for packed in [packed.as_ref(), None] {
-                        let out = run(&program, packed, None, par);
-                        if packed.is_some() {
-                            let same = out
-                                .iter()
-                                .zip(&want)
-                                .all(|(a, b)| a.to_bits() == b.to_bits());
-                            assert!(same, "[{m}, {k}] x [{k}, {n}] {program}");
-                        } else {
-                            assert_close(&out, &want, 1e-5);
-                        }
-                    }
-                }
-            }
-            // A norm after it: the program runs, then the norm.
             let norm = ChainNorm::LayerNorm {
                 weight: (&bias, &bl1),
                 bias: (&bias, &bl1),
                 eps: 1e-5,
             };
-            let mut want_ln = vec![0f32; m * n];
-            layer_norm(
-                &want,
-                &c,
-                &bias,
-                &bl1,
-                &bias,
-                &bl1,
-                1e-5,
-                &mut want_ln,
-                Par::serial(),
-            )
-            .unwrap();
-            let out = run(
-                &add(0, (0, 1)),
-                packed.as_ref(),
-                Some((norm, 0)),
-                Par::serial(),
-            );
-            assert_close(&out, &want_ln, 1e-5);
+            let gelu_program = program(vec![i(0), i(1), add(0, 1), Instr::Unary(UnaryOp::Gelu, 2)]);
+            let cases = [
+                (program(vec![i(0), i(1), add(0, 1)]), None, &summed),
+                (program(vec![i(1), i(0), add(1, 0)]), None, &summed),
+                (gelu_program, None, &gelu),
+                (
+                    program(vec![i(0), i(1), add(0, 1), i(2), add(2, 3)]),
+                    None,
+                    &res_after,
+                ),
+                (
+                    program(vec![i(0), i(1), add(0, 1), i(2), add(3, 2)]),
+                    None,
+                    &res_before,
+                ),
+                (
+                    program(vec![i(0), i(1), add(0, 1), i(2), add(2, 3)]),
+                    Some((norm, 0)),
+                    &normed,
+                ),
+            ];
+            let empty = Layout::contiguous(&[]);
+            let inputs = [(&[][..], &empty), (&bias[..], &bl), (&res[..], &resl)];
+            for (program, tail, want) in &cases {
+                for par in pars() {
+                    for packed in [packed.as_ref(), None] {
+                        let mm = ChainMatMul {
+                            lhs: (&lb, &ll),
+                            rhs: (&rb, &rl),
+                            input: 0,
+                            packed,
+                        };
+                        let mut out = vec![f32::NAN; m * n];
+                        let outs = &mut [&mut out[..]];
+                        chain(&dims, Some(mm), program, &inputs, *tail, outs, par).unwrap();
+                        if packed.is_some() {
+                            let same = out
+                                .iter()
+                                .zip(*want)
+                                .all(|(a, b)| a.to_bits() == b.to_bits());
+                            assert!(same, "[{m}, {k}] x [{k}, {n}] {program} {par:?}");
+                        } else {
+                            assert_close(&out, want, 1e-5);
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -23,7 +23,7 @@
 
 use gemm::Parallelism;
 
-use super::packed::{matmul_packed, matmul_packed_bias, PackedRhs};
+use super::packed::{matmul_packed, matmul_packed_epilogue, Epilogue, PackedRhs};
 use super::par::for_each_chunk;
 use super::strided::offset_of;
 use super::{check_dst, check_input, error, KernelError, Par};
@@ -49,21 +49,21 @@ pub fn matmul_prepacked(
     matmul(lhs, lhs_layout, rhs, rhs_layout, dst, par)
 }
 
-/// [`matmul_prepacked`] plus `bias` (one value per output column) on every row of the
-/// product, when the packed f32 kernel runs it (which adds it in its registers, with
-/// the bits of a separate add); `Ok(false)`, having done nothing, otherwise, and the
-/// caller adds the bias itself.
-pub(crate) fn matmul_prepacked_bias(
+/// [`matmul_prepacked`] followed by `epilogue` on every element of the product, when
+/// the packed f32 kernel runs it (which applies it in its registers, with the bits of
+/// the separate operations); `Ok(false)`, having done nothing, otherwise, and the
+/// caller runs the epilogue itself.
+pub(crate) fn matmul_prepacked_epilogue(
     lhs: &[f32],
     lhs_layout: &Layout,
     rhs_layout: &Layout,
     packed: Option<&PackedRhs>,
-    bias: &[f32],
+    epilogue: Epilogue<'_>,
     dst: &mut [f32],
     par: Par,
 ) -> Result<bool, KernelError> {
     match packed.filter(|p| packs_for(p, lhs_layout, rhs_layout)) {
-        Some(p) => matmul_packed_bias(lhs, lhs_layout, p, bias, dst, par),
+        Some(p) => matmul_packed_epilogue(lhs, lhs_layout, p, epilogue, dst, par),
         None => Ok(false),
     }
 }

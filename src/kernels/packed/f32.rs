@@ -11,23 +11,23 @@
 //! lines [`L1_AHEAD`] bytes on into L1, so the loads of the panel, now mostly from L2,
 //! do not wait on it either.
 //!
-//! Given a bias, the tile adds it to its accumulators before it stores them (an IEEE
-//! add of the finished sums: the bits of a separate add, without its pass).
+//! Given an [`Epilogue`] (a bias, a residual, GELU: a chain's element-wise program
+//! after its product), the tile applies it to its accumulators before it stores them,
+//! each step the operation the program would do on the finished sums, so the bits are
+//! the program's, without its pass over the output.
 
-use super::{by_rows, Cols, Matrix, Out, Part, MR, NR};
+use super::{by_rows, Cols, Epilogue, Matrix, Out, Part, Step, MR, NR};
 
-/// Computes `part` of the product of `g` by the f32 panels `data`, plus `bias` (one
-/// value per column of the whole product) when given: panel by panel, and in each
-/// panel row block by row block (so a panel stays in L2 while every row block reads
-/// it).
-pub(super) fn part(g: Matrix<'_>, data: &[f32], bias: Option<&[f32]>, part: Part, out: Out) {
+/// Computes `part` of the product of `g` by the f32 panels `data`, followed by
+/// `epilogue`: panel by panel, and in each panel row block by row block (so a panel
+/// stays in L2 while every row block reads it).
+pub(super) fn part(g: Matrix<'_>, data: &[f32], epilogue: Epilogue<'_>, part: Part, out: Out) {
     let k = g.k;
     let blocks = (part.rows.1 - part.rows.0).div_ceil(MR);
     for pj in part.panels.0..part.panels.1 {
         let b = &data[pj * k * NR..(pj + 1) * k * NR];
         let next = b.as_ptr().wrapping_add(k * NR).cast::<u8>();
         let at = part.cols(pj);
-        let bias = bias.map(|b| &b[at.j0..at.j0 + at.width]);
         let mut bi = 0;
         Part::blocks(part.rows.0, part.rows.1 - part.rows.0, |r0, h| {
             let t = Tile {
@@ -37,7 +37,8 @@ pub(super) fn part(g: Matrix<'_>, data: &[f32], bias: Option<&[f32]>, part: Part
                 k,
                 b,
                 at,
-                bias,
+                row0: r0,
+                epilogue,
                 next: NextPanel::share(next, k, bi, blocks),
             };
             bi += 1;
@@ -47,8 +48,9 @@ pub(super) fn part(g: Matrix<'_>, data: &[f32], bias: Option<&[f32]>, part: Part
 }
 
 /// One tile's operands: rows of `a` (element `(i, p)` at `i * lda + p * cs`), the
-/// panel `b` (`k` rows of [`NR`]), and what to add to each row of the result (the
-/// bias of the tile's `width` columns), if anything.
+/// panel `b` (`k` rows of [`NR`]), where the results go (`at`; the tile's first row
+/// is row `row0` of the product, which the epilogue's residuals are indexed by) and
+/// what happens to them before.
 struct Tile<'a> {
     a: &'a [f32],
     lda: usize,
@@ -56,7 +58,8 @@ struct Tile<'a> {
     k: usize,
     b: &'a [f32],
     at: Cols,
-    bias: Option<&'a [f32]>,
+    row0: usize,
+    epilogue: Epilogue<'a>,
     next: NextPanel,
 }
 
@@ -122,7 +125,19 @@ fn checked<const R: usize>(t: &Tile<'_>, dst: Out) {
     assert!(t.b.len() >= t.k * NR);
     assert!(t.k >= 1 && t.a.len() > (R - 1) * t.lda + (t.k - 1) * t.cs);
     assert!(dst.len >= (R - 1) * w.ldc + w.j0 + w.width);
-    assert!(t.bias.is_none_or(|b| b.len() == w.width));
+    for step in t.epilogue {
+        match *step {
+            Step::Columns { values, .. } => assert!(values.len() >= w.j0 + w.width),
+            Step::Rows {
+                data,
+                offset,
+                stride,
+                ..
+            } => assert!(super::rows_end(offset + w.j0, stride, t.row0 + R, w.width)
+                .is_some_and(|end| end <= data.len())),
+            Step::Gelu => {}
+        }
+    }
     #[cfg(target_arch = "x86_64")]
     {
         assert!(
@@ -151,7 +166,7 @@ fn checked<const R: usize>(t: &Tile<'_>, dst: Out) {
 /// threads, 896 × 384 × 1536 287 → 319.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{Tile, L1_AHEAD};
+    use super::{Step, Tile, L1_AHEAD};
     use std::arch::asm;
     use std::arch::x86_64::*;
 
@@ -335,8 +350,9 @@ mod avx512 {
     /// `t.k * NR` ([`super::NR`]) elements; `t.a` holds more than
     /// `(R - 1) * t.lda + (t.k - 1) * t.cs`; `dst` is valid for writes of
     /// `(R - 1) * ldc + j0 + width` elements (`t.at`), of which nobody else reads or
-    /// writes the tile's during the call, and `1 <= width <= NR`; `t.bias`, if any,
-    /// holds `width` values.
+    /// writes the tile's during the call, and `1 <= width <= NR`; every step of
+    /// `t.epilogue` has the tile's rows' columns `j0..j0 + width` inside its operand
+    /// (for a [`Step::Rows`], rows `row0..row0 + R`).
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
         let a = t.a.as_ptr();
@@ -387,19 +403,53 @@ mod avx512 {
             }
         }
         let (mut acc0, mut acc1) = (o.acc0, o.acc1);
-        if let Some(bias) = t.bias {
-            let (m0, m1) = super::super::lane_masks(t.at.width);
-            // SAFETY: `bias` holds `width` values (the caller's contract); the masks
-            // read only the first `width` lanes.
-            let (b0, b1) = unsafe {
-                (
-                    _mm512_maskz_loadu_ps(m0, bias.as_ptr()),
-                    _mm512_maskz_loadu_ps(m1, bias.as_ptr().wrapping_add(16)),
-                )
-            };
-            for i in 0..R {
-                acc0[i] = _mm512_add_ps(acc0[i], b0);
-                acc1[i] = _mm512_add_ps(acc1[i], b1);
+        let (m0, m1) = super::super::lane_masks(t.at.width);
+        // The two halves of a row's `width` values from `at` (the masks read only the
+        // first `width` lanes).
+        let load = |at: *const f32| {
+            (
+                _mm512_maskz_loadu_ps(m0, at),
+                _mm512_maskz_loadu_ps(m1, at.wrapping_add(16)),
+            )
+        };
+        let add = |acc: __m512, v: __m512, sum_first: bool| {
+            if sum_first {
+                _mm512_add_ps(acc, v)
+            } else {
+                _mm512_add_ps(v, acc)
+            }
+        };
+        for step in t.epilogue {
+            match *step {
+                Step::Columns { values, sum_first } => {
+                    // SAFETY: `values` holds the tile's columns j0..j0 + width (the
+                    // caller's contract).
+                    let (v0, v1) = unsafe { load(values.as_ptr().add(t.at.j0)) };
+                    for i in 0..R {
+                        acc0[i] = add(acc0[i], v0, sum_first);
+                        acc1[i] = add(acc1[i], v1, sum_first);
+                    }
+                }
+                Step::Rows {
+                    data,
+                    offset,
+                    stride,
+                    sum_first,
+                } => {
+                    for i in 0..R {
+                        let at = offset + (t.row0 + i) * stride + t.at.j0;
+                        // SAFETY: row `row0 + i` of the matrix has the tile's columns
+                        // j0..j0 + width inside `data` (the caller's contract).
+                        let (v0, v1) = unsafe { load(data.as_ptr().add(at)) };
+                        acc0[i] = add(acc0[i], v0, sum_first);
+                        acc1[i] = add(acc1[i], v1, sum_first);
+                    }
+                }
+                Step::Gelu => {
+                    for i in 0..R {
+                        [acc0[i], acc1[i]] = crate::kernels::math::gelu_v512([acc0[i], acc1[i]]);
+                    }
+                }
             }
         }
         // SAFETY: the caller's contract: `dst` is valid for the tile's rows' columns
@@ -411,7 +461,7 @@ mod avx512 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{has_avx512, matmul_packed, PackedRhs, MR};
+    use super::super::{has_avx512, matmul_packed, matmul_packed_epilogue, PackedRhs, Step, MR};
     use crate::kernels::testutil::*;
     use crate::kernels::Par;
     use crate::Layout;
@@ -467,6 +517,80 @@ mod tests {
                         assert!(same, "m {m} k {k} n {n} layout {al:?} threads {threads}");
                     }
                 }
+            }
+        }
+    }
+
+    /// An epilogue (a bias, a residual with padded rows at an offset, GELU, the adds'
+    /// operands in both orders) applied in the tile gives the bits of the same steps
+    /// applied after the product, for every tile height, ragged panels and rows split
+    /// between threads (so tiles start at rows other than 0); a residual too short for
+    /// the product is an error, not a read out of bounds.
+    #[test]
+    fn an_epilogue_in_the_tile_gives_the_bits_of_the_steps_after_the_product() {
+        if !has_avx512() {
+            return;
+        }
+        let mut rng = Rng::new(94);
+        for m in (1..=2 * MR + 2).chain([57]) {
+            for (k, n) in [(1, 5), (3, 33), (70, 95)] {
+                let b: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
+                let packed = PackedRhs::pack(&b, &Layout::contiguous(&[k, n])).unwrap();
+                let a: Vec<f32> = (0..m * k).map(|_| rng.f32()).collect();
+                let al = Layout::contiguous(&[m, k]);
+                let bias: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
+                let (offset, stride) = (7, n + 3);
+                let res: Vec<f32> = (0..offset + m * stride).map(|_| rng.f32()).collect();
+                let rows = |sum_first| Step::Rows {
+                    data: &res,
+                    offset,
+                    stride,
+                    sum_first,
+                };
+                let columns = |sum_first| Step::Columns {
+                    values: &bias,
+                    sum_first,
+                };
+                let epilogues: [&[Step<'_>]; 3] = [
+                    &[columns(true)],
+                    &[columns(false), Step::Gelu],
+                    &[columns(true), rows(false), Step::Gelu, rows(true)],
+                ];
+                let mut product = vec![0.0f32; m * n];
+                matmul_packed(&a, &al, &packed, &mut product, Par::serial()).unwrap();
+                for (e, epilogue) in epilogues.into_iter().enumerate() {
+                    let want: Vec<f32> = product
+                        .iter()
+                        .enumerate()
+                        .map(|(e, &x)| {
+                            let (i, j) = (e / n, e % n);
+                            epilogue.iter().fold(x, |acc, s| s.apply_scalar(acc, i, j))
+                        })
+                        .collect();
+                    for threads in [1, 2] {
+                        let mut out = vec![f32::NAN; m * n];
+                        let par = Par { threads };
+                        let done =
+                            matmul_packed_epilogue(&a, &al, &packed, epilogue, &mut out, par)
+                                .unwrap();
+                        assert!(done);
+                        let same = out
+                            .iter()
+                            .zip(&want)
+                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        assert!(same, "m {m} k {k} n {n} epilogue {e} threads {threads}");
+                    }
+                }
+                let short = [Step::Rows {
+                    data: &res[..offset + (m - 1) * stride + n - 1],
+                    offset,
+                    stride,
+                    sum_first: true,
+                }];
+                let mut out = vec![0.0f32; m * n];
+                let err = matmul_packed_epilogue(&a, &al, &packed, &short, &mut out, Par::serial())
+                    .unwrap_err();
+                assert!(err.to_string().contains("a residual of"), "{err}");
             }
         }
     }

@@ -792,7 +792,7 @@ mod tests {
         par: Par,
     ) -> Result<(), KernelError> {
         let form = super::super::Form::I8(w);
-        super::super::product(a, al, (w.k, w.n), form, path == Path::Vnni, None, out, par)
+        super::super::product(a, al, (w.k, w.n), form, path == Path::Vnni, &[], out, par)
     }
 
     /// The fastest path this CPU has.

@@ -42,6 +42,7 @@ mod f32;
 mod i8;
 mod tiles;
 
+use std::fmt;
 use std::mem::MaybeUninit;
 
 use super::{check_input, error, KernelError, Par};
@@ -403,39 +404,120 @@ pub fn matmul_packed(
         (rhs.k, rhs.n),
         form,
         form.simd(),
-        None,
+        &[],
         dst,
         par,
     )
 }
 
-/// [`matmul_packed`] with `bias` (one value per output column) added to every row of
-/// the product, when `rhs` is packed in f32: the f32 tile adds it to its accumulators
-/// before it stores them, an IEEE add of the finished product and the bias, so the
-/// bits are those of the product followed by a separate add, without the pass over
-/// the output. Returns `Ok(false)`, having done nothing, for the other forms (the
-/// caller then adds the bias itself).
-pub(crate) fn matmul_packed_bias(
+/// One step of an [`Epilogue`]: what the f32 tile does to each of its sums (the
+/// product so far, or the result of the steps before) before it stores it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Step<'a> {
+    /// Adds `values[j]` to column `j` of every row (one value per column of the
+    /// product): a bias.
+    Columns {
+        /// The `n` values.
+        values: &'a [f32],
+        /// Whether the sum is the add's first operand (which NaN payload an add of
+        /// two NaNs keeps, so the bits follow the program's operand order).
+        sum_first: bool,
+    },
+    /// Adds element `(i, j)` of a matrix with the product's shape, at
+    /// `data[offset + i * stride + j]`: a residual.
+    Rows {
+        /// The matrix's buffer.
+        data: &'a [f32],
+        /// Where its row 0 starts.
+        offset: usize,
+        /// Elements from one row to the next.
+        stride: usize,
+        /// As for [`Step::Columns`].
+        sum_first: bool,
+    },
+    /// GELU of the sum (`math::gelu`, bit for bit).
+    Gelu,
+}
+
+impl Step<'_> {
+    /// The step on `acc`, element `(i, j)` of the product, in scalar code (the same
+    /// value as the tile's; which NaN an add of two NaNs gives is not kept).
+    fn apply_scalar(self, acc: f32, i: usize, j: usize) -> f32 {
+        match self {
+            Step::Columns { values, .. } => acc + values[j],
+            Step::Rows {
+                data,
+                offset,
+                stride,
+                ..
+            } => acc + data[offset + i * stride + j],
+            Step::Gelu => super::math::gelu(acc),
+        }
+    }
+}
+
+impl fmt::Display for Step<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Columns { values, .. } => write!(f, "a bias of {} values", values.len()),
+            Step::Rows {
+                data,
+                offset,
+                stride,
+                ..
+            } => write!(
+                f,
+                "a residual of {} elements read from {offset} with row stride {stride}",
+                data.len()
+            ),
+            Step::Gelu => f.write_str("GELU"),
+        }
+    }
+}
+
+/// Element-wise steps the f32 tile applies to its accumulators, in order, before it
+/// stores them: a matmul epilogue (bias, residual, GELU) run in registers, without a
+/// pass over the output. Every step is the same IEEE operation (or the same GELU) the
+/// element-wise program would do, so the bits are the program's.
+pub(crate) type Epilogue<'a> = &'a [Step<'a>];
+
+/// [`matmul_packed`] followed by `epilogue` on every element of the product, when
+/// `rhs` is packed in f32 and the product is one matrix (no batch dims): the f32 tile
+/// applies it to its accumulators before it stores them (see [`Epilogue`]). Returns
+/// `Ok(false)`, having done nothing, for the other forms and for batched products (the
+/// caller then runs the epilogue itself); an error when a step's operand does not fit
+/// the product.
+pub(crate) fn matmul_packed_epilogue(
     lhs: &[f32],
     lhs_layout: &Layout,
     rhs: &PackedRhs,
-    bias: &[f32],
+    epilogue: Epilogue<'_>,
     dst: &mut [f32],
     par: Par,
 ) -> Result<bool, KernelError> {
     let form = rhs.form();
-    if !matches!(form, Form::F32(_)) {
+    let rank = lhs_layout.dims.len();
+    if !matches!(form, Form::F32(_)) || rank != 2 {
         return Ok(false);
     }
-    if bias.len() != rhs.n {
-        return Err(error(
-            "matmul",
-            format_args!(
-                "a bias of {} values for a product {} columns wide",
-                bias.len(),
-                rhs.n
-            ),
-        ));
+    let (m, n) = (lhs_layout.dims[0], rhs.n);
+    for step in epilogue {
+        let fits = match *step {
+            Step::Columns { values, .. } => values.len() == n,
+            Step::Rows {
+                data,
+                offset,
+                stride,
+                ..
+            } => m == 0 || rows_end(offset, stride, m, n).is_some_and(|end| end <= data.len()),
+            Step::Gelu => true,
+        };
+        if !fits {
+            return Err(error(
+                "matmul",
+                format_args!("the epilogue's {step} does not fit a [{m}, {n}] product"),
+            ));
+        }
     }
     product(
         lhs,
@@ -443,11 +525,20 @@ pub(crate) fn matmul_packed_bias(
         (rhs.k, rhs.n),
         form,
         form.simd(),
-        Some(bias),
+        epilogue,
         dst,
         par,
     )?;
     Ok(true)
+}
+
+/// One past the last element of `rows` rows of `n` elements, each `stride` after the
+/// one before, from `offset`; `None` on overflow.
+fn rows_end(offset: usize, stride: usize, rows: usize, n: usize) -> Option<usize> {
+    (rows.checked_sub(1)?)
+        .checked_mul(stride)?
+        .checked_add(offset)?
+        .checked_add(n)
 }
 
 /// The panels of a packed matrix, borrowed, in their element type.
@@ -490,7 +581,7 @@ fn product(
     (k, n): (usize, usize),
     form: Form<'_>,
     simd: bool,
-    bias: Option<&[f32]>,
+    epilogue: Epilogue<'_>,
     dst: &mut [f32],
     par: Par,
 ) -> Result<(), KernelError> {
@@ -526,11 +617,16 @@ fn product(
         return Ok(());
     }
     if k == 0 {
-        match bias {
-            Some(bias) => dst
-                .chunks_exact_mut(n)
-                .for_each(|row| row.copy_from_slice(bias)),
-            None => dst.fill(0.0),
+        dst.fill(0.0);
+        if !epilogue.is_empty() {
+            // No tile runs: the steps on the zero product, one element at a time.
+            for (i, row) in dst.chunks_exact_mut(n).enumerate() {
+                for (j, x) in row.iter_mut().enumerate() {
+                    *x = epilogue
+                        .iter()
+                        .fold(*x, |acc, step| step.apply_scalar(acc, i, j));
+                }
+            }
         }
         return Ok(());
     }
@@ -551,7 +647,7 @@ fn product(
             n,
             form,
             simd,
-            bias,
+            epilogue,
         };
         let out = Out::new(out);
         let panels = (0, n.div_ceil(NR));
@@ -584,9 +680,9 @@ struct Job<'a> {
     n: usize,
     form: Form<'a>,
     simd: bool,
-    /// Added to every row of the product (`n` values; f32 panels only, see
-    /// [`matmul_packed_bias`]).
-    bias: Option<&'a [f32]>,
+    /// Applied to every element of the product (f32 panels only, see
+    /// [`matmul_packed_epilogue`]).
+    epilogue: Epilogue<'a>,
 }
 
 /// Halves rows `rows.0..rows.1` between threads (block-aligned), each computing all
@@ -680,7 +776,7 @@ fn split_columns(
         n: job.n,
     };
     match job.form {
-        Form::F32(data) => f32::part(job.g, data, job.bias, part, out),
+        Form::F32(data) => f32::part(job.g, data, job.epilogue, part, out),
         Form::Bf16(data) => bf16::part(job.g, data, part, job.simd, out),
         Form::I8(w) => i8::part(job.g, w, part, job.simd, out),
         Form::Tiles(w) => tiles::part(job.g, w, part, job.simd, out),
@@ -1066,7 +1162,7 @@ mod tests {
                     dims,
                     form,
                     false,
-                    None,
+                    &[],
                     &mut portable,
                     Par::serial(),
                 )

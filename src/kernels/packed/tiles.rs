@@ -798,7 +798,7 @@ mod tests {
             (w.k, w.n),
             w.form(),
             simd,
-            None,
+            &[],
             &mut out,
             Par { threads },
         )
