@@ -9,7 +9,7 @@
 use pulp::x86::V4;
 use pulp::{f32x16, Simd};
 
-use super::{Block, Job, KB, QB};
+use super::{Block, Dst, Job, KB, QB};
 
 // One vector is one block of queries.
 const _: () = assert!(QB == 16);
@@ -62,7 +62,7 @@ impl Job<'_> {
     /// The AVX-512 body of [`Job::block`], inlined into the function `Job::block`
     /// runs under `V4::vectorize`. `D` is at least the head size.
     #[inline(always)]
-    pub(super) fn block_avx512<const D: usize>(&self, simd: V4, blk: Block, out: &mut [f32]) {
+    pub(super) fn block_avx512<const D: usize>(&self, simd: V4, blk: Block, out: Dst) {
         let dh = self.dh;
         let zero = simd.splat_f32s(0.0);
         // qt[d] holds element d of the block's queries (transposed and scaled).
@@ -179,16 +179,16 @@ impl Job<'_> {
         ot: &mut [f32x16; D],
         inv: &[f32; QB],
         len: usize,
-        out: &mut [f32],
+        out: Dst,
     ) {
-        let row = self.heads * self.dh;
         for (c, lanes) in ot.chunks_exact_mut(QB).enumerate() {
             let rows: &mut [f32x16; QB] = lanes.try_into().expect("QB lanes");
             transpose16(simd, rows);
             for (t, r) in rows.iter().enumerate().take(len) {
-                let at = t * row + c * QB;
                 let scaled = simd.mul_f32s(*r, simd.splat_f32s(inv[t]));
-                let dst: &mut [f32; QB] = (&mut out[at..at + QB]).try_into().expect("QB");
+                // SAFETY: this task writes the block's rows of its head (see `Dst`).
+                let row = unsafe { out.row(t) };
+                let dst: &mut [f32; QB] = (&mut row[c * QB..c * QB + QB]).try_into().expect("QB");
                 *dst = pulp::bytemuck::cast(scaled);
             }
         }

@@ -455,15 +455,47 @@ impl Job<'_> {
         (b * self.lq + i0) * self.heads * self.dh
     }
 
-    /// Blocks `range`, whose rows are `out`, cut in up to `pieces` parts run at once
-    /// (`rayon::join`: no allocation).
+    /// Blocks `range`, whose rows are `out`, every head, cut in up to `pieces` parts
+    /// run at once (`rayon::join`: no allocation).
     fn blocks(&self, range: std::ops::Range<usize>, out: &mut [f32], pieces: usize) {
+        self.split(range, 0..self.heads, OutRows::of(out), pieces);
+    }
+
+    /// Heads `heads` of blocks `range`, whose rows start at `out`, cut in up to
+    /// `pieces` parts run at once. Fewer blocks than parts (the rows of a request or
+    /// two) are cut by heads, each part writing its heads' columns of every row, so
+    /// the parts stay even whatever the number of blocks: cut by blocks, a sentence
+    /// of 33 to 48 tokens (three blocks) ran one block on one thread and two on the
+    /// other. More blocks than parts are cut by blocks, each part all heads of whole
+    /// rows.
+    fn split(
+        &self,
+        range: std::ops::Range<usize>,
+        heads: std::ops::Range<usize>,
+        out: OutRows,
+        pieces: usize,
+    ) {
+        if pieces > 1 && range.len() < pieces && heads.len() > 1 {
+            let mid = heads.start + heads.len() / 2;
+            rayon::join(
+                || self.split(range.clone(), heads.start..mid, out, pieces / 2),
+                || self.split(range.clone(), mid..heads.end, out, pieces - pieces / 2),
+            );
+            return;
+        }
         if pieces > 1 && range.len() > 1 {
             let mid = range.start + range.len() / 2;
-            let (left, right) = out.split_at_mut(self.start_of(mid) - self.start_of(range.start));
+            let left = self.start_of(mid) - self.start_of(range.start);
             rayon::join(
-                || self.blocks(range.start..mid, left, pieces / 2),
-                || self.blocks(mid..range.end, right, pieces - pieces / 2),
+                || self.split(range.start..mid, heads.clone(), out, pieces / 2),
+                || {
+                    self.split(
+                        mid..range.end,
+                        heads.clone(),
+                        out.skip(left),
+                        pieces - pieces / 2,
+                    )
+                },
             );
             return;
         }
@@ -471,8 +503,8 @@ impl Job<'_> {
         let mut at = 0;
         for g in range {
             let (b, i0, len) = self.block_at(g);
-            for h in 0..self.heads {
-                if self.prefetch && h + 1 < self.heads {
+            for h in heads.clone() {
+                if self.prefetch && h + 1 < heads.end {
                     self.prefetch(Block {
                         b,
                         h: h + 1,
@@ -480,7 +512,8 @@ impl Job<'_> {
                         len,
                     });
                 }
-                self.block(Block { b, h, i0, len }, &mut out[at + h * self.dh..]);
+                let dst = out.columns(at + h * self.dh, len, row, self.dh);
+                self.block(Block { b, h, i0, len }, dst);
             }
             at += len * row;
         }
@@ -516,11 +549,11 @@ impl Job<'_> {
         let _ = blk;
     }
 
-    /// The block's context rows: row `t` goes to `out[t · heads · dh..][..dh]`. On
+    /// The block's context rows, to `out` (row `t` of the block is `out.row(t)`). On
     /// AVX-512 one vector holds the block's [`QB`] queries (`avx512.rs`); elsewhere
     /// the portable loops run (`portable.rs`), compiled for the CPU's SIMD level.
     #[inline]
-    fn block(&self, blk: Block, out: &mut [f32]) {
+    fn block(&self, blk: Block, out: Dst) {
         let v4 = if force_portable() {
             None
         } else {
@@ -534,7 +567,7 @@ impl Job<'_> {
             job: &'a Job<'b>,
             v4: Option<V4>,
             blk: Block,
-            out: &'a mut [f32],
+            out: Dst,
         }
         impl pulp::WithSimd for Op<'_, '_> {
             type Output = ();
@@ -616,14 +649,102 @@ impl Job<'_> {
         ot: &[[f32; QB]; D],
         inv: &[f32; QB],
         len: usize,
-        out: &mut [f32],
+        out: Dst,
     ) {
-        let row = self.heads * self.dh;
         for t in 0..len {
-            for (o, lanes) in out[t * row..t * row + self.dh].iter_mut().zip(ot) {
+            // SAFETY: this task writes the block's rows of its head (see `Dst`).
+            let row = unsafe { out.row(t) };
+            for (o, lanes) in row.iter_mut().zip(ot) {
                 *o = lanes[t] * inv[t];
             }
         }
+    }
+}
+
+/// The context rows of a run of blocks, shared by the tasks that each write some heads
+/// of them: a pointer, not a slice, because a row holds every head's columns and the
+/// tasks of a split by heads write disjoint columns of the same rows.
+#[derive(Clone, Copy)]
+struct OutRows {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: the tasks of `Job::split` sharing a `OutRows` write disjoint elements (other
+// blocks' rows, or other heads' columns of the same rows), nobody reads them until the
+// split returns (`rayon::join` waits for both halves), and the `&mut` borrow it was
+// made from outlives the split.
+unsafe impl Send for OutRows {}
+unsafe impl Sync for OutRows {}
+
+impl OutRows {
+    /// The rows `out`: the handle must not be used after this borrow of `out` ends.
+    fn of(out: &mut [f32]) -> OutRows {
+        OutRows {
+            ptr: out.as_mut_ptr(),
+            len: out.len(),
+        }
+    }
+
+    /// The rows from element `start` on.
+    fn skip(self, start: usize) -> OutRows {
+        assert!(start <= self.len);
+        OutRows {
+            // SAFETY: `start <= len`: inside the rows (or one past their end).
+            ptr: unsafe { self.ptr.add(start) },
+            len: self.len - start,
+        }
+    }
+
+    /// `rows` rows of `width` elements, from `start`, each `stride` after the one
+    /// before: one head's columns of a block's rows.
+    fn columns(self, start: usize, rows: usize, stride: usize, width: usize) -> Dst {
+        let end = rows
+            .checked_sub(1)
+            .and_then(|r| r.checked_mul(stride))
+            .and_then(|x| x.checked_add(start))
+            .and_then(|x| x.checked_add(width));
+        assert!(
+            rows == 0 || end.is_some_and(|end| end <= self.len),
+            "attention: a block's rows reach past the output"
+        );
+        Dst {
+            // SAFETY: checked just above: inside the rows.
+            ptr: if rows == 0 {
+                self.ptr
+            } else {
+                unsafe { self.ptr.add(start) }
+            },
+            rows,
+            stride,
+            width,
+        }
+    }
+}
+
+/// Where one block writes its context: `rows` rows of `width` elements (one head), each
+/// `stride` after the one before, inside the output (checked when it is made,
+/// `OutRows::columns`).
+#[derive(Clone, Copy)]
+struct Dst {
+    ptr: *mut f32,
+    rows: usize,
+    stride: usize,
+    width: usize,
+}
+
+impl Dst {
+    /// Row `t`.
+    ///
+    /// # Safety
+    ///
+    /// No one else reads or writes these elements while the slice lives: in a split,
+    /// they belong to the calling task (its block's rows, its head's columns).
+    unsafe fn row<'a>(self, t: usize) -> &'a mut [f32] {
+        assert!(t < self.rows);
+        // SAFETY: row t lies inside the output (`OutRows::columns` checked the last
+        // row's end); the caller guarantees that nobody else touches it.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(t * self.stride), self.width) }
     }
 }
 
@@ -693,6 +814,60 @@ mod tests {
                     (p - f).abs() <= 1e-6 * scale,
                     "[{b}, {heads}, {l}, {dh}] element {i}: portable {p}, vector {f}"
                 );
+            }
+        }
+    }
+
+    /// Every way of sharing the work between tasks (by blocks of rows, by heads, both)
+    /// computes each element the same way: the same bits as one thread, for padded
+    /// batches and for packed ones of one or several sequences, every head count to
+    /// 13 and lengths around the 16-row blocks. A task writing another head's columns
+    /// or rows (`OutRows`, `Dst`) would change some element.
+    #[test]
+    fn splits_by_heads_and_blocks_give_the_bits_of_one_thread() {
+        for heads in 1..=13 {
+            for l in [1, 15, 17, 40] {
+                for b in [1, 3] {
+                    let one = run(b, heads, l, 32, Par::serial());
+                    for threads in [2, 3, 4] {
+                        let split = run(b, heads, l, 32, Par { threads });
+                        let same = one
+                            .iter()
+                            .zip(&split)
+                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        assert!(same, "[{b}, {heads}, {l}, 32] threads {threads}");
+                    }
+                }
+                // Packed: one sequence, then three.
+                let dh = 16;
+                for lens in [vec![l], vec![l, 3, l + 1]] {
+                    let total: usize = lens.iter().sum();
+                    let n = heads * total * dh;
+                    let (q, k, v) = (ramp(n, 1), ramp(n, 2), ramp(n, 3));
+                    let lay = Layout::contiguous(&[1, heads, total, dh]);
+                    let mut offsets = vec![0u32];
+                    for &x in &lens {
+                        offsets.push(offsets.last().unwrap() + x as u32);
+                    }
+                    let packed = |par| {
+                        let mut out = vec![f32::NAN; n];
+                        attention_ragged(
+                            &q, &lay, &k, &lay, &v, &lay, &offsets, 0.3, &mut out, par,
+                        )
+                        .unwrap();
+                        out
+                    };
+                    let one = packed(Par::serial());
+                    assert!(one.iter().all(|x| x.is_finite()));
+                    for threads in [2, 3, 4] {
+                        let split = packed(Par { threads });
+                        let same = one
+                            .iter()
+                            .zip(&split)
+                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        assert!(same, "packed {lens:?} heads {heads} threads {threads}");
+                    }
+                }
             }
         }
     }

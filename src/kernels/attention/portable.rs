@@ -1,7 +1,7 @@
 //! The attention block as plain loops over the [`QB`] query lanes: the path for CPUs
 //! without AVX-512, and the reference the vector path is tested against.
 
-use super::{Block, Job, KB, QB};
+use super::{Block, Dst, Job, KB, QB};
 use crate::kernels::math;
 
 impl Job<'_> {
@@ -11,7 +11,7 @@ impl Job<'_> {
     // index loops are what vectorises.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    pub(super) fn block_portable<const D: usize>(&self, blk: Block, out: &mut [f32]) {
+    pub(super) fn block_portable<const D: usize>(&self, blk: Block, out: Dst) {
         let dh = self.dh;
         let qt: [[f32; QB]; D] = self.q_lanes(blk);
         let mut ot = [[0f32; QB]; D];
