@@ -796,8 +796,13 @@ mod tests {
         out
     }
 
+    /// Held by the tests that switch the path ([`set_force_portable`]) or need one
+    /// path throughout.
+    static PATH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn the_vector_path_matches_the_portable_one() {
+        let _path = PATH.lock().unwrap_or_else(|e| e.into_inner());
         for (b, heads, l, dh, par) in [
             (2, 3, 21, 32, Par::serial()),
             (1, 2, 40, 64, Par { threads: 2 }),
@@ -825,6 +830,7 @@ mod tests {
     /// or rows (`OutRows`, `Dst`) would change some element.
     #[test]
     fn splits_by_heads_and_blocks_give_the_bits_of_one_thread() {
+        let _path = PATH.lock().unwrap_or_else(|e| e.into_inner());
         for heads in 1..=13 {
             for l in [1, 15, 17, 40] {
                 for b in [1, 3] {
