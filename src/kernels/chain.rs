@@ -17,10 +17,11 @@
 //! the panel, reading the product from that output before overwriting it and every
 //! other input through its layout narrowed to the panel's rows, and the tail normalises
 //! the panel's rows of its output while they are still in cache. The product and the
-//! norm's input get no memory of their own. When the weight is packed in f32 and the program only
-//! carries the product through adds (a bias, a residual) and GELU, the packed tile
-//! applies those steps to its sums before it stores them ([`Ctx::tile_epilogue`]),
-//! with the program's bits, and the program's pass over the panel disappears. With several threads, runs of panels are
+//! norm's input get no memory of their own. When the weight is packed in f32 and the
+//! program only carries the product through adds (a bias, a residual) and GELU, the
+//! packed tile applies those steps to its sums before it stores them
+//! ([`Ctx::tile_epilogue`]), with the program's bits, and the program's pass over the
+//! panel disappears. With several threads, runs of panels are
 //! halved across `rayon::join` (a few per thread, each with single-threaded gemms);
 //! a chain with too few panels for that runs them one after the other, each gemm,
 //! program and norm using the threads itself. (Running big panels one after the other

@@ -833,7 +833,8 @@ mod tests {
         let _path = PATH.lock().unwrap_or_else(|e| e.into_inner());
         for heads in 1..=13 {
             for l in [1, 15, 17, 40] {
-                for b in [1, 3] {
+                // (`run`'s padding bias needs at least as many rows as batch entries.)
+                for b in [1, 3].into_iter().filter(|&b| b <= l) {
                     let one = run(b, heads, l, 32, Par::serial());
                     for threads in [2, 3, 4] {
                         let split = run(b, heads, l, 32, Par { threads });
