@@ -596,6 +596,11 @@ impl Job<'_> {
                 }
             }
         }
+        const {
+            assert!(
+                std::mem::size_of::<Op<'static, 'static>>() <= 8 * std::mem::size_of::<usize>()
+            );
+        }
         let op = Op {
             job: self,
             v4,
