@@ -767,10 +767,7 @@ mod tests {
                         let outs = &mut [&mut out[..]];
                         chain(&dims, Some(mm), program, &inputs, *tail, outs, par).unwrap();
                         if packed.is_some() {
-                            let same = out
-                                .iter()
-                                .zip(*want)
-                                .all(|(a, b)| a.to_bits() == b.to_bits());
+                            let same = same_bits(&out, want);
                             assert!(same, "[{m}, {k}] x [{k}, {n}] {program} {par:?}");
                         } else {
                             assert_close(&out, want, 1e-5);

@@ -78,6 +78,61 @@ where
     rayon::join(|| left(&mut a[..n]), || right(&mut b[..n]))
 }
 
+/// An output written through a raw pointer by the tasks of a split, each its own
+/// elements, where those elements interleave so that no task can hold a `&mut` slice
+/// of its part: a product split by columns (each task's panels, in every row), or
+/// attention split by heads (each task's heads' columns, in every row). Tasks take
+/// their elements as short-lived slices ([`Out::part`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Out {
+    /// The first element.
+    pub(crate) ptr: *mut f32,
+    /// The number of elements.
+    pub(crate) len: usize,
+}
+
+impl Out {
+    /// The output `dst`: the `Out` must not be used after this borrow of `dst` ends.
+    pub(crate) fn new(dst: &mut [f32]) -> Out {
+        Out {
+            ptr: dst.as_mut_ptr(),
+            len: dst.len(),
+        }
+    }
+
+    /// The output from element `start` on.
+    pub(crate) fn skip(self, start: usize) -> Out {
+        assert!(start <= self.len);
+        Out {
+            // SAFETY: `start <= len`, so the pointer stays inside (or one past the end
+            // of) the output's allocation.
+            ptr: unsafe { self.ptr.add(start) },
+            len: self.len - start,
+        }
+    }
+
+    /// Elements `start..start + len` as a slice.
+    ///
+    /// # Safety
+    ///
+    /// No one else reads or writes these elements while the slice lives (in a split,
+    /// they belong to the calling task).
+    pub(crate) unsafe fn part<'a>(self, start: usize, len: usize) -> &'a mut [f32] {
+        assert!(start.checked_add(len).is_some_and(|end| end <= self.len));
+        // SAFETY: the range is inside the output (asserted), and the caller
+        // guarantees nobody else touches it while the slice lives.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+}
+
+// SAFETY: an `Out` is shared only by the tasks of one split (the packed product's
+// `split_rows` and `split_columns`, attention's `Job::split`), which write disjoint
+// elements (disjoint rows, or disjoint columns of the same rows); nobody reads the
+// output until the split returns (rayon::join waits for both halves), and the `&mut`
+// borrow it was made from outlives the split.
+unsafe impl Sync for Out {}
+unsafe impl Send for Out {}
+
 /// How many units one task gets; `>= units` means "run serially".
 pub(crate) fn units_per_task(units: usize, cost_per_unit: usize, par: Par) -> usize {
     let cost = cost_per_unit.max(1);

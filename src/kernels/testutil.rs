@@ -121,6 +121,15 @@ pub(crate) fn gather<T: Copy>(buf: &[T], layout: &Layout) -> Vec<T> {
 }
 
 /// Asserts two f32 slices agree to a relative-or-absolute tolerance.
+/// Whether `got` and `want` hold the same values bit for bit (and as many).
+pub(crate) fn same_bits(got: &[f32], want: &[f32]) -> bool {
+    got.len() == want.len()
+        && got
+            .iter()
+            .zip(want)
+            .all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
 pub(crate) fn assert_close(got: &[f32], want: &[f32], tol: f32) {
     assert_eq!(got.len(), want.len(), "lengths differ");
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {

@@ -50,6 +50,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use pulp::x86::V4;
 use pulp::Simd;
 
+use super::par::Out;
 use super::{check_dst, check_input, error, worth_splitting, KernelError, Par};
 use crate::ir::Layout;
 
@@ -458,7 +459,7 @@ impl Job<'_> {
     /// Blocks `range`, whose rows are `out`, every head, cut in up to `pieces` parts
     /// run at once (`rayon::join`: no allocation).
     fn blocks(&self, range: std::ops::Range<usize>, out: &mut [f32], pieces: usize) {
-        self.split(range, 0..self.heads, OutRows::of(out), pieces);
+        self.split(range, 0..self.heads, Out::new(out), pieces);
     }
 
     /// Heads `heads` of blocks `range`, whose rows start at `out`, cut in up to
@@ -472,7 +473,7 @@ impl Job<'_> {
         &self,
         range: std::ops::Range<usize>,
         heads: std::ops::Range<usize>,
-        out: OutRows,
+        out: Out,
         pieces: usize,
     ) {
         if pieces > 1 && range.len() < pieces && heads.len() > 1 {
@@ -512,7 +513,12 @@ impl Job<'_> {
                         len,
                     });
                 }
-                let dst = out.columns(at + h * self.dh, len, row, self.dh);
+                let dst = Dst {
+                    out: out.skip(at + h * self.dh),
+                    rows: len,
+                    stride: row,
+                    width: self.dh,
+                };
                 self.block(Block { b, h, i0, len }, dst);
             }
             at += len * row;
@@ -670,73 +676,12 @@ impl Job<'_> {
     }
 }
 
-/// The context rows of a run of blocks, shared by the tasks that each write some heads
-/// of them: a pointer, not a slice, because a row holds every head's columns and the
-/// tasks of a split by heads write disjoint columns of the same rows.
-#[derive(Clone, Copy)]
-struct OutRows {
-    ptr: *mut f32,
-    len: usize,
-}
-
-// SAFETY: the tasks of `Job::split` sharing a `OutRows` write disjoint elements (other
-// blocks' rows, or other heads' columns of the same rows), nobody reads them until the
-// split returns (`rayon::join` waits for both halves), and the `&mut` borrow it was
-// made from outlives the split.
-unsafe impl Send for OutRows {}
-unsafe impl Sync for OutRows {}
-
-impl OutRows {
-    /// The rows `out`: the handle must not be used after this borrow of `out` ends.
-    fn of(out: &mut [f32]) -> OutRows {
-        OutRows {
-            ptr: out.as_mut_ptr(),
-            len: out.len(),
-        }
-    }
-
-    /// The rows from element `start` on.
-    fn skip(self, start: usize) -> OutRows {
-        assert!(start <= self.len);
-        OutRows {
-            // SAFETY: `start <= len`: inside the rows (or one past their end).
-            ptr: unsafe { self.ptr.add(start) },
-            len: self.len - start,
-        }
-    }
-
-    /// `rows` rows of `width` elements, from `start`, each `stride` after the one
-    /// before: one head's columns of a block's rows.
-    fn columns(self, start: usize, rows: usize, stride: usize, width: usize) -> Dst {
-        let end = rows
-            .checked_sub(1)
-            .and_then(|r| r.checked_mul(stride))
-            .and_then(|x| x.checked_add(start))
-            .and_then(|x| x.checked_add(width));
-        assert!(
-            rows == 0 || end.is_some_and(|end| end <= self.len),
-            "attention: a block's rows reach past the output"
-        );
-        Dst {
-            // SAFETY: checked just above: inside the rows.
-            ptr: if rows == 0 {
-                self.ptr
-            } else {
-                unsafe { self.ptr.add(start) }
-            },
-            rows,
-            stride,
-            width,
-        }
-    }
-}
-
-/// Where one block writes its context: `rows` rows of `width` elements (one head), each
-/// `stride` after the one before, inside the output (checked when it is made,
-/// `OutRows::columns`).
+/// Where one block writes its context: `rows` rows of `width` elements (one head), the
+/// first at the start of `out`, each `stride` after the one before. Tasks of a split by
+/// heads write other columns of the same rows (`Out`).
 #[derive(Clone, Copy)]
 struct Dst {
-    ptr: *mut f32,
+    out: Out,
     rows: usize,
     stride: usize,
     width: usize,
@@ -751,9 +696,9 @@ impl Dst {
     /// they belong to the calling task (its block's rows, its head's columns).
     unsafe fn row<'a>(self, t: usize) -> &'a mut [f32] {
         assert!(t < self.rows);
-        // SAFETY: row t lies inside the output (`OutRows::columns` checked the last
-        // row's end); the caller guarantees that nobody else touches it.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(t * self.stride), self.width) }
+        // SAFETY: `Out::part` checks that the row lies inside the output; the caller
+        // guarantees that nobody else touches it.
+        unsafe { self.out.part(t * self.stride, self.width) }
     }
 }
 
@@ -770,7 +715,7 @@ struct Block {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::testutil::Rng;
+    use crate::kernels::testutil::{same_bits, Rng};
 
     fn ramp(n: usize, seed: u64) -> Vec<f32> {
         let mut rng = Rng::new(seed);
@@ -836,7 +781,7 @@ mod tests {
     /// computes each element the same way: the same bits as one thread, for padded
     /// batches and for packed ones of one or several sequences, every head count to
     /// 13 and lengths around the 16-row blocks. A task writing another head's columns
-    /// or rows (`OutRows`, `Dst`) would change some element.
+    /// or rows (`Out`, `Dst`) would change some element.
     #[test]
     fn splits_by_heads_and_blocks_give_the_bits_of_one_thread() {
         let _path = PATH.lock().unwrap_or_else(|e| e.into_inner());
@@ -847,10 +792,7 @@ mod tests {
                     let one = run(b, heads, l, 32, Par::serial());
                     for threads in [2, 3, 4] {
                         let split = run(b, heads, l, 32, Par { threads });
-                        let same = one
-                            .iter()
-                            .zip(&split)
-                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        let same = same_bits(&one, &split);
                         assert!(same, "[{b}, {heads}, {l}, 32] threads {threads}");
                     }
                 }
@@ -877,10 +819,7 @@ mod tests {
                     assert!(one.iter().all(|x| x.is_finite()));
                     for threads in [2, 3, 4] {
                         let split = packed(Par { threads });
-                        let same = one
-                            .iter()
-                            .zip(&split)
-                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        let same = same_bits(&one, &split);
                         assert!(same, "packed {lens:?} heads {heads} threads {threads}");
                     }
                 }

@@ -510,10 +510,7 @@ mod tests {
                     for threads in [1, 2] {
                         let mut out = vec![f32::NAN; m * n];
                         matmul_packed(&a, al, &packed, &mut out, Par { threads }).unwrap();
-                        let same = out
-                            .iter()
-                            .zip(&want)
-                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        let same = same_bits(&out, &want);
                         assert!(same, "m {m} k {k} n {n} layout {al:?} threads {threads}");
                     }
                 }
@@ -574,10 +571,7 @@ mod tests {
                             matmul_packed_epilogue(&a, &al, &packed, epilogue, &mut out, par)
                                 .unwrap();
                         assert!(done);
-                        let same = out
-                            .iter()
-                            .zip(&want)
-                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        let same = same_bits(&out, &want);
                         assert!(same, "m {m} k {k} n {n} epilogue {e} threads {threads}");
                     }
                 }

@@ -45,6 +45,7 @@ mod tiles;
 use std::fmt;
 use std::mem::MaybeUninit;
 
+use super::par::Out;
 use super::{check_input, error, KernelError, Par};
 use crate::ir::{DType, Layout};
 
@@ -439,10 +440,12 @@ pub(crate) enum Step<'a> {
     Gelu,
 }
 
+#[cfg(test)]
 impl Step<'_> {
     /// The step on `acc`, element `(i, j)` of the product, in scalar code (the same
-    /// value as the tile's; which NaN an add of two NaNs gives is not kept).
-    fn apply_scalar(self, acc: f32, i: usize, j: usize) -> f32 {
+    /// value as the tile's; which NaN an add of two NaNs gives is not kept): the
+    /// tests' reference.
+    pub(super) fn apply_scalar(self, acc: f32, i: usize, j: usize) -> f32 {
         match self {
             Step::Columns { values, .. } => acc + values[j],
             Step::Rows {
@@ -497,7 +500,8 @@ pub(crate) fn matmul_packed_epilogue(
 ) -> Result<bool, KernelError> {
     let form = rhs.form();
     let rank = lhs_layout.dims.len();
-    if !matches!(form, Form::F32(_)) || rank != 2 {
+    // (With k = 0 no tile runs to apply the steps.)
+    if !matches!(form, Form::F32(_)) || rank != 2 || rhs.k == 0 {
         return Ok(false);
     }
     let (m, n) = (lhs_layout.dims[0], rhs.n);
@@ -617,17 +621,9 @@ fn product(
         return Ok(());
     }
     if k == 0 {
+        // (`matmul_packed_epilogue` takes no epilogue for k = 0.)
+        debug_assert!(epilogue.is_empty());
         dst.fill(0.0);
-        if !epilogue.is_empty() {
-            // No tile runs: the steps on the zero product, one element at a time.
-            for (i, row) in dst.chunks_exact_mut(n).enumerate() {
-                for (j, x) in row.iter_mut().enumerate() {
-                    *x = epilogue
-                        .iter()
-                        .fold(*x, |acc, step| step.apply_scalar(acc, i, j));
-                }
-            }
-        }
         return Ok(());
     }
     let work = m.saturating_mul(n).saturating_mul(k);
@@ -700,57 +696,6 @@ fn split_rows(job: &Job<'_>, rows: (usize, usize), out: Out, threads: usize) {
         || split_rows(job, (mid, r1), out, threads - threads / 2),
     );
 }
-
-/// An `m × n` output written through a raw pointer, so that the tasks of a split can
-/// each write their own part (by columns their elements interleave row by row, so no
-/// task can hold a `&mut` slice of its part).
-#[derive(Clone, Copy)]
-struct Out {
-    ptr: *mut f32,
-    len: usize,
-}
-
-impl Out {
-    /// The output `dst`: the `Out` must not be used after this borrow of `dst` ends.
-    fn new(dst: &mut [f32]) -> Out {
-        Out {
-            ptr: dst.as_mut_ptr(),
-            len: dst.len(),
-        }
-    }
-
-    /// The output from element `start` on.
-    fn skip(self, start: usize) -> Out {
-        assert!(start <= self.len);
-        Out {
-            // SAFETY: `start <= len`, so the pointer stays inside (or one past the end
-            // of) the output's allocation.
-            ptr: unsafe { self.ptr.add(start) },
-            len: self.len - start,
-        }
-    }
-
-    /// Elements `start..start + len` as a slice.
-    ///
-    /// # Safety
-    ///
-    /// No one else reads or writes these elements while the slice lives (in a split,
-    /// they belong to the calling task).
-    unsafe fn part<'a>(self, start: usize, len: usize) -> &'a mut [f32] {
-        assert!(start.checked_add(len).is_some_and(|end| end <= self.len));
-        // SAFETY: the range is inside the output (asserted), and the caller
-        // guarantees nobody else touches it while the slice lives.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
-    }
-}
-
-// SAFETY: an `Out` is shared only by the tasks of `split_rows` and `split_columns`,
-// which write disjoint row ranges or disjoint panel ranges (disjoint column ranges of
-// every row: each column belongs to one panel), so no element is written by two tasks;
-// nobody reads the output until the split returns (rayon::join waits for both halves),
-// and the `&mut` borrow it was made from outlives the split.
-unsafe impl Sync for Out {}
-unsafe impl Send for Out {}
 
 /// Computes panels `panels.0..panels.1` of rows `rows.0..rows.1` of `out` (`m × n`),
 /// halving the panels between `threads` threads.
