@@ -18,7 +18,8 @@ use crate::error::Error;
 use crate::ir::{DType, Layout};
 use crate::memory_planner;
 
-/// Arena buffers are padded and aligned to this many f32 elements (64 bytes).
+/// Arena buffers are padded and aligned to this many f32 elements (64 bytes) from the
+/// arena's start, which is itself 64-byte aligned (`runtime::memory::ARENA_ALIGN`).
 const ALIGN: usize = 16;
 
 /// Step 4: arena offsets for f32 roots born and dead in the segment; pooled buffers for

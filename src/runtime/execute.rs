@@ -286,7 +286,7 @@ pub fn execute_plan(
             }
             s.runnable.push(k + i);
         }
-        run_level(plan, tasks, s, &mut arena, par, trace);
+        run_level(plan, tasks, s, arena.elements(), par, trace);
         if let Some(e) = s.alloc_failed.take() {
             first_error.get_or_insert(e);
         }
