@@ -156,15 +156,14 @@ fn run() -> Result<(), String> {
 
     let start = Instant::now();
     let cpu_start = cpu_seconds();
-    let ids: Vec<Vec<u32>> = sentences
+    // All sentences at once, as the peers' scripts tokenise them (`encode_batch`,
+    // which the tokenizers crate shares out between threads).
+    let ids: Vec<Vec<u32>> = tokenizer
+        .encode_batch(sentences.iter().map(String::as_str).collect(), true)
+        .map_err(|e| format!("cannot tokenise the sentences: {e}"))?
         .iter()
-        .map(|s| {
-            tokenizer
-                .encode(s.as_str(), true)
-                .map(|e| e.get_ids().to_vec())
-                .map_err(|e| format!("cannot tokenise `{s}`: {e}"))
-        })
-        .collect::<Result<_, _>>()?;
+        .map(|e| e.get_ids().to_vec())
+        .collect();
     let (embeddings, mut latencies) = embed_timed(&model, &ids, &args)?;
     let secs = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds().zip(cpu_start).map(|(b, a)| b - a);
