@@ -98,13 +98,19 @@ impl NextPanel {
 }
 
 /// How far ahead of the step being multiplied a tile asks for its own panel's two
-/// lines into L1 (16 steps). With the next panel already coming into L2
+/// lines into L1 (8 steps). With the next panel already coming into L2
 /// ([`NextPanel`]), measured in one process against no such hint: a pass over MiniLM's
 /// 24 weights on one thread 14 rows 120 → 131 GFLOP/s, 20 rows 125 → 136, 36 rows 130
 /// → 137, 227 rows 140 → 146, 896 rows 143 → 144 (medians of 21); all-MiniLM-L6-v2 one
 /// sentence a call, the two alternated sentence by sentence over the corpus three
 /// times: p50 3.28 → 3.18 ms, median paired ratio 0.974 (1 and 4 KiB: 0.971, 0.973).
-const L1_AHEAD: usize = 2048;
+/// 1 KiB rather than 2 since the arena is cache-line aligned and the epilogue runs in
+/// the tile: alternated batch by batch in one process, batches of 32 on two kernel
+/// threads 553.6 → 559.3 and 552.5 → 566.4 sentences/s (one thread 285.4 → 285.4),
+/// one sentence a call p50 2.311 → 2.268 ms; binaries alternated, one sentence a call
+/// p50 2.252 → 2.216, 2.248 → 2.205, 2.235 → 2.265 ms, batches of 32 on two streams
+/// 567.4 → 570.7, 573.3 → 571.9, 569.2 → 570.7.
+const L1_AHEAD: usize = 1024;
 
 /// `dst[i][j0..j0 + width] = a[i] · b` for the tile's `rows` rows.
 fn tile(t: &Tile<'_>, rows: usize, dst: Out) {
