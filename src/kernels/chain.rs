@@ -34,7 +34,7 @@ use super::packed::{PackedRhs, Step};
 use super::par::{for_each_chunk, join_split, units_per_task, MIN_TASK_WORK};
 use super::strided::offset_of;
 use super::{check_input, error, numel_of, KernelError, Par};
-use crate::ir::{BinaryOp, Layout, UnaryOp};
+use crate::ir::{BinaryOp, DType, Layout, UnaryOp};
 
 /// About how many bytes of output one panel covers: the size of an L2 cache, so the
 /// product is still in cache when the program reads it, while each gemm gets enough
@@ -42,6 +42,19 @@ use crate::ir::{BinaryOp, Layout, UnaryOp};
 /// product with its bias 15% slower than the two kernels apart; 1 MiB ones are as fast
 /// or faster). Unit tests use small panels so that a matrix has several.
 pub const PANEL_BYTES: usize = if cfg!(test) { 64 * 1024 } else { 1024 * 1024 };
+
+/// [`PANEL_BYTES`] for a product by a weight packed in f32, when its output is more
+/// than one panel: a quarter, so the panel's rows of the left operand, its output and
+/// the norm that reads it stay in L2 while the weight's panels stream past (the f32
+/// tile applies the element-wise program, so no pass of its own needs the larger
+/// panel). MiniLM, batches of 32: binaries alternated three times, two streams of one
+/// kernel thread each, 504.6 -> 508.8, 508.3 -> 513.5 and 510.7 -> 514.2 sentences/s;
+/// one stream of two threads, both sizes alternated batch by batch in one process,
+/// 551.3 -> 556.6, 502.5 -> 505.4, 510.7 -> 516.1 and 517.1 -> 524.1 (one thread 267.8
+/// -> 269.2, 268.3 -> 269.9). The bf16, int8 and bf16x3 tiles want the larger panels:
+/// at 256 KiB, bf16x3 ran 707 -> 629 and 698 -> 609 sentences/s, int8 1486 -> 1450 and
+/// 1503 -> 1433.
+pub const F32_PANEL_BYTES: usize = PANEL_BYTES / 4;
 
 /// The matrix product at the head of a chain.
 #[derive(Clone, Copy, Debug)]
@@ -157,17 +170,26 @@ pub fn chain(
         tail: tail.as_ref(),
     };
     // Panels: runs of whole rows of one matrix, of equal size within a matrix.
-    let max_rows = (PANEL_BYTES / 4 / geom.n).clamp(1, geom.m);
+    let panel_bytes = match matmul.and_then(|m| m.packed) {
+        Some(p) if p.dtype() == DType::F32 => F32_PANEL_BYTES,
+        _ => PANEL_BYTES,
+    };
+    let max_rows = (panel_bytes / 4 / geom.n).clamp(1, geom.m);
     let mut per_matrix = geom.m.div_ceil(max_rows);
-    // A product whose whole output is one panel (a request or two: tens of rows) is
-    // not cut by rows for the threads: each thread would stream the whole weight for
-    // its half of the rows. It stays one panel, and its product splits by columns
+    // A product whose whole output fits in one PANEL_BYTES panel (a request or two:
+    // tens of rows) is not cut by rows for the threads: each thread would stream the
+    // whole weight for its half of the rows. It stays one panel, and its product
+    // splits by columns
     // (each thread reads half the weight; `kernels::packed`), its program and norm by
     // rows. With the kernel workers spinning through a flush (`set_kernel_spin`), one
     // sentence a call on the 2-core Xeon, paired ratios against the row split: f32
     // 0.956, bf16x3 0.851 (p50 2.59 -> 2.28 ms; the AMX tile needs its two row tiles
     // to keep up with the weight's stream).
-    let one_product_panel = matmul.is_some() && per_matrix == 1;
+    let one_product_panel =
+        matmul.is_some() && geom.m.saturating_mul(geom.n).saturating_mul(4) <= PANEL_BYTES;
+    if one_product_panel {
+        per_matrix = 1;
+    }
     if par.threads > 1 && !one_product_panel {
         // Cut a little finer when that gives every thread as many panels.
         let fits = |p: &usize| (geom.batch * p).is_multiple_of(par.threads);
