@@ -170,26 +170,26 @@ pub fn chain(
         tail: tail.as_ref(),
     };
     // Panels: runs of whole rows of one matrix, of equal size within a matrix.
+    //
+    // A product whose whole output fits in one PANEL_BYTES panel (a request or two:
+    // tens of rows) is not cut by rows for the threads: each thread would stream the
+    // whole weight for its half of the rows. It stays one panel, and its product
+    // splits by columns (each thread reads half the weight; `kernels::packed`), its
+    // program and norm by rows. With the kernel workers spinning through a flush
+    // (`set_kernel_spin`), one sentence a call on the 2-core Xeon, paired ratios
+    // against the row split: f32 0.956, bf16x3 0.851 (p50 2.59 -> 2.28 ms; the AMX
+    // tile needs its two row tiles to keep up with the weight's stream).
+    let one_product_panel =
+        matmul.is_some() && geom.m.saturating_mul(geom.n).saturating_mul(4) <= PANEL_BYTES;
     let panel_bytes = match matmul.and_then(|m| m.packed) {
         Some(p) if p.dtype() == DType::F32 => F32_PANEL_BYTES,
         _ => PANEL_BYTES,
     };
-    let max_rows = (panel_bytes / 4 / geom.n).clamp(1, geom.m);
-    let mut per_matrix = geom.m.div_ceil(max_rows);
-    // A product whose whole output fits in one PANEL_BYTES panel (a request or two:
-    // tens of rows) is not cut by rows for the threads: each thread would stream the
-    // whole weight for its half of the rows. It stays one panel, and its product
-    // splits by columns
-    // (each thread reads half the weight; `kernels::packed`), its program and norm by
-    // rows. With the kernel workers spinning through a flush (`set_kernel_spin`), one
-    // sentence a call on the 2-core Xeon, paired ratios against the row split: f32
-    // 0.956, bf16x3 0.851 (p50 2.59 -> 2.28 ms; the AMX tile needs its two row tiles
-    // to keep up with the weight's stream).
-    let one_product_panel =
-        matmul.is_some() && geom.m.saturating_mul(geom.n).saturating_mul(4) <= PANEL_BYTES;
-    if one_product_panel {
-        per_matrix = 1;
-    }
+    let mut per_matrix = if one_product_panel {
+        1
+    } else {
+        geom.m.div_ceil((panel_bytes / 4 / geom.n).clamp(1, geom.m))
+    };
     if par.threads > 1 && !one_product_panel {
         // Cut a little finer when that gives every thread as many panels.
         let fits = |p: &usize| (geom.batch * p).is_multiple_of(par.threads);
