@@ -21,6 +21,33 @@
 
 #![warn(missing_docs)]
 
+pub mod cpu {
+    //! Which instruction-set tier the kernels run on here: the CPU's best, or the one
+    //! `STREAMFUSE_ISA` forces (see [`Tier`] for the names). Examples print it, and a
+    //! trace records it.
+    //!
+    //! ```
+    //! println!("kernels: {}", streamfuse::cpu::tier());
+    //! streamfuse::cpu::check().expect("STREAMFUSE_ISA names a tier this CPU has");
+    //! ```
+
+    pub use crate::kernels::cpu::{available, Tier};
+
+    /// The tier the kernels run on (`portable` when `STREAMFUSE_ISA` is wrong: see
+    /// [`check`]).
+    pub fn tier() -> Tier {
+        crate::kernels::cpu::tier()
+    }
+
+    /// An error naming the problem when `STREAMFUSE_ISA` names no tier or one this CPU
+    /// lacks (then every flush fails with it too); `Ok` otherwise.
+    pub fn check() -> crate::Result<()> {
+        crate::kernels::cpu::check().map_err(|e| crate::Error::Arg {
+            op: "cpu",
+            msg: e.0,
+        })
+    }
+}
 #[cfg(feature = "text")]
 pub mod embedder;
 mod error;

@@ -404,7 +404,7 @@ pub(crate) fn in_place<A: Activation>(xs: &mut [f32], f: A) {
             }
         }
     }
-    pulp::Arch::new().dispatch(Map(xs, f));
+    super::cpu::dispatch(Map(xs, f));
 }
 
 /// `dst[i] = f(src[i])` for the elements both have, run as [`in_place`] is.
@@ -424,7 +424,7 @@ pub(crate) fn map_into<A: Activation>(src: &[f32], dst: &mut [f32], f: A) {
             }
         }
     }
-    pulp::Arch::new().dispatch(MapInto(src, dst, f));
+    super::cpu::dispatch(MapInto(src, dst, f));
 }
 
 /// GELU, tanh approximation: `x/2 · (1 + tanh(√(2/π) (x + 0.044715 x³)))`.

@@ -142,13 +142,13 @@ impl<'a> RowOp<'a> {
                     }
                 }
             }
-            RowOp::LayerNorm { w, b, eps } => pulp::Arch::new().dispatch(Norm {
+            RowOp::LayerNorm { w, b, eps } => super::cpu::dispatch(Norm {
                 rows,
                 w,
                 b: Some(b),
                 eps: *eps,
             }),
-            RowOp::RmsNorm { w, eps } => pulp::Arch::new().dispatch(Norm {
+            RowOp::RmsNorm { w, eps } => super::cpu::dispatch(Norm {
                 rows,
                 w,
                 b: None,

@@ -74,6 +74,8 @@ pub(super) fn run_kernel(
 ) -> Result<(), KernelError> {
     #[cfg(test)]
     super::fault::check();
+    // A mistyped STREAMFUSE_ISA fails every kernel, naming itself.
+    kernels::cpu::check()?;
     let plan = reads.plan;
     let mut arena_outs = arena_outs.iter_mut();
     let mut pooled = pooled.iter_mut();

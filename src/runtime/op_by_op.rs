@@ -90,6 +90,7 @@ fn run(op: &Op, inputs: &[Arc<TensorBuffer>], par: Par) -> Result<Arc<TensorBuff
     super::fault::check();
     let name = op.kind.name();
     let kernel = |e: KernelError| Error::Kernel { op: name, msg: e.0 };
+    crate::kernels::cpu::check().map_err(kernel)?;
     let out = op
         .output
         .as_ref()

@@ -254,7 +254,7 @@ mod tests {
 
     #[test]
     fn transpose16_transposes() {
-        let Some(simd) = V4::try_new() else {
+        let Some(simd) = crate::kernels::cpu::v4() else {
             return;
         };
         let m: [[f32; QB]; QB] =

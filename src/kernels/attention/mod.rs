@@ -65,7 +65,7 @@ pub const MAX_HEAD_DIM: usize = 256;
 static FORCE_PORTABLE: AtomicBool = AtomicBool::new(false);
 
 fn force_portable() -> bool {
-    FORCE_PORTABLE.load(Ordering::Relaxed) || crate::kernels::cpu::forced_portable()
+    FORCE_PORTABLE.load(Ordering::Relaxed) || !crate::kernels::cpu::has_avx512()
 }
 
 /// Makes every later call take the portable path (`true`) or the fastest (`false`);
@@ -563,7 +563,7 @@ impl Job<'_> {
         let v4 = if force_portable() {
             None
         } else {
-            V4::try_new()
+            crate::kernels::cpu::v4()
         };
         /// The block as a `pulp` op: `vectorize`/`dispatch` call `with_simd` from a
         /// function compiled for the CPU's features, and everything below is inlined
@@ -615,7 +615,7 @@ impl Job<'_> {
         };
         match v4 {
             Some(simd) => <V4 as Simd>::vectorize(simd, op),
-            None => pulp::Arch::new().dispatch(op),
+            None => crate::kernels::cpu::dispatch(op),
         }
     }
 

@@ -83,19 +83,11 @@ impl Path {
     pub(super) fn detect() -> Path {
         #[cfg(target_arch = "x86_64")]
         {
-            if crate::kernels::cpu::forced_portable() {
-                return Path::Portable;
-            }
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-                && std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
+            use crate::kernels::cpu;
+            if cpu::has_avx512() {
                 return Path::Avx512;
             }
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
+            if cpu::has_avx2() {
                 return Path::Avx2;
             }
         }

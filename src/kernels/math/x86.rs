@@ -219,7 +219,7 @@ mod tests {
     /// this tests the vector function itself) against the scalar `sf`, bit for bit (any
     /// NaN matching any NaN).
     fn check(name: &str, vf: Vf, sf: fn(f32) -> f32, xs: &[f32]) {
-        if !std::arch::is_x86_feature_detected!("avx512f") {
+        if !cpu::cpu_runs(cpu::Tier::Avx512) {
             return;
         }
         for chunk in xs.chunks(16) {

@@ -208,6 +208,7 @@ impl PackedRhs {
     /// `I8`), as the matrix of a contiguous `[k, n]` tensor: the weight `to_dtype`
     /// makes.
     pub fn pack_as(src: &[f32], layout: &Layout, dtype: DType) -> Result<PackedRhs, KernelError> {
+        super::cpu::check()?;
         let mut p = match dtype {
             DType::BF16 => PackedRhs::pack_bf16(src, layout)?,
             DType::I8 => PackedRhs::pack_i8(src, layout)?,
