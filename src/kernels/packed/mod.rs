@@ -562,7 +562,7 @@ impl Form<'_> {
         match self {
             Form::F32(_) => true,
             Form::Bf16(_) => super::cpu::has_avx512_bf16(),
-            Form::I8(_) => super::cpu::has_avx512_vnni(),
+            Form::I8(_) => i8::simd(),
             Form::Tiles(_) => super::cpu::has_amx_bf16(),
         }
     }

@@ -12,17 +12,27 @@
 //! per 16 columns.
 //!
 //! **Activations** are quantised inside the kernel, dynamically, **per row** (per
-//! token): `sa[i] = max_p |a[i, p]| / 127`, `qa[i, p] = round(a[i, p] / sa[i])`, signed.
-//! The tile multiplies them with `vpdpbusd` (AVX512_VNNI: four u8 × s8 products summed
-//! into each i32 lane), the weight as the unsigned operand and four activation bytes
-//! broadcast from memory (the only operand that can be) as the signed one. The shift
-//! of the weight is taken off exactly with the row sums: `Σ qa·(qw + 128) - 128 Σ qa =
-//! Σ qa·qw`, so a tile keeps `MR × 2` i32 accumulators and converts once at its end:
-//! `out[i, j] = ((acc - 128 Σ_p qa[i, p]) as f32 * sw[j]) * sa[i]`. Every integer sum
-//! is exact (wrapping i32 arithmetic, whose result is exact since `|Σ qa·qw| ≤ 127²·k <
-//! 2³¹` for `k ≤` [`MAX_K`]), so the portable path (plain integer loops over the same
-//! layout, used without VNNI or with `STREAMFUSE_PORTABLE=1`) gives bit-identical
-//! results. A row holding a NaN or an infinity gives a row of NaN.
+//! token; module `quantize`): `sa[i] = max_p |a[i, p]| / 127`, `qa[i, p] = round(a[i,
+//! p] / sa[i])`, signed. A tile keeps i32 accumulators of **exact** integer sums and
+//! converts once at its end: `out[i, j] = ((Σ_p qa[i, p] · q[p, j]) as f32 · sw[j]) ·
+//! sa[i]`. The sums are exact on every path (wrapping i32 arithmetic, whose result is
+//! exact since `|Σ qa·q| ≤ 127²·k < 2³¹` for `k ≤` [`MAX_K`]) and the conversion is
+//! the same, so **every path gives the same bits** (the tests hold each tile to the
+//! portable one). A row holding a NaN or an infinity gives a row of NaN.
+//!
+//! **Paths**, one per tier ([`Path`]; the tier in use picks the fastest it has):
+//!
+//! - `avx512-vnni` (module `avx512`): `vpdpbusd` on zmm, four u8 × s8 products summed
+//!   into each i32 lane, the weight as the unsigned operand and four activation bytes
+//!   broadcast from memory as the signed one; the shift of the weight taken off with
+//!   the row sums, `Σ qa·(q + 128) - 128 Σ qa = Σ qa·q`. With AMX-INT8, whole pairs of
+//!   16-row tiles on AMX (module `amx`, below).
+//! - `avx2-vnni` (module `avx2`): the same on ymm (VEX `vpdpbusd`).
+//! - `avx512` without VNNI (module `avx512`): bytes widened to i16, `vpmaddwd`.
+//! - `avx2` (module `avx2`): `vpmaddubsw` with the activation's sign moved onto the
+//!   signed weight, so that its saturating i16 pair sums never saturate.
+//! - `portable` (module `portable`): plain integer loops over the same layout (any
+//!   CPU, or `STREAMFUSE_ISA=portable`).
 //!
 //! **Scratch.** The quantised activations live on the stack, never the heap: rows are
 //! taken in **chunks** (at most 252 rows and, for long rows, as many as fit in 256 KiB),
@@ -43,7 +53,7 @@
 //! the 2304 rows, the lowest in the FFN's second product (k = 1536, GELU inputs). Per-row
 //! scales are enough there; per-group scales along `k` were not needed.
 //!
-//! **Speed**, measured on one core of this project's Zen 4 EPYC (thread CPU time from
+//! **Speed** of the VNNI path, measured on one core of this project's Zen 4 EPYC (thread CPU time from
 //! `/proc/thread-self/schedstat`, median of 7 rounds alternating the two kernels, a
 //! pass over MiniLM-L6's 24 weights as in `benches/lowp.rs`): 28 rows 1.52 ms (390
 //! GOP/s) against the f32 packed kernel's 5.81 ms (102 GFLOP/s), 3.8×; 896 rows 51.9
@@ -54,7 +64,7 @@
 //! by one 32-column panel); its byte stores (`vpmovdb`) are the first thing to improve.
 //!
 //! **AMX.** Where the CPU has AMX-INT8 (and `kp` is a multiple of 64), each chunk's
-//! whole pairs of 16-row tiles are multiplied on AMX tiles instead ([`amx_pair`]):
+//! whole pairs of 16-row tiles are multiplied on AMX tiles instead (`amx::tile_pair`):
 //! `tdpbsud` takes the signed activation bytes as its first operand (16 rows × 64
 //! bytes of `k`, straight from the chunk's rows) and the panel's unsigned bytes as its
 //! second (16 quads × 16 columns, the panel's own layout read with a stride of 128
@@ -67,13 +77,24 @@
 //! sentences/s. The tile is held back by its loads (four 1 KiB tiles per four
 //! products), as the bf16 one is (module `tiles`).
 //!
-//! `unsafe` is confined to the VNNI tile's loads and stores (bounds checked once before
-//! its loop), to calling the `#[target_feature]` functions after the CPU check, and to
-//! writing the output through the raw pointer that the split by columns shares between
-//! threads (disjoint columns), and to the AMX tile loop (`asm!`).
+//! `unsafe` is confined to the vector tiles' and quantisers' loads and stores (bounds
+//! checked once before their loops), to calling the `#[target_feature]` functions
+//! after the CPU check ([`Path::runs`]), to writing the output through the raw pointer
+//! that the split by columns shares between threads (disjoint columns), and to the AMX
+//! tile loop (`asm!`).
+
+#[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod portable;
+mod quantize;
 
 use super::{by_rows, chunk_rows, with_stack, Matrix, Out, Part, CHUNK_ROWS, MR, NR};
 use crate::ir::Layout;
+use crate::kernels::cpu::{self, Tier};
 use crate::kernels::{check_input, error, KernelError};
 
 /// The largest `k` a weight may have: the exact integer sums fit in i32 up to it.
@@ -215,41 +236,109 @@ fn inverse_step(max: f32) -> f32 {
 
 /// `1.5 · 2²³`: adding it to an f32 of magnitude below 2²² rounds it to an integer (ties
 /// to even), held in the low bits of the sum.
-const MAGIC: f32 = 12_582_912.0;
+pub(super) const MAGIC: f32 = 12_582_912.0;
 
 /// `x` (expected in `[-127, 127]`, clamped to it) rounded to the nearest integer, ties
 /// to even. Pure f32 and bit arithmetic, so every path rounds alike and it vectorises.
 #[inline(always)]
-fn round_to_i8(x: f32) -> i32 {
+pub(super) fn round_to_i8(x: f32) -> i32 {
     let y = x.clamp(-127.0, 127.0);
     ((y + MAGIC).to_bits() as i32) - (MAGIC.to_bits() as i32)
 }
 
-/// Which code multiplies: the VNNI tile, or the portable loops (bit-identical).
+/// Which code multiplies (every path gives the same bits): the tile of one tier, or
+/// the portable loops.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Path {
-    Vnni,
+pub(super) enum Path {
+    /// Plain integer loops (module `portable`): any CPU.
     Portable,
+    /// `vpmaddubsw` with the activation's sign on the weight (module `avx2`).
+    Avx2,
+    /// `vpdpbusd` on ymm (module `avx2`).
+    Avx2Vnni,
+    /// Bytes widened to i16 and `vpmaddwd` on zmm (module `avx512`).
+    Avx512,
+    /// `vpdpbusd` on zmm (module `avx512`), and AMX tiles where AMX-INT8 runs.
+    Avx512Vnni,
 }
 
-/// Computes `part` of the product of `g` by `w`, on the VNNI tile when `simd`: its
-/// rows a chunk at a time (at most [`CHUNK_ROWS`], and as many as fit in the largest
-/// scratch; whole tiles when the part takes more than one chunk), each quantised once
-/// into a stack scratch and multiplied by every panel of the part. Where AMX-INT8 runs
-/// (and `kp` is a multiple of [`AMX_K`]), each chunk's whole pairs of 16-row tiles go
-/// to the AMX tile instead ([`amx_pair`]), the other rows to the VNNI tile.
+/// Every path, lowest first.
+#[cfg(test)]
+const PATHS: [Path; 5] = [
+    Path::Portable,
+    Path::Avx2,
+    Path::Avx2Vnni,
+    Path::Avx512,
+    Path::Avx512Vnni,
+];
+
+impl Path {
+    /// The fastest path the tier in use lets run.
+    fn best() -> Path {
+        if cpu::has_avx512_vnni() {
+            Path::Avx512Vnni
+        } else if cpu::has_avx_vnni() {
+            // `vpdpbusd` on ymm does twice the multiply-adds an instruction of the
+            // widened 512-bit form does.
+            Path::Avx2Vnni
+        } else if cpu::has_avx512() {
+            Path::Avx512
+        } else if cpu::has_avx2() {
+            Path::Avx2
+        } else {
+            Path::Portable
+        }
+    }
+
+    /// The tier whose features the path's code needs.
+    fn tier(self) -> Tier {
+        match self {
+            Path::Portable => Tier::Portable,
+            Path::Avx2 => Tier::Avx2,
+            Path::Avx2Vnni => Tier::Avx2Vnni,
+            Path::Avx512 => Tier::Avx512,
+            Path::Avx512Vnni => Tier::Avx512Vnni,
+        }
+    }
+
+    /// Whether this CPU can run the path (whatever tier the environment forces: the
+    /// tests run every path the CPU has). On other architectures only the portable
+    /// one.
+    fn runs(self) -> bool {
+        self == Path::Portable || (cfg!(target_arch = "x86_64") && cpu::cpu_runs(self.tier()))
+    }
+}
+
+/// Whether the tier in use runs an int8 tile other than the portable loops (AVX2 or
+/// above): `matmul_packed`'s `simd`.
+pub(super) fn simd() -> bool {
+    Path::best() != Path::Portable
+}
+
+/// Computes `part` of the product of `g` by `w`, on the fastest tile the tier in use
+/// has when `simd`, on the portable loops otherwise (see [`part_on`]).
 pub(super) fn part(g: Matrix<'_>, w: &PackedI8, part: Part, simd: bool, out: Out) {
-    let path = if simd { Path::Vnni } else { Path::Portable };
+    let path = if simd { Path::best() } else { Path::Portable };
+    part_on(path, g, w, part, out);
+}
+
+/// Computes `part` of the product of `g` by `w` on `path`: its rows a chunk at a time
+/// (at most [`CHUNK_ROWS`], and as many as fit in the largest scratch; whole tiles
+/// when the part takes more than one chunk), each quantised once into a stack scratch
+/// and multiplied by every panel of the part. On the VNNI path, where AMX-INT8 runs
+/// (and `kp` is a multiple of `amx::K`), each chunk's whole pairs of 16-row tiles go to
+/// the AMX tile instead (`amx::tile_pair`), the other rows to the VNNI tile.
+fn part_on(path: Path, g: Matrix<'_>, w: &PackedI8, part: Part, out: Out) {
     let kp = w.kp;
     let chunk = chunk_rows(part.rows.1 - part.rows.0, kp, SCRATCH);
     #[cfg(target_arch = "x86_64")]
-    let tiles = (simd
-        && kp.is_multiple_of(AMX_K)
-        && part.rows.1 - part.rows.0 >= AMX_ROWS
-        && crate::kernels::cpu::has_amx_int8())
+    let tiles = (path == Path::Avx512Vnni
+        && kp.is_multiple_of(amx::K)
+        && part.rows.1 - part.rows.0 >= amx::ROWS
+        && cpu::has_amx_int8())
     .then(|| {
         // SAFETY: AMX is granted (`has_amx_int8`).
-        unsafe { super::tiles::amx::Tiles::configure() }
+        unsafe { amx::Regs::configure() }
     });
     #[cfg(not(target_arch = "x86_64"))]
     let tiles: Option<()> = None;
@@ -266,14 +355,9 @@ pub(super) fn part(g: Matrix<'_>, w: &PackedI8, part: Part, simd: bool, out: Out
 
 /// The AMX tile registers, configured, where the AMX tile runs (`()` elsewhere).
 #[cfg(target_arch = "x86_64")]
-type Regs = super::tiles::amx::Tiles;
+type Regs = amx::Regs;
 #[cfg(not(target_arch = "x86_64"))]
 type Regs = ();
-
-/// Rows of one call of the AMX tile: two tiles of 16.
-const AMX_ROWS: usize = 32;
-/// Bytes of `k` per AMX block: one tile row of activations (16 quads).
-const AMX_K: usize = 64;
 
 /// A part of a product, taken `chunk` rows at a time.
 struct Chunked<'a> {
@@ -306,7 +390,7 @@ fn chunks(job: &Chunked<'_>, qa: &mut [i8], out: Out) {
             .enumerate()
         {
             let start = (r0 + i) * g.lda;
-            (*s, *sum) = quantize_row(job.path, &g.a[start..], g.cs, g.k, q);
+            (*s, *sum) = quantize::row(job.path, &g.a[start..], g.cs, g.k, q);
         }
         for pj in job.part.panels.0..job.part.panels.1 {
             let rows = Rows {
@@ -337,39 +421,28 @@ fn panel(job: &Chunked<'_>, pj: usize, rows: Rows<'_>, dst: Out) {
     let at = job.part.cols(pj);
     let b = &w.data[pj * kp * NR..(pj + 1) * kp * NR];
     let sw = &w.scales[at.j0..at.j0 + NR];
+    let tile_of = |r0: usize, h: usize| Tile {
+        qa: &rows.qa[r0 * kp..(r0 + h) * kp],
+        kp,
+        sa: &rows.sa[r0..r0 + h],
+        sums: &rows.sums[r0..r0 + h],
+        b,
+        sw,
+        at: (rows.first + r0) * at.ldc + at.j0,
+        width: at.width,
+        ldc: at.ldc,
+    };
     // Whole pairs of row tiles on AMX, where it runs; the rest on the tile below.
     let mut first = 0;
     #[cfg(target_arch = "x86_64")]
     if let Some(tiles) = job.tiles {
-        while rows.sa.len() - first >= AMX_ROWS {
-            let r = first..first + AMX_ROWS;
-            let pair = Tile {
-                qa: &rows.qa[r.start * kp..r.end * kp],
-                kp,
-                sa: &rows.sa[r.clone()],
-                sums: &rows.sums[r.clone()],
-                b,
-                sw,
-                at: (rows.first + r.start) * at.ldc + at.j0,
-                width: at.width,
-                ldc: at.ldc,
-            };
-            amx_pair(tiles, &pair, dst);
-            first += AMX_ROWS;
+        while rows.sa.len() - first >= amx::ROWS {
+            amx::tile_pair(tiles, &tile_of(first, amx::ROWS), dst);
+            first += amx::ROWS;
         }
     }
     Part::blocks(first, rows.sa.len() - first, |r0, h| {
-        let t = Tile {
-            qa: &rows.qa[r0 * kp..(r0 + h) * kp],
-            kp,
-            sa: &rows.sa[r0..r0 + h],
-            sums: &rows.sums[r0..r0 + h],
-            b,
-            sw,
-            at: (rows.first + r0) * at.ldc + at.j0,
-            width: at.width,
-            ldc: at.ldc,
-        };
+        let t = tile_of(r0, h);
         macro_rules! call {
             ($r:literal) => {
                 tile::<$r>(job.path, &t, dst)
@@ -394,7 +467,25 @@ struct Tile<'a> {
     ldc: usize,
 }
 
-/// `dst[i][j0..j0 + width] = qa[i] · b`, scaled, for the tile's `R` rows.
+impl Tile<'_> {
+    /// Rows `i0..i0 + h` of the tile, as a tile of their own (the same panel and
+    /// columns). Panics when they are not inside it.
+    fn rows(&self, i0: usize, h: usize) -> Tile<'_> {
+        Tile {
+            qa: &self.qa[i0 * self.kp..(i0 + h) * self.kp],
+            kp: self.kp,
+            sa: &self.sa[i0..i0 + h],
+            sums: &self.sums[i0..i0 + h],
+            b: self.b,
+            sw: self.sw,
+            at: self.at + i0 * self.ldc,
+            width: self.width,
+            ldc: self.ldc,
+        }
+    }
+}
+
+/// `dst[i][j0..j0 + width] = qa[i] · b`, scaled, for the tile's `R` rows, on `path`.
 fn tile<const R: usize>(path: Path, t: &Tile<'_>, dst: Out) {
     // The bounds every access below relies on, checked once (a failed check is a bug of
     // this module, caught at the kernel boundary as a panic).
@@ -403,20 +494,20 @@ fn tile<const R: usize>(path: Path, t: &Tile<'_>, dst: Out) {
     assert!(t.qa.len() == R * t.kp && t.sa.len() == R && t.sums.len() == R);
     assert!(t.sw.len() == NR);
     assert!(t.at <= dst.len && (R - 1) * t.ldc + t.width <= dst.len - t.at);
+    assert!(path.runs(), "the {path:?} int8 tile on a CPU without it");
+    // SAFETY (each call): the CPU has the path's features (asserted), the asserts
+    // above are the bounds the tiles document, and this tile's elements of `dst` are
+    // written by no one else (see `Out`).
     #[cfg(target_arch = "x86_64")]
-    if path == Path::Vnni {
-        assert!(
-            crate::kernels::cpu::has_avx512_vnni(),
-            "VNNI tile without VNNI"
-        );
-        // SAFETY: the CPU has AVX-512 F and BW and VNNI (asserted), the asserts above
-        // are the bounds `vnni::tile` documents, and this tile's elements of `dst` are
-        // written by no one else (see `Out`).
-        return unsafe { vnni::tile::<R>(t, dst.ptr) };
+    match path {
+        Path::Avx512Vnni => return unsafe { avx512::tile::<R>(t, dst.ptr) },
+        Path::Avx512 => return unsafe { avx512::tile_bw::<R>(t, dst.ptr) },
+        Path::Avx2Vnni => return unsafe { avx2::tile_vnni::<R>(t, dst.ptr) },
+        Path::Avx2 => return unsafe { avx2::tile::<R>(t, dst.ptr) },
+        Path::Portable => {}
     }
-    let _ = path;
     let mut rows = [[0f32; NR]; R];
-    portable_tile::<R>(t, &mut rows);
+    portable::tile::<R>(t, &mut rows);
     for (i, row) in rows.iter().enumerate() {
         // SAFETY: the elements are row i's columns of the tile, inside `dst`
         // (asserted above) and written by no one else (see `Out`).
@@ -425,366 +516,16 @@ fn tile<const R: usize>(path: Path, t: &Tile<'_>, dst: Out) {
     }
 }
 
-/// The tile in plain integer loops: the same sums, conversion and products, in the
-/// same order, as the VNNI tile.
-fn portable_tile<const R: usize>(t: &Tile<'_>, rows: &mut [[f32; NR]; R]) {
-    let mut acc = [[0i32; NR]; R];
-    for (p, quad) in t.b.chunks_exact(QUAD).enumerate() {
-        for (i, acc) in acc.iter_mut().enumerate() {
-            let a = &t.qa[i * t.kp + 4 * p..i * t.kp + 4 * p + 4];
-            let a = [a[0] as i32, a[1] as i32, a[2] as i32, a[3] as i32];
-            for (c, w) in acc.iter_mut().zip(quad.chunks_exact(4)) {
-                let dot = w[0] as i32 * a[0]
-                    + w[1] as i32 * a[1]
-                    + w[2] as i32 * a[2]
-                    + w[3] as i32 * a[3];
-                *c = c.wrapping_add(dot);
-            }
-        }
-    }
-    for i in 0..R {
-        let shift = t.sums[i].wrapping_mul(ZERO as i32);
-        for c in 0..NR {
-            rows[i][c] = (acc[i][c].wrapping_sub(shift) as f32 * t.sw[c]) * t.sa[i];
-        }
-    }
-}
-
-/// `dst[i][j0..j0 + width] = qa[i] · b`, scaled, for the [`AMX_ROWS`] rows of `t`, on
-/// AMX tiles: the same exact integer sums as the VNNI tile (`tdpbsud`: signed
-/// activation bytes by unsigned weight bytes, four products a lane summed into i32),
-/// then the same conversion, so the same bits.
-#[cfg(target_arch = "x86_64")]
-fn amx_pair(tiles: &Regs, t: &Tile<'_>, dst: Out) {
-    // The bounds every access below relies on, checked once.
-    assert!(t.width >= 1 && t.width <= NR && t.kp.is_multiple_of(AMX_K));
-    assert!(t.b.len() == t.kp * NR && t.qa.len() == AMX_ROWS * t.kp);
-    assert!(t.sa.len() == AMX_ROWS && t.sums.len() == AMX_ROWS && t.sw.len() == NR);
-    assert!(t.at <= dst.len && (AMX_ROWS - 1) * t.ldc + t.width <= dst.len - t.at);
-    assert!(crate::kernels::cpu::has_amx_int8());
-    // Not cleared: the tile stores every element (clearing it was a 4 KiB store per
-    // pair and panel).
-    let mut acc = std::mem::MaybeUninit::<[[i32; NR]; AMX_ROWS]>::uninit();
-    // SAFETY: AMX-INT8 is granted and the tiles configured (`tiles`); `t.qa` holds 32
-    // rows of `kp` bytes and `t.b` `kp / 4` quads of 128 bytes, `kp` a multiple of 64
-    // (asserted), and `acc` is 32 rows of 32 i32. The tile's four stores write all of
-    // `acc` (rows 0–15 and 16–31, columns 0–15 and 16–31), so it is initialised after
-    // (the tests hold the results to the portable path's bits, which an unwritten
-    // element would break).
-    let acc = unsafe {
-        amx::pair(
-            tiles,
-            t.qa.as_ptr(),
-            t.kp,
-            t.b.as_ptr(),
-            acc.as_mut_ptr().cast(),
-        );
-        acc.assume_init()
-    };
-    // SAFETY: AVX-512 F and BW are present (VNNI's detection requires them; asserted
-    // through `has_amx_int8`), and the bounds asserted above are `vnni::convert`'s.
-    unsafe { vnni::convert::<AMX_ROWS>(&acc, t, dst.ptr) };
-}
-
-/// The int8 tile loop on AMX.
-#[cfg(target_arch = "x86_64")]
-mod amx {
-    use super::Regs;
-    use std::arch::asm;
-
-    /// `acc = qa · b` in i32 for 32 rows of activations (`qa`, rows `kp` bytes apart)
-    /// and one panel (`b`: `kp / 4` quads of 128 bytes, columns 0–15 in the first 64
-    /// of each): per block of 64 bytes of `k`, two row tiles (16 rows × 64 bytes),
-    /// two column tiles (16 quads × 16 columns × 4 bytes) and four `tdpbsud`; the four
-    /// accumulators are stored to `acc`, 32 rows of 32 i32 (128 bytes apart).
-    ///
-    /// # Safety
-    ///
-    /// AMX-TILE and AMX-INT8 are granted to the process and this thread's tiles are
-    /// configured (`_tiles`: 16 rows of 64 bytes each); `kp` is a non-zero multiple of
-    /// 64, `qa` holds `32 · kp` bytes, `b` `kp · 32`, and `acc` is valid for writes of
-    /// 32 × 32 i32 that no one else touches during the call.
-    pub(super) unsafe fn pair(
-        _tiles: &Regs,
-        qa: *const i8,
-        kp: usize,
-        b: *const u8,
-        acc: *mut i32,
-    ) {
-        // SAFETY: the caller's contract. The loop reads, per block, 16 rows of 64
-        // bytes at `a0` and at `a1` (rows `kp` apart: inside `qa`) and 16 quads of 64
-        // bytes at `b` and `b + 64` (quads 128 apart: inside the panel), advancing by
-        // one block, `kp / 64` times; the stores write the 32 × 32 i32 of `acc`. The
-        // asm touches no Rust-visible memory but through these pointers, and the tile
-        // registers are not Rust's.
-        unsafe {
-            asm!(
-                "tilezero tmm0",
-                "tilezero tmm1",
-                "tilezero tmm2",
-                "tilezero tmm3",
-                "2:",
-                "tileloadd tmm4, [{a0} + {sa}]",
-                "tileloadd tmm5, [{a1} + {sa}]",
-                "tileloadd tmm6, [{b} + {sb}]",
-                "tileloadd tmm7, [{b} + {sb} + 64]",
-                "tdpbsud tmm0, tmm4, tmm6",
-                "tdpbsud tmm1, tmm4, tmm7",
-                "tdpbsud tmm2, tmm5, tmm6",
-                "tdpbsud tmm3, tmm5, tmm7",
-                "add {a0}, 64",
-                "add {a1}, 64",
-                "add {b}, 2048",
-                "dec {n}",
-                "jnz 2b",
-                "tilestored [{c0} + {sb}], tmm0",
-                "tilestored [{c0} + {sb} + 64], tmm1",
-                "tilestored [{c1} + {sb}], tmm2",
-                "tilestored [{c1} + {sb} + 64], tmm3",
-                a0 = inout(reg) qa => _,
-                a1 = inout(reg) qa.wrapping_add(16 * kp) => _,
-                b = inout(reg) b => _,
-                n = inout(reg) kp / 64 => _,
-                sa = in(reg) kp,
-                sb = in(reg) 128usize,
-                c0 = in(reg) acc,
-                c1 = in(reg) acc.wrapping_add(16 * 32),
-                options(nostack),
-            );
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod vnni {
-    use super::{Tile, NR, QUAD, ZERO};
-    use std::arch::x86_64::*;
-
-    /// The tile on AVX512_VNNI: `R × 2` i32 accumulators, one quad of `k` per
-    /// iteration (two 64-byte loads of the panel, and per row a 4-byte broadcast of
-    /// its activations as `vpdpbusd`'s memory operand).
-    ///
-    /// # Safety
-    ///
-    /// The CPU has AVX-512 F and BW and AVX512_VNNI; `t.kp >= 4` is a multiple of 4,
-    /// `t.b` holds `t.kp * NR` bytes, `t.qa` holds `R * t.kp`, `t.sa` and `t.sums`
-    /// hold `R`, `t.sw` holds `NR`; `1 <= t.width <= NR`; `dst` is valid for writes of
-    /// `t.at + (R - 1) * t.ldc + t.width` elements, of which nobody else reads or
-    /// writes the tile's during the call.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
-        let mut acc0 = [_mm512_setzero_si512(); R];
-        let mut acc1 = [_mm512_setzero_si512(); R];
-        let (a, b) = (t.qa.as_ptr(), t.b.as_ptr());
-        for p in 0..t.kp / 4 {
-            // SAFETY: p < kp / 4, so bytes p * QUAD..(p + 1) * QUAD are inside `t.b`
-            // (kp * NR = kp / 4 * QUAD bytes), and row i's 4 bytes at i * kp + 4 * p
-            // are inside `t.qa` (R * kp bytes) for i < R.
-            unsafe {
-                super::super::prefetch_ahead(b.wrapping_add(p * QUAD));
-                let b0 = _mm512_loadu_si512(b.add(p * QUAD).cast());
-                let b1 = _mm512_loadu_si512(b.add(p * QUAD + 64).cast());
-                for i in 0..R {
-                    let x = _mm512_set1_epi32(std::ptr::read_unaligned(
-                        a.add(i * t.kp + 4 * p).cast::<i32>(),
-                    ));
-                    acc0[i] = _mm512_dpbusd_epi32(acc0[i], b0, x);
-                    acc1[i] = _mm512_dpbusd_epi32(acc1[i], b1, x);
-                }
-            }
-        }
-        // SAFETY: the caller's contract.
-        unsafe { store::<R>(&acc0, &acc1, t, dst) }
-    }
-
-    /// Converts and stores the i32 sums `acc` (row `i`'s 32 in `acc[i]`) of the
-    /// tile `t`'s `R` rows, as the VNNI tile does its accumulators.
-    ///
-    /// # Safety
-    ///
-    /// The CPU has AVX-512 F and BW; `t.sa` and `t.sums` hold `R`, `t.sw` holds `NR`;
-    /// `1 <= t.width <= NR`; `dst` is valid for writes of `t.at + (R - 1) * t.ldc +
-    /// t.width` elements, of which nobody else reads or writes the tile's meanwhile.
-    #[target_feature(enable = "avx512f,avx512bw")]
-    pub(super) unsafe fn convert<const R: usize>(
-        acc: &[[i32; NR]; R],
-        t: &Tile<'_>,
-        dst: *mut f32,
-    ) {
-        let load = |x: &[i32]| {
-            // SAFETY: `x` holds 16 i32 (a half of a row of `acc`).
-            unsafe { _mm512_loadu_si512(x.as_ptr().cast()) }
-        };
-        let acc0: [__m512i; R] = std::array::from_fn(|i| load(&acc[i][..16]));
-        let acc1: [__m512i; R] = std::array::from_fn(|i| load(&acc[i][16..]));
-        // SAFETY: the caller's contract.
-        unsafe { store::<R>(&acc0, &acc1, t, dst) }
-    }
-
-    /// The conversion both tiles end with: `((acc - 128 · sums[i]) as f32 · sw[j]) ·
-    /// sa[i]`, stored masked to `t.width` columns.
-    ///
-    /// # Safety
-    ///
-    /// [`convert`]'s.
-    #[inline(always)]
-    unsafe fn store<const R: usize>(
-        acc0: &[__m512i; R],
-        acc1: &[__m512i; R],
-        t: &Tile<'_>,
-        dst: *mut f32,
-    ) {
-        // SAFETY: `t.sw` holds NR = 32 floats (two vectors).
-        let (sw0, sw1) = unsafe {
-            (
-                _mm512_loadu_ps(t.sw.as_ptr()),
-                _mm512_loadu_ps(t.sw.as_ptr().add(16)),
-            )
-        };
-        let (m0, m1) = super::super::lane_masks(t.width);
-        for i in 0..R {
-            let shift = _mm512_set1_epi32(t.sums[i].wrapping_mul(ZERO as i32));
-            let sa = _mm512_set1_ps(t.sa[i]);
-            let lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i], shift));
-            let hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i], shift));
-            // SAFETY: row i's columns are at at + i * ldc.., inside `dst` (valid for
-            // at + (R - 1) * ldc + width elements); the masks write only the first
-            // `width` lanes.
-            unsafe {
-                let row = dst.add(t.at + i * t.ldc);
-                _mm512_mask_storeu_ps(row, m0, _mm512_mul_ps(_mm512_mul_ps(lo, sw0), sa));
-                let hi = _mm512_mul_ps(_mm512_mul_ps(hi, sw1), sa);
-                _mm512_mask_storeu_ps(row.add(16), m1, hi);
-            }
-        }
-    }
-
-    /// [`super::quantize_slice`] compiled for AVX-512 (the same arithmetic,
-    /// vectorised).
-    ///
-    /// # Safety
-    ///
-    /// The CPU has AVX-512 F and BW.
-    #[target_feature(enable = "avx512f,avx512bw")]
-    pub(super) unsafe fn quantize_slice(row: &[f32], out: &mut [i8]) -> (f32, i32) {
-        super::quantize_slice(row, out)
-    }
-}
-
-/// Quantises row `a[p * cs]`, `p < k`, into `out` (`kp` bytes, the padding zeroed) and
-/// returns its scale and the sum of its quantised values.
-fn quantize_row(path: Path, a: &[f32], cs: usize, k: usize, out: &mut [i8]) -> (f32, i32) {
-    if cs == 1 {
-        let row = &a[..k];
-        #[cfg(target_arch = "x86_64")]
-        if path == Path::Vnni {
-            assert!(crate::kernels::cpu::has_avx512());
-            // SAFETY: the CPU has AVX-512 F and BW (asserted).
-            return unsafe { vnni::quantize_slice(row, out) };
-        }
-        let _ = path;
-        return quantize_slice(row, out);
-    }
-    // A strided row (a transposed operand): the same arithmetic, element by element.
-    let x = |p: usize| a[p * cs];
-    let (mut max, mut bad) = (0.0f32, 0.0f32);
-    for p in 0..k {
-        let v = x(p).abs();
-        max = if v > max { v } else { max };
-        bad += x(p) * 0.0;
-    }
-    let inv = match row_factor(max, bad, out) {
-        Ok(inv) => inv,
-        Err(scale) => return (scale, 0),
-    };
-    let mut sum = 0i32;
-    for (p, o) in out[..k].iter_mut().enumerate() {
-        let q = round_to_i8(x(p) * inv);
-        *o = q as i8;
-        sum += q;
-    }
-    out[k..].fill(0);
-    (max / 127.0, sum)
-}
-
-/// The factor `127 / max` of a row whose largest magnitude is `max` and whose `bad`
-/// (a sum of `x * 0`) is NaN when it holds a NaN or an infinity; or, when the row
-/// quantises to zeros, `Err` with its scale (0 for an all-zero row, NaN for a
-/// non-finite one, so that its outputs are NaN), and `out` zeroed.
-#[inline(always)]
-fn row_factor(max: f32, bad: f32, out: &mut [i8]) -> Result<f32, f32> {
-    if bad != 0.0 || !max.is_finite() {
-        out.fill(0);
-        return Err(f32::NAN);
-    }
-    if max == 0.0 {
-        out.fill(0);
-        return Err(0.0);
-    }
-    Ok(127.0 / max)
-}
-
-/// Quantises the contiguous `row` into `out` (`row.len()` rounded up to 4 bytes, the
-/// padding zeroed); returns the scale and the sum of the quantised values. Written to
-/// vectorise: 16 lanes of running maxima.
-#[inline(always)]
-fn quantize_slice(row: &[f32], out: &mut [i8]) -> (f32, i32) {
-    const L: usize = 16;
-    let mut lanes = [0.0f32; L];
-    let mut bad = [0.0f32; L];
-    let chunks = row.chunks_exact(L);
-    let tail = chunks.remainder();
-    for c in chunks {
-        let c: &[f32; L] = c.try_into().expect("chunks of L");
-        for l in 0..L {
-            let v = c[l].abs();
-            lanes[l] = if v > lanes[l] { v } else { lanes[l] };
-            bad[l] += c[l] * 0.0;
-        }
-    }
-    for (l, &x) in tail.iter().enumerate() {
-        let v = x.abs();
-        lanes[l] = if v > lanes[l] { v } else { lanes[l] };
-        bad[l] += x * 0.0;
-    }
-    let max = lanes.iter().fold(0.0f32, |m, &v| if v > m { v } else { m });
-    let bad = bad.iter().sum::<f32>();
-    let inv = match row_factor(max, bad, out) {
-        Ok(inv) => inv,
-        Err(scale) => return (scale, 0),
-    };
-    let (body, pad) = out.split_at_mut(row.len());
-    let mut sums = [0i32; L];
-    let mut oc = body.chunks_exact_mut(L);
-    let mut rc = row.chunks_exact(L);
-    for (o, r) in (&mut oc).zip(&mut rc) {
-        let o: &mut [i8; L] = o.try_into().expect("chunks of L");
-        let r: &[f32; L] = r.try_into().expect("chunks of L");
-        for l in 0..L {
-            let q = round_to_i8(r[l] * inv);
-            o[l] = q as i8;
-            sums[l] += q;
-        }
-    }
-    let mut sum: i32 = sums.iter().sum();
-    for (o, &x) in oc.into_remainder().iter_mut().zip(rc.remainder()) {
-        let q = round_to_i8(x * inv);
-        *o = q as i8;
-        sum += q;
-    }
-    pad.fill(0);
-    (max / 127.0, sum)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernels::testutil::*;
     use crate::kernels::Par;
 
-    /// The product by `w` on `path` (through the module's caller, as the engine runs it).
+    /// The product by `w` through the module's caller (as the engine runs it): on the
+    /// fastest tile of the tier in use when `simd`, on the portable loops otherwise.
     fn matmul_on(
-        path: Path,
+        simd: bool,
         a: &[f32],
         al: &Layout,
         w: &PackedI8,
@@ -792,44 +533,73 @@ mod tests {
         par: Par,
     ) -> Result<(), KernelError> {
         let form = super::super::Form::I8(w);
-        super::super::product(a, al, (w.k, w.n), form, path == Path::Vnni, &[], out, par)
+        super::super::product(a, al, (w.k, w.n), form, simd, &[], out, par)
     }
 
-    /// The fastest path this CPU has.
-    fn fastest() -> Path {
-        if crate::kernels::cpu::has_avx512_vnni() {
-            Path::Vnni
-        } else {
-            Path::Portable
+    /// The product by `w` on `path`, on one thread, straight through [`part_on`]
+    /// (batch by batch), whatever tier the environment forces.
+    fn product_on(path: Path, a: &[f32], al: &Layout, w: &PackedI8) -> Vec<f32> {
+        let r = al.dims.len();
+        let (m, k) = (al.dims[r - 2], al.dims[r - 1]);
+        let batch: usize = al.dims[..r - 2].iter().product();
+        let lda = if m > 1 { al.strides[r - 2] } else { 0 };
+        let cs = if k > 1 { al.strides[r - 1] } else { 1 };
+        let mut out = vec![f32::NAN; batch * m * w.n];
+        for (b, dst) in out.chunks_exact_mut(m * w.n).enumerate() {
+            let base = crate::kernels::strided::offset_of(
+                &al.dims[..r - 2],
+                &al.strides[..r - 2],
+                al.offset,
+                b,
+            );
+            let g = Matrix {
+                a: &a[base..base + (m - 1) * lda + (k - 1) * cs + 1],
+                lda,
+                cs,
+                k,
+            };
+            let part = Part {
+                rows: (0, m),
+                panels: (0, w.n.div_ceil(NR)),
+                n: w.n,
+            };
+            part_on(path, g, w, part, Out::new(dst));
         }
+        out
     }
 
-    /// Runs the product on every path this CPU has (the portable one always) and
-    /// thread counts 1 to 3, checks that they all give the same bits, and returns the
-    /// result.
+    /// Runs the product on the tier in use's fastest tile and on the portable loops,
+    /// on 1 to 3 threads, and on every path this CPU runs (one thread), checks that
+    /// they all give the same bits, and returns the result.
     fn product(a: &[f32], al: &Layout, w: &PackedI8) -> Vec<f32> {
         let r = al.dims.len();
         let len = al.dims[..r - 1].iter().product::<usize>() * w.n;
         let mut first: Option<Vec<f32>> = None;
-        let paths: &[Path] = if crate::kernels::cpu::has_avx512_vnni() {
-            &[Path::Vnni, Path::Portable]
-        } else {
-            &[Path::Portable]
+        let mut same = |out: Vec<f32>, what: &str| match &first {
+            None => first = Some(out),
+            Some(f) => {
+                let same = f.iter().zip(&out).all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "{what} differs");
+            }
         };
-        for &path in paths {
+        for simd in [true, false] {
             for threads in [1, 2, 3] {
                 let mut out = vec![f32::NAN; len];
-                matmul_on(path, a, al, w, &mut out, Par { threads }).unwrap();
-                match &first {
-                    None => first = Some(out),
-                    Some(f) => {
-                        let same = f.iter().zip(&out).all(|(x, y)| x.to_bits() == y.to_bits());
-                        assert!(same, "{path:?} with {threads} threads differs");
-                    }
-                }
+                matmul_on(simd, a, al, w, &mut out, Par { threads }).unwrap();
+                same(out, &format!("simd {simd} with {threads} threads"));
+            }
+        }
+        if k_of(al) > 0 {
+            for path in PATHS.into_iter().filter(|p| p.runs()) {
+                same(product_on(path, a, al, w), &format!("{path:?}"));
             }
         }
         first.unwrap()
+    }
+
+    /// The `k` of the left operand `al`.
+    fn k_of(al: &Layout) -> usize {
+        *al.dims.last().unwrap()
     }
 
     /// Runs [`product`] and checks it with [`assert_within_step`].
@@ -931,6 +701,110 @@ mod tests {
             let (k, n) = shapes[m % shapes.len()];
             check_random(&mut rng, m, k, n);
         }
+    }
+
+    /// Runs `tile::<R>` on `path` and on the portable loops over the rows `a` (`R` rows
+    /// of `k`, quantised as the kernel does) and the weight `q`'s panel `pj`, into an
+    /// output whose rows are wider than the tile, and asserts the same bits and that
+    /// nothing outside the tile's columns was written.
+    fn check_tile<const R: usize>(path: Path, a: &[f32], q: &PackedI8, pj: usize, what: &str) {
+        let (k, kp) = (q.k, q.kp);
+        let mut qa = vec![0i8; R * kp];
+        let mut sa = [0f32; R];
+        let mut sums = [0i32; R];
+        for i in 0..R {
+            let row = &a[i * k..(i + 1) * k];
+            let out = &mut qa[i * kp..(i + 1) * kp];
+            (sa[i], sums[i]) = quantize::row(Path::Portable, row, 1, k, out);
+        }
+        let width = NR.min(q.n - pj * NR);
+        let (at, ldc) = (3, width + 5);
+        let t = Tile {
+            qa: &qa,
+            kp,
+            sa: &sa,
+            sums: &sums,
+            b: &q.data[pj * kp * NR..(pj + 1) * kp * NR],
+            sw: &q.scales[pj * NR..(pj + 1) * NR],
+            at,
+            width,
+            ldc,
+        };
+        let len = at + (R - 1) * ldc + width + 2;
+        let run = |path: Path| {
+            let mut dst = vec![-7.0f32; len];
+            tile::<R>(path, &t, Out::new(&mut dst));
+            dst
+        };
+        let (got, want) = (run(path), run(Path::Portable));
+        for (e, (g, w)) in got.iter().zip(&want).enumerate() {
+            let inside = e >= at && (e - at) % ldc < width && (e - at) / ldc < R;
+            assert!(
+                g.to_bits() == w.to_bits() && (inside || *g == -7.0),
+                "{path:?} {what}, R {R}, k {k}, width {width}: element {e} is {g}, want {w}"
+            );
+        }
+    }
+
+    /// [`check_tile`] for every row count 1..=MR.
+    fn check_tile_rows(path: Path, a: &[f32], q: &PackedI8, pj: usize, what: &str) {
+        macro_rules! call {
+            ($r:literal) => {
+                check_tile::<$r>(path, a, q, pj, what)
+            };
+        }
+        for r in 1..=MR {
+            by_rows!(r, call!());
+        }
+    }
+
+    #[test]
+    fn every_tile_gives_the_portable_bits() {
+        let mut rng = Rng::new(8);
+        let paths: Vec<Path> = PATHS[1..].iter().copied().filter(|p| p.runs()).collect();
+        for &path in &paths {
+            // Random rows and weights: k not a multiple of 4, long k (the shifted sums
+            // of the VNNI forms wrap i32 beyond k ≈ 66000: see the largest-k test), and
+            // panels whole or ragged (n = 70: widths 32, 32 and 6; n = 9, 17, 24).
+            for (k, n) in [(1, 9), (6, 17), (37, 70), (64, 24), (384, 40)] {
+                let a: Vec<f32> = (0..MR * k).map(|_| rng.f32()).collect();
+                let w: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
+                let q = PackedI8::quantize(&w, &Layout::contiguous(&[k, n])).unwrap();
+                for pj in 0..n.div_ceil(NR) {
+                    check_tile_rows(path, &a, &q, pj, "random");
+                }
+            }
+            // Every operand at ±127 (±1 quantises to ±127 in both): all alike, so every
+            // pair of products is 2 · 127² (the sum `vpmaddubsw` would saturate on
+            // with the shifted weight, 2 · 255 · 127), or in patterns of signs.
+            let k = 260;
+            for (sa, sw) in [(1.0, 1.0), (-1.0, -1.0), (1.0, -1.0), (-1.0, 1.0)] {
+                let pattern = |s: f32, i: usize| if i % 3 == 1 { -s } else { s };
+                for mixed in [false, true] {
+                    let a: Vec<f32> = (0..MR * k)
+                        .map(|i| if mixed { pattern(sa, i) } else { sa })
+                        .collect();
+                    let w: Vec<f32> = (0..k * 32)
+                        .map(|i| if mixed { pattern(sw, i / 32) } else { sw })
+                        .collect();
+                    let q = PackedI8::quantize(&w, &Layout::contiguous(&[k, 32])).unwrap();
+                    assert!((0..k).all(|p| q.weight(p, 0).abs() == 127));
+                    check_tile_rows(path, &a, &q, 0, "extreme");
+                }
+            }
+            // Rows of zeros, a NaN, an infinity, among ordinary ones.
+            let k = 20;
+            let mut a: Vec<f32> = (0..MR * k).map(|_| rng.f32()).collect();
+            a[k..2 * k].fill(0.0);
+            a[3 * k + 5] = f32::NAN;
+            a[6 * k] = f32::INFINITY;
+            a[9 * k + 19] = f32::NEG_INFINITY;
+            let w: Vec<f32> = (0..k * 33).map(|_| rng.f32()).collect();
+            let q = PackedI8::quantize(&w, &Layout::contiguous(&[k, 33])).unwrap();
+            check_tile_rows(path, &a, &q, 0, "non-finite");
+            check_tile_rows(path, &a, &q, 1, "non-finite");
+        }
+        eprintln!("tiles checked against the portable one: {paths:?}");
     }
 
     #[test]
@@ -1058,7 +932,7 @@ mod tests {
         let a = vec![1.0f32; m * k];
         let mut out = vec![0.0f32; m * n];
         let run = |al: Layout, a: &[f32], out: &mut [f32]| {
-            matmul_on(fastest(), a, &al, &q, out, Par::serial())
+            matmul_on(true, a, &al, &q, out, Par::serial())
                 .unwrap_err()
                 .0
         };
@@ -1083,7 +957,7 @@ mod tests {
         let q0 = PackedI8::quantize(&[], &Layout::contiguous(&[0, n])).unwrap();
         let mut out = vec![f32::NAN; m * n];
         matmul_on(
-            fastest(),
+            true,
             &[],
             &Layout::contiguous(&[m, 0]),
             &q0,
@@ -1093,7 +967,7 @@ mod tests {
         .unwrap();
         assert!(out.iter().all(|&x| x == 0.0));
         matmul_on(
-            fastest(),
+            true,
             &a,
             &Layout::contiguous(&[0, k]),
             &q,
@@ -1139,7 +1013,7 @@ mod tests {
         let q = PackedI8::quantize(w, wl).unwrap();
         let mut got = vec![0.0f32; m * n];
         matmul_on(
-            fastest(),
+            true,
             a,
             &Layout::contiguous(&[m, k]),
             &q,
