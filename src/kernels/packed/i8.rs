@@ -251,28 +251,27 @@ pub(super) fn part(g: Matrix<'_>, w: &PackedI8, part: Part, simd: bool, out: Out
         // SAFETY: AMX is granted (`has_amx_int8`).
         unsafe { super::tiles::amx::Tiles::configure() }
     });
-    #[cfg(not(target_arch = "x86_64"))]
-    let tiles: Option<()> = None;
     let job = Chunked {
         g,
         w,
         part,
         path,
         chunk,
+        #[cfg(target_arch = "x86_64")]
         tiles: tiles.as_ref(),
     };
     with_stack(chunk * kp, |qa: &mut [i8]| chunks(&job, qa, out));
 }
 
-/// The AMX tile registers, configured, where the AMX tile runs (`()` elsewhere).
+/// The AMX tile registers, configured, where the AMX tile runs.
 #[cfg(target_arch = "x86_64")]
 type Regs = super::tiles::amx::Tiles;
-#[cfg(not(target_arch = "x86_64"))]
-type Regs = ();
 
 /// Rows of one call of the AMX tile: two tiles of 16.
+#[cfg(target_arch = "x86_64")]
 const AMX_ROWS: usize = 32;
 /// Bytes of `k` per AMX block: one tile row of activations (16 quads).
+#[cfg(target_arch = "x86_64")]
 const AMX_K: usize = 64;
 
 /// A part of a product, taken `chunk` rows at a time.
@@ -283,6 +282,7 @@ struct Chunked<'a> {
     path: Path,
     chunk: usize,
     /// The AMX tile registers when the AMX tile takes whole pairs of row tiles.
+    #[cfg(target_arch = "x86_64")]
     tiles: Option<&'a Regs>,
 }
 
@@ -338,6 +338,7 @@ fn panel(job: &Chunked<'_>, pj: usize, rows: Rows<'_>, dst: Out) {
     let b = &w.data[pj * kp * NR..(pj + 1) * kp * NR];
     let sw = &w.scales[at.j0..at.j0 + NR];
     // Whole pairs of row tiles on AMX, where it runs; the rest on the tile below.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut first = 0;
     #[cfg(target_arch = "x86_64")]
     if let Some(tiles) = job.tiles {
