@@ -27,9 +27,11 @@
 #
 # Knobs: REPEAT (runs of each row; the table gives the median sentences/s, p50, p99 and
 # CPU time, and the largest peak RSS), BATCH, THREADS (each peer's thread count: torch
-# intra-op threads, ONNX Runtime intra_op_num_threads, candle's rayon threads,
-# streamfuse --threads), SENTENCES, MODE, STREAMFUSE_MODEL_DIR (the model folder;
-# default target/models/all-MiniLM-L6-v2), CARGO_TARGET_DIR (where streamfuse builds).
+# intra-op threads, ONNX Runtime intra_op_num_threads, OpenVINO INFERENCE_NUM_THREADS,
+# candle's rayon threads, streamfuse --threads), SENTENCES, MODE, CANDLE (0: leave
+# candle out, neither built nor run; its cold build takes long), STREAMFUSE_MODEL_DIR
+# (the model folder; default target/models/all-MiniLM-L6-v2), CARGO_TARGET_DIR (where
+# streamfuse builds).
 #
 # --isa TIER runs streamfuse's rows with STREAMFUSE_ISA=TIER (a tier this CPU has:
 # `cargo run --example tiers` lists them; no value, or a tier it lacks, is an error).
@@ -189,7 +191,9 @@ sed 's/^/    /' "$OUT/export.txt" >&2
 
 
 # --- candle ---------------------------------------------------------------------------
+WITH_CANDLE=${CANDLE:-1}
 CANDLE=$PEERS/candle-bench
+if [ "$WITH_CANDLE" != 0 ]; then
 mkdir -p "$CANDLE/src"
 cat > "$CANDLE/Cargo.toml" <<'EOF'
 [package]
@@ -216,6 +220,7 @@ log "building candle-bench (release)"
 CARGO_TARGET_DIR=$CANDLE/target cargo build --release --quiet --manifest-path "$CANDLE/Cargo.toml" >&2
 CANDLE_BIN=$CANDLE/target/release/candle-bench
 CANDLE_VERSION=$(awk '/^name = "candle-core"/ { getline; gsub(/"/, "", $3); print $3 }' "$CANDLE/Cargo.lock")
+fi
 
 [ "$MODE" = setup ] && { log "set up; MODE=setup runs nothing"; exit 0; }
 
@@ -334,7 +339,7 @@ rows_for() { # batch
     add "$b" ov "openvino ($THREADS threads, $hint)" \
         "$OV_CAP $PY scripts/peers/openvino_bench.py --onnx $ONNX/minilm-fp32.onnx $common --threads $THREADS --out OUT" \
         "$OV_LABEL"
-    add "$b" candle "candle $CANDLE_VERSION ($THREADS threads)" \
+    [ "$WITH_CANDLE" != 0 ] && add "$b" candle "candle $CANDLE_VERSION ($THREADS threads)" \
         "RAYON_NUM_THREADS=$THREADS $CANDLE_BIN $MODEL $SENTENCES $b OUT" "$OPEN_LABEL"
     if [ "$b" = 1 ]; then
         add "$b" sf-ref "streamfuse 1 stream (--threads 1)" "$sf $common --threads 1 --out OUT" "$SF_LABEL"
