@@ -252,7 +252,8 @@ log "which instruction set each row runs (the evidence: $CAPS)"
         # OpenVINO follows ONEDNN_MAX_CPU_ISA only where its kernels come from oneDNN's
         # dispatcher: when the probe shows kernels above the cap, its rows are a partial
         # cap, an upper reference rather than a capped peer.
-        ov_part=""
+        ov_part="" candle_note=""
+        [ "$WITH_CANDLE" != 0 ] && candle_note=", candle (the gemm crate detects the CPU's features itself)"
         if grep '^    openvino: ' <<< "$capped" | grep -qE "$above"; then
             OV_LABEL="partial cap $ISA"
             ov_part="; only in part: the kernels marked '!' below ignore the cap, so these rows are an upper reference too"
@@ -262,8 +263,7 @@ log "which instruction set each row runs (the evidence: $CAPS)"
         echo "  capped to $ISA: the PyTorch rows ($TORCH_CAP); the matmul GFLOP/s (torch under" \
             "PyTorch's cap, numpy with $OBLAS_CAP); the OpenVINO rows ($OV_CAP$ov_part)"
         echo "  not capped, an upper reference: the ONNX Runtime rows (MLAS picks its kernels from" \
-            "CPUID and XGETBV when it loads and reads no variable that caps them), candle (the gemm" \
-            "crate detects the CPU's features itself)"
+            "CPUID and XGETBV when it loads and reads no variable that caps them)${candle_note}"
         sed -E "/$above/ s/^    /  ! above the cap: /" <<< "$capped"
         isa_probes "without them" "" "" ""
     elif [ "$SF_LABEL" != native ]; then

@@ -95,7 +95,7 @@ def print_targets(b, srows, stats, precision, out):
     isa = lambda r: f", {r[4]}" if r[4] != "native" else ""
 
     print("  targets (issues 12 and 29), this section"
-          + (", p50 ratios (lower is faster) unless said:" if b == 1 else ", sentences/s ratios:"))
+          + (" (p50 ratios: lower is faster):" if b == 1 else " (sentences/s ratios: higher is faster):"))
     for r in srows:
         role, name = r[1], r[2]
         if not role.startswith("sf") or not st(r, "sps"):
@@ -121,7 +121,8 @@ def print_targets(b, srows, stats, precision, out):
                 for o in refs:
                     parts.append(f"{fmt(ratio(st(r, 'sps'), st(o, 'sps')), '.2f')}x {o[2]}{isa(o)}")
             if role == "sf-bf16x3":
-                parts.append(f"{fmt(ratio(st(r, 'sps'), st(sf32, 'sps')), '.2f')}x our own f32 ({sf32[2]})")
+                parts.append(f"sentences/s {fmt(ratio(st(r, 'sps'), st(sf32, 'sps')), '.2f')}x our own f32's "
+                             f"({sf32[2]})")
         elif role == "sf-bf16":
             if b == 1:
                 v = ratio(st(sf32, "p50"), st(r, "p50"))
@@ -129,13 +130,15 @@ def print_targets(b, srows, stats, precision, out):
                              + target(v, 1.3))
             else:
                 v = ratio(st(r, "sps"), st(sf32, "sps"))
-                parts.append(f"{fmt(v, '.2f')}x our own f32 ({sf32[2]})" + target(v, 1.0))
+                parts.append(f"sentences/s {fmt(v, '.2f')}x our own f32's ({sf32[2]})" + target(v, 1.0))
             parts.append(cos(r, ref, 0.9999))
         elif role == "sf-int8":
             v = ratio(st(r, "sps"), st(ort8, "sps"))
             if v is not None:
-                parts.append(f"{v:.2f}x {ort8[2]}{isa(ort8)}" + (target(v, 1.3) if b != 1 else ""))
-            parts.append(f"{fmt(ratio(st(r, 'sps'), st(sf32, 'sps')), '.2f')}x our own f32 ({sf32[2]})")
+                parts.append(f"sentences/s {v:.2f}x {ort8[2]}'s{isa(ort8)}"
+                             + (target(v, 1.3) if b != 1 else ""))
+            parts.append(f"sentences/s {fmt(ratio(st(r, 'sps'), st(sf32, 'sps')), '.2f')}x our own f32's "
+                         f"({sf32[2]})")
             parts.append(cos(r, ref, 0.99))
         if parts:
             print(f"    {name}: " + "; ".join(parts))
