@@ -3,8 +3,8 @@
 # exported once from $MODEL/model.safetensors into $PEERS/onnx. Expects PEERS, MODEL,
 # SENTENCES, THREADS and OUT to be set and a `log` function; sets VENV, PY and ONNX.
 
-# Creates the venv and installs torch, numpy, tokenizers, onnxruntime and onnx into it
-# when they are missing.
+# Creates the venv and installs torch, numpy, tokenizers, onnxruntime, onnx and openvino
+# into it when they are missing.
 python_env() {
     VENV=$PEERS/venv
     PY=$VENV/bin/python
@@ -12,9 +12,10 @@ python_env() {
         log "creating $VENV"
         python3 -m venv "$VENV"
     fi
-    if ! "$PY" -c "import torch, numpy, tokenizers, onnxruntime, onnx" 2>/dev/null; then
-        log "installing torch, numpy, tokenizers, onnxruntime, onnx from PyPI into $VENV (large download)"
-        "$PY" -m pip install --quiet --disable-pip-version-check torch numpy tokenizers onnxruntime onnx >&2
+    if ! "$PY" -c "import torch, numpy, tokenizers, onnxruntime, onnx, openvino" 2>/dev/null; then
+        log "installing torch, numpy, tokenizers, onnxruntime, onnx, openvino from PyPI into $VENV (large download)"
+        "$PY" -m pip install --quiet --disable-pip-version-check torch numpy tokenizers onnxruntime onnx \
+            openvino >&2
     fi
 }
 

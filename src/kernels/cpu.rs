@@ -392,6 +392,7 @@ pub fn has_amx_bf16() -> bool {
 
 /// AMX with int8 tiles (`tdpbsud`), granted to this process, beside AVX-512 with
 /// AVX512_VNNI (whose tile takes the rows the AMX tiles do not).
+#[cfg(target_arch = "x86_64")]
 pub fn has_amx_int8() -> bool {
     choice().cpu.amx_int8
 }

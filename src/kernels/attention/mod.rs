@@ -42,11 +42,14 @@
 //! `exp` within 2 ulp; `tests/attention.rs` holds every output within 1e-6 of the
 //! unfused path's, relative to the largest of them.
 
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 mod portable;
 
+#[cfg(target_arch = "x86_64")]
 use std::sync::atomic::{AtomicBool, Ordering};
 
+#[cfg(target_arch = "x86_64")]
 use pulp::x86::V4;
 use pulp::Simd;
 
@@ -62,15 +65,35 @@ pub(crate) const KB: usize = 32;
 pub const MAX_HEAD_DIM: usize = 256;
 
 /// When set, the portable path runs even on AVX-512 (tests compare the two).
+#[cfg(target_arch = "x86_64")]
 static FORCE_PORTABLE: AtomicBool = AtomicBool::new(false);
 
-fn force_portable() -> bool {
-    FORCE_PORTABLE.load(Ordering::Relaxed) || !crate::kernels::cpu::has_avx512()
+/// pulp's AVX-512 token for the blocks: `None` (the portable loops) when the tier in
+/// use lacks AVX-512 or a test forces the portable path.
+#[cfg(target_arch = "x86_64")]
+fn avx512() -> Option<V4> {
+    if FORCE_PORTABLE.load(Ordering::Relaxed) {
+        None
+    } else {
+        crate::kernels::cpu::v4()
+    }
+}
+
+/// Off x86-64 there is no AVX-512 path: a token no value has, so the blocks always
+/// take the portable loops.
+#[cfg(not(target_arch = "x86_64"))]
+#[derive(Clone, Copy)]
+enum V4 {}
+
+/// Off x86-64 the portable loops are the only path.
+#[cfg(not(target_arch = "x86_64"))]
+fn avx512() -> Option<V4> {
+    None
 }
 
 /// Makes every later call take the portable path (`true`) or the fastest (`false`);
 /// for tests that compare the two.
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 pub(crate) fn set_force_portable(on: bool) {
     FORCE_PORTABLE.store(on, Ordering::Relaxed);
 }
@@ -560,11 +583,7 @@ impl Job<'_> {
     /// the portable loops run (`portable.rs`), compiled for the CPU's SIMD level.
     #[inline]
     fn block(&self, blk: Block, out: Dst) {
-        let v4 = if force_portable() {
-            None
-        } else {
-            crate::kernels::cpu::v4()
-        };
+        let v4 = avx512();
         /// The block as a `pulp` op: `vectorize`/`dispatch` call `with_simd` from a
         /// function compiled for the CPU's features, and everything below is inlined
         /// into it. (A closure passed to `V4::vectorize` is not: every intrinsic then
@@ -589,8 +608,9 @@ impl Job<'_> {
                 macro_rules! sized {
                     ($d:expr) => {
                         match v4 {
+                            #[cfg(target_arch = "x86_64")]
                             Some(simd) => job.block_avx512::<$d>(simd, blk, out),
-                            None => job.block_portable::<$d>(blk, out),
+                            _ => job.block_portable::<$d>(blk, out),
                         }
                     };
                 }
@@ -614,8 +634,9 @@ impl Job<'_> {
             out: &out,
         };
         match v4 {
+            #[cfg(target_arch = "x86_64")]
             Some(simd) => <V4 as Simd>::vectorize(simd, op),
-            None => crate::kernels::cpu::dispatch(op),
+            _ => crate::kernels::cpu::dispatch(op),
         }
     }
 
@@ -754,6 +775,7 @@ mod tests {
     /// path throughout.
     static PATH: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_vector_path_matches_the_portable_one() {
         let _path = PATH.lock().unwrap_or_else(|e| e.into_inner());

@@ -113,6 +113,8 @@ pub(super) struct Job<'a> {
     walks: &'a [Walk<1>],
     /// Write outputs with non-temporal stores: they are too large to stay in cache for
     /// their readers anyway ([`STREAM_MIN_ELEMENTS`]).
+    // Read by the vector paths, x86-64 only so far.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(super) stream: bool,
 }
 

@@ -10,6 +10,7 @@ use crate::kernels::Par;
 /// Every path this CPU can run (whatever tier the environment forces: the tests hold
 /// each path to the others).
 pub(super) fn paths() -> Vec<Path> {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut v = vec![Path::Portable];
     #[cfg(target_arch = "x86_64")]
     {

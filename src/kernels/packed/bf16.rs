@@ -16,7 +16,9 @@
 //! Without AVX512_BF16 the portable tile computes the same sums in the same order
 //! with f32 operations.
 
-use super::{by_rows, chunk_rows, with_stack, Cols, Matrix, Out, Part, MR, NR};
+#[cfg(target_arch = "x86_64")]
+use super::by_rows;
+use super::{chunk_rows, with_stack, Cols, Matrix, Out, Part, MR, NR};
 use crate::kernels::{error, KernelError};
 
 /// `x` rounded to the nearest bf16 (ties to even); NaN stays a (quiet) NaN.

@@ -423,6 +423,8 @@ pub(crate) enum Step<'a> {
         values: &'a [f32],
         /// Whether the sum is the add's first operand (which NaN payload an add of
         /// two NaNs keeps, so the bits follow the program's operand order).
+        // Read by the AVX-512 tile, the only one so far.
+        #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
         sum_first: bool,
     },
     /// Adds element `(i, j)` of a matrix with the product's shape, at
@@ -435,6 +437,8 @@ pub(crate) enum Step<'a> {
         /// Elements from one row to the next.
         stride: usize,
         /// As for [`Step::Columns`].
+        // As above.
+        #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
         sum_first: bool,
     },
     /// GELU of the sum (`math::gelu`, bit for bit).

@@ -267,6 +267,8 @@ fn split_rows<'s>(
     simd: bool,
     a: &'s mut [MaybeUninit<u32>],
 ) -> &'s [u32] {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = simd;
     let count = parts.count();
     let per_row = blocks * count * KB / 2;
     let per_tile = blocks * count * TILE;

@@ -340,24 +340,21 @@ fn part_on(path: Path, g: Matrix<'_>, w: &PackedI8, part: Part, out: Out) {
         // SAFETY: AMX is granted (`has_amx_int8`).
         unsafe { amx::Regs::configure() }
     });
-    #[cfg(not(target_arch = "x86_64"))]
-    let tiles: Option<()> = None;
     let job = Chunked {
         g,
         w,
         part,
         path,
         chunk,
+        #[cfg(target_arch = "x86_64")]
         tiles: tiles.as_ref(),
     };
     with_stack(chunk * kp, |qa: &mut [i8]| chunks(&job, qa, out));
 }
 
-/// The AMX tile registers, configured, where the AMX tile runs (`()` elsewhere).
+/// The AMX tile registers, configured, where the AMX tile runs.
 #[cfg(target_arch = "x86_64")]
 type Regs = amx::Regs;
-#[cfg(not(target_arch = "x86_64"))]
-type Regs = ();
 
 /// A part of a product, taken `chunk` rows at a time.
 struct Chunked<'a> {
@@ -367,6 +364,7 @@ struct Chunked<'a> {
     path: Path,
     chunk: usize,
     /// The AMX tile registers when the AMX tile takes whole pairs of row tiles.
+    #[cfg(target_arch = "x86_64")]
     tiles: Option<&'a Regs>,
 }
 
@@ -433,6 +431,7 @@ fn panel(job: &Chunked<'_>, pj: usize, rows: Rows<'_>, dst: Out) {
         ldc: at.ldc,
     };
     // Whole pairs of row tiles on AMX, where it runs; the rest on the tile below.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut first = 0;
     #[cfg(target_arch = "x86_64")]
     if let Some(tiles) = job.tiles {
@@ -470,6 +469,7 @@ struct Tile<'a> {
 impl Tile<'_> {
     /// Rows `i0..i0 + h` of the tile, as a tile of their own (the same panel and
     /// columns). Panics when they are not inside it.
+    #[cfg(target_arch = "x86_64")]
     fn rows(&self, i0: usize, h: usize) -> Tile<'_> {
         Tile {
             qa: &self.qa[i0 * self.kp..(i0 + h) * self.kp],
