@@ -2,83 +2,84 @@
 //! `vpdpbusd` on ymm, the AVX-VNNI one (Alder Lake, Zen 5 without AVX-512); and the
 //! activation quantisation in AVX2.
 //!
-//! **AVX2.** Without VNNI the widest byte product is `vpmaddubsw`: u8 × s8, pairs
-//! summed into i16 **with saturation**. The panel's bytes are the weight shifted to
-//! u8 (`q + 128`, up to 255) and the activations reach ±127, so a pair could reach
-//! 2 · 255 · 127 > 32767 and saturate. The tile instead takes the weight back to signed
-//! (`q = byte ^ 0x80`, in -127..=127) and moves the activation's sign onto it
-//! (`vpsignb`): `|qa| · (sign(qa) · q) = qa · q`, with `|qa| ≤ 127` the unsigned
-//! operand, so a pair sum is at most 2 · 127 · 127 = 32258 < 32767 and never
-//! saturates. `vpmaddwd` by ones then sums the pairs into i32 and `vpaddd` into the
-//! accumulators: four instructions per 32 multiply-adds (VNNI does them in one), with
-//! the exact sums `Σ qa · q` (no shift to take off). Measured against the other exact
-//! forms on a Skylake-SP core (a 60 × 384 by 384 × 1152 product, weight in L2):
-//! MEASURED-AVX2.
+//! **AVX2**, on `Narrow` weights. Without VNNI the widest byte product is
+//! `vpmaddubsw`: u8 × s8, pairs summed into i16 **with saturation**. The tile takes
+//! the activations shifted to u8 (`qa + 128`, in 1..=255, as the quantiser writes them
+//! for this tile) as the unsigned operand and the 7-bit signed weights (-63..=63) as
+//! the signed one, so a pair sum is at most 2 · 255 · 63 = 32130 < 32767 in magnitude
+//! and never saturates; `vpmaddwd` by ones sums the pairs into i32 and `vpaddd` into
+//! the accumulators: three instructions per 32 multiply-adds (VNNI does them in one),
+//! two of them on the two multiply ports, so twice the multiply-adds per cycle of the
+//! f32 FMA. The sums hold `Σ (qa + 128) · q = Σ qa · q + 128 · Σ_p q[p, j]`; the
+//! weight's column sums take the shift off at the conversion. With 8-bit weights
+//! (`Shifted`) a pair could reach 2 · 255 · 127 and saturate; keeping them 8-bit and
+//! exact costs a `vpsignb` per `vpmaddubsw` (the activation's sign moved onto the
+//! weight, `|qa|` the unsigned operand), four instructions per 32 multiply-adds, three
+//! on the multiply ports. Measured on this project's Skylake-SP (`STREAMFUSE_ISA=avx2`,
+//! one thread's CPU time, medians of 21 rounds alternating the forms, a pass over
+//! MiniLM's four weight shapes): the exact 8-bit form 67.3 GOP/s at 896 rows and 69.1
+//! at 28, this one 76.1 and 78.6 (both then with a `vpxor` a row and quad to shift the
+//! activations), and 86.3 and 87.4 with the quantiser writing them shifted (against
+//! f32 through `gemm` in the same run: 91.0 and 36.3 GFLOP/s, `gemm` running its
+//! AVX-512 kernels whatever the tier; the AVX2 FMA peak of this core is about 62).
+//! The raw `vpmaddubsw`, `vpmaddwd`, `vpaddd` chain peaks at about 128 GOP/s here.
+//! The scale groups (`NARROW_GROUP`) cost a conversion of each group's sums (a
+//! subtraction, a conversion and a fused multiply-add per vector, the f32 sums kept on
+//! the stack): in one run, 88.2 GOP/s at 896 rows and 92.6 at 28 in one group, 81.4
+//! and 84.3 in groups of 64 (f32 through `gemm`: 107.4 and 48.9).
 //!
-//! **AVX-VNNI.** `vpdpbusd` (VEX-encoded, on ymm) on the panel's unsigned bytes, as
-//! the AVX512_VNNI tile does on zmm, the shift taken off at the conversion.
+//! **AVX-VNNI**, on `Shifted` weights. `vpdpbusd` (VEX-encoded, on ymm) on the panel's
+//! unsigned bytes, as the AVX512_VNNI tile does on zmm, the weight's shift taken off
+//! at the conversion with the rows' sums.
 //!
 //! Both run the same tile body ([`Dot`] says how a quad is multiplied): passes of two
 //! rows over the panel, each row with four accumulators of 8 columns (16 registers:
-//! 8 accumulators, the panel's 4 vectors, the row's broadcast activations and the
-//! temporaries), then the conversion every path shares, `((acc - shift) as f32 ·
-//! sw[j]) · sa[i]`, so the bits are the portable tile's.
+//! 8 accumulators, the panel's 4 vectors, the row's broadcast activations, the ones
+//! and a temporary), a scale group at a time, then the conversion every path shares
+//! (`(acc - shift) as f32 · sw[g, j]`, summed over the groups, times `sa[i]`), so the
+//! bits are the portable tile's.
 
-use super::{Tile, QUAD, ZERO};
+use super::quantize::Bytes;
+use super::{Tile, NR, QUAD, ZERO};
 use std::arch::x86_64::*;
+
+/// What a [`Dot`]'s sums hold beyond `Σ qa · q`, taken off at the conversion.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Shift {
+    /// The weight's shift, `128 · Σ_p qa[i, p]`: one value a row.
+    Rows,
+    /// The activations' shift, `128 · Σ_p q[p, j]`: one value a column.
+    Columns,
+}
 
 /// How the tile multiplies one quad of `k` of a panel vector (8 columns × 4 bytes) by
 /// a row's four activation bytes (broadcast), into 8 i32 lanes.
 pub(super) trait Dot {
-    /// Whether the sums keep the weight's shift (`128 · Σ qa`, taken off at the
-    /// conversion).
-    const SHIFTED: bool;
-    /// The panel's vector as [`Dot::dot`] takes it.
+    /// What the sums hold beyond `Σ qa · q`.
+    const SHIFT: Shift;
+    /// `acc` plus, in each i32 lane, the four products of its bytes of `w` (the
+    /// panel's) and `x` (the row's, broadcast).
     ///
     /// # Safety
     ///
     /// The CPU has what the implementation's instructions need.
-    unsafe fn weight(w: __m256i) -> __m256i;
-    /// The row's broadcast activation bytes as [`Dot::dot`] takes them.
-    ///
-    /// # Safety
-    ///
-    /// As for [`Dot::weight`].
-    unsafe fn row(x: __m256i) -> [__m256i; 2];
-    /// `acc` plus, in each i32 lane, the four products of its bytes of `w` and `x`.
-    ///
-    /// # Safety
-    ///
-    /// As for [`Dot::weight`].
-    unsafe fn dot(acc: __m256i, w: __m256i, x: &[__m256i; 2]) -> __m256i;
+    unsafe fn dot(acc: __m256i, w: __m256i, x: __m256i) -> __m256i;
 }
 
-/// AVX2: the activation's sign moved onto the signed weight, `vpmaddubsw`,
-/// `vpmaddwd` by ones, `vpaddd` (see the module doc for why it cannot saturate).
-pub(super) struct Sign;
+/// AVX2 on `Narrow` weights: the activations shifted to u8 by the 7-bit signed
+/// weights, `vpmaddubsw`, `vpmaddwd` by ones, `vpaddd`.
+pub(super) struct Unsigned;
 
-impl Dot for Sign {
-    const SHIFTED: bool = false;
-
-    #[inline(always)]
-    unsafe fn weight(w: __m256i) -> __m256i {
-        // SAFETY: AVX2 (the caller's contract).
-        unsafe { _mm256_xor_si256(w, _mm256_set1_epi8(ZERO as i8)) }
-    }
+impl Dot for Unsigned {
+    const SHIFT: Shift = Shift::Columns;
 
     #[inline(always)]
-    unsafe fn row(x: __m256i) -> [__m256i; 2] {
-        // SAFETY: AVX2 (the caller's contract).
-        unsafe { [x, _mm256_abs_epi8(x)] }
-    }
-
-    #[inline(always)]
-    unsafe fn dot(acc: __m256i, w: __m256i, x: &[__m256i; 2]) -> __m256i {
-        // SAFETY: AVX2 (the caller's contract). `x[1] = |qa| ≤ 127` and the signed
-        // weight is in -127..=127, so each pair sum of `vpmaddubsw` is at most 32258:
-        // no saturation, the i16 and then i32 sums are exact.
+    unsafe fn dot(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+        // SAFETY: AVX2 (the caller's contract). `x = qa + 128` is in 0..=255 and a
+        // `Narrow` weight in -63..=63, so each pair sum of `vpmaddubsw` is at most
+        // 2 · 255 · 63 = 32130 in magnitude: no saturation, the sums are exact.
         unsafe {
-            let pairs = _mm256_maddubs_epi16(x[1], _mm256_sign_epi8(w, x[0]));
+            let pairs = _mm256_maddubs_epi16(x, w);
             _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
         }
     }
@@ -88,44 +89,37 @@ impl Dot for Sign {
 pub(super) struct Vnni;
 
 impl Dot for Vnni {
-    const SHIFTED: bool = true;
+    const SHIFT: Shift = Shift::Rows;
 
     #[inline(always)]
-    unsafe fn weight(w: __m256i) -> __m256i {
-        w
-    }
-
-    #[inline(always)]
-    unsafe fn row(x: __m256i) -> [__m256i; 2] {
-        [x, x]
-    }
-
-    #[inline(always)]
-    unsafe fn dot(acc: __m256i, w: __m256i, x: &[__m256i; 2]) -> __m256i {
+    unsafe fn dot(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
         // SAFETY: AVX-VNNI (the caller's contract).
-        unsafe { _mm256_dpbusd_avx_epi32(acc, w, x[0]) }
+        unsafe { _mm256_dpbusd_avx_epi32(acc, w, x) }
     }
 }
 
-/// The tile on AVX2.
+/// The tile on AVX2, `Narrow` weights.
 ///
 /// # Safety
 ///
-/// The CPU has AVX2; `t.kp >= 4` is a multiple of 4, `t.b` holds `t.kp * NR` bytes,
-/// `t.qa` holds `R * t.kp`, `t.sa` and `t.sums` hold `R`, `t.sw` holds `NR`; `1 <=
-/// t.width <= NR`; `dst` is valid for writes of `t.at + (R - 1) * t.ldc + t.width`
-/// elements, of which nobody else reads or writes the tile's during the call.
+/// The CPU has AVX2; `t.kp >= 4` is a multiple of 4, `t.b` holds `t.kp * NR` bytes of
+/// `Narrow` weights (each in -63..=63) and `t.cols` their `NR` column sums, `t.qa`
+/// holds `R * t.kp` bytes shifted to u8 (`qa + 128`), `t.sa` and `t.sums` hold `R`,
+/// `t.sw` holds `NR`; `1 <= t.width <= NR`; `dst` is valid for writes of
+/// `t.at + (R - 1) * t.ldc + t.width` elements, of which nobody else reads or writes
+/// the tile's during the call.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
     // SAFETY: the caller's contract.
-    unsafe { passes::<R, Sign>(t, dst) }
+    unsafe { passes::<R, Unsigned>(t, dst) }
 }
 
-/// The tile on AVX-VNNI.
+/// The tile on AVX-VNNI, `Shifted` weights.
 ///
 /// # Safety
 ///
-/// [`tile`]'s, and the CPU has AVX-VNNI.
+/// [`tile`]'s, except that `t.b` holds `Shifted` weights, `t.cols` nothing and `t.qa`
+/// signed bytes; and the CPU has AVX-VNNI.
 #[target_feature(enable = "avx2,fma,avxvnni")]
 pub(super) unsafe fn tile_vnni<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
     // SAFETY: the caller's contract.
@@ -137,9 +131,9 @@ pub(super) unsafe fn tile_vnni<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
 ///
 /// # Safety
 ///
-/// [`tile`]'s, and the CPU has what `D` needs.
+/// [`tile`]'s (or [`tile_vnni`]'s), and the CPU has what `D` needs.
 #[inline(always)]
-pub(super) unsafe fn passes<const R: usize, D: Dot>(t: &Tile<'_>, dst: *mut f32) {
+unsafe fn passes<const R: usize, D: Dot>(t: &Tile<'_>, dst: *mut f32) {
     let mut i0 = 0;
     while i0 + 2 <= R {
         // SAFETY: rows i0..i0 + 2 of `t`: the caller's contract holds for them.
@@ -152,7 +146,8 @@ pub(super) unsafe fn passes<const R: usize, D: Dot>(t: &Tile<'_>, dst: *mut f32)
     }
 }
 
-/// One pass: `H` rows of `t` by its whole panel, 4 accumulators of 8 columns a row.
+/// One pass: `H` rows of `t` by its whole panel, 4 accumulators of 8 columns a row,
+/// a scale group of `k` at a time, each group's sums converted and added up in f32.
 ///
 /// # Safety
 ///
@@ -161,62 +156,104 @@ pub(super) unsafe fn passes<const R: usize, D: Dot>(t: &Tile<'_>, dst: *mut f32)
 unsafe fn rows<const H: usize, D: Dot>(t: &Tile<'_>, dst: *mut f32) {
     // SAFETY: the caller's contract (every intrinsic needs AVX2 at most, or `D`'s).
     unsafe {
-        let mut acc = [[_mm256_setzero_si256(); 4]; H];
+        let mut f = [[_mm256_setzero_ps(); 4]; H];
         let (a, b) = (t.qa.as_ptr(), t.b.as_ptr());
-        for p in 0..t.kp / 4 {
-            // p < kp / 4, so bytes p * QUAD..(p + 1) * QUAD are inside `t.b` (kp * NR
-            // = kp / 4 * QUAD bytes), and row i's 4 bytes at i * kp + 4 * p are
-            // inside `t.qa` (H * kp bytes) for i < H.
-            super::super::prefetch_ahead(b.wrapping_add(p * QUAD));
-            let mut w = [_mm256_setzero_si256(); 4];
-            for (c, w) in w.iter_mut().enumerate() {
-                *w = D::weight(_mm256_loadu_si256(b.add(p * QUAD + 32 * c).cast()));
-            }
-            for (i, acc) in acc.iter_mut().enumerate() {
-                let x = std::ptr::read_unaligned(a.add(i * t.kp + 4 * p).cast::<i32>());
-                let x = D::row(_mm256_set1_epi32(x));
-                for (acc, w) in acc.iter_mut().zip(&w) {
-                    *acc = D::dot(*acc, *w, &x);
+        let (quads, all) = (t.group / 4, t.kp / 4);
+        let mut p0 = 0;
+        for g in 0..t.groups() {
+            let mut acc = [[_mm256_setzero_si256(); 4]; H];
+            for p in p0..(p0 + quads).min(all) {
+                // p < kp / 4, so bytes p * QUAD..(p + 1) * QUAD are inside `t.b` (kp *
+                // NR = kp / 4 * QUAD bytes), and row i's 4 bytes at i * kp + 4 * p are
+                // inside `t.qa` (H * kp bytes) for i < H.
+                super::super::prefetch_ahead(b.wrapping_add(p * QUAD));
+                let mut w = [_mm256_setzero_si256(); 4];
+                for (c, w) in w.iter_mut().enumerate() {
+                    *w = _mm256_loadu_si256(b.add(p * QUAD + 32 * c).cast());
+                }
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let x = std::ptr::read_unaligned(a.add(i * t.kp + 4 * p).cast::<i32>());
+                    let x = _mm256_set1_epi32(x);
+                    for (acc, &w) in acc.iter_mut().zip(&w) {
+                        *acc = D::dot(*acc, w, x);
+                    }
                 }
             }
+            convert::<H>(&acc, D::SHIFT, t, g, &mut f);
+            p0 += quads;
         }
-        store::<H>(&acc, D::SHIFTED, t, dst);
+        store::<H>(&f, t, dst);
     }
 }
 
-/// Converts and stores the sums `acc` of `t`'s `H` rows (row `i`'s columns `8c..8c +
-/// 8` in `acc[i][c]`): `((acc - shift) as f32 · sw[j]) · sa[i]`, `shift = 128 ·
-/// sums[i]` when `shifted`, else 0, stored to `t.width` columns.
+/// Adds group `g`'s sums `acc` of `t`'s `H` rows (row `i`'s columns `8c..8c + 8` in
+/// `acc[i][c]`) to `f`, as f32: `(acc - s) as f32 · sw[g, j]` (one rounding: a fused
+/// multiply-add), with `s` as `shift` says (`128 · sums[i]` or `128 · cols[g, j]`);
+/// group 0's are taken as they are (the product rounded).
 ///
 /// # Safety
 ///
-/// The CPU has AVX2; `t.sa` and `t.sums` hold `H`, `t.sw` holds `NR`; `1 <= t.width
-/// <= NR`; `dst` is valid for writes of `t.at + (H - 1) * t.ldc + t.width` elements,
-/// of which nobody else reads or writes the tile's meanwhile.
+/// The CPU has AVX2; `t.sums` holds `H`, `t.sw` holds `(g + 1) * NR` or more, and
+/// `t.cols` too for `Shift::Columns`.
 #[inline(always)]
-unsafe fn store<const H: usize>(
+unsafe fn convert<const H: usize>(
     acc: &[[__m256i; 4]; H],
-    shifted: bool,
+    shift: Shift,
     t: &Tile<'_>,
-    dst: *mut f32,
+    g: usize,
+    f: &mut [[__m256; 4]; H],
 ) {
-    // SAFETY: the caller's contract; `t.sw` holds 32 floats (four vectors); row i's
-    // columns are at at + i * ldc.., inside `dst`; a vector is stored whole only when
-    // all its 8 columns are below `width`, else masked to those that are.
+    // SAFETY: the caller's contract: `t.sw` (and for `Columns` `t.cols`) holds the 32
+    // values of group g at g * NR.. (four vectors).
+    unsafe {
+        let (sw, cols) = (t.sw.as_ptr().add(g * NR), t.cols.as_ptr());
+        let mut by_col = [_mm256_setzero_si256(); 4];
+        if shift == Shift::Columns {
+            for (c, v) in by_col.iter_mut().enumerate() {
+                let sums = _mm256_loadu_si256(cols.add(g * NR + 8 * c).cast());
+                *v = _mm256_slli_epi32::<7>(sums);
+            }
+        }
+        for (i, (acc, f)) in acc.iter().zip(f.iter_mut()).enumerate() {
+            let by_row = match shift {
+                Shift::Rows => t.sums[i].wrapping_mul(ZERO as i32),
+                Shift::Columns => 0,
+            };
+            let by_row = _mm256_set1_epi32(by_row);
+            for (c, (&acc, f)) in acc.iter().zip(f.iter_mut()).enumerate() {
+                let s = _mm256_add_epi32(by_row, by_col[c]);
+                let v = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc, s));
+                let sw = _mm256_loadu_ps(sw.add(8 * c));
+                *f = if g == 0 {
+                    _mm256_mul_ps(v, sw)
+                } else {
+                    _mm256_fmadd_ps(v, sw, *f)
+                };
+            }
+        }
+    }
+}
+
+/// Stores `f · sa[i]` for `t`'s `H` rows (row `i`'s columns `8c..8c + 8` in
+/// `f[i][c]`) to `t.width` columns.
+///
+/// # Safety
+///
+/// The CPU has AVX2; `t.sa` holds `H`; `1 <= t.width <= NR`; `dst` is valid for
+/// writes of `t.at + (H - 1) * t.ldc + t.width` elements, of which nobody else reads
+/// or writes the tile's meanwhile.
+#[inline(always)]
+unsafe fn store<const H: usize>(f: &[[__m256; 4]; H], t: &Tile<'_>, dst: *mut f32) {
+    // SAFETY: the caller's contract; row i's columns are at at + i * ldc.., inside
+    // `dst`; a vector is stored whole only when all its 8 columns are below `width`,
+    // else masked to those that are.
     unsafe {
         let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        for (i, acc) in acc.iter().enumerate() {
-            let shift = if shifted {
-                t.sums[i].wrapping_mul(ZERO as i32)
-            } else {
-                0
-            };
-            let (shift, sa) = (_mm256_set1_epi32(shift), _mm256_set1_ps(t.sa[i]));
+        for (i, f) in f.iter().enumerate() {
+            let sa = _mm256_set1_ps(t.sa[i]);
             let row = dst.add(t.at + i * t.ldc);
-            for (c, &acc) in acc.iter().enumerate() {
-                let sw = _mm256_loadu_ps(t.sw.as_ptr().add(8 * c));
-                let v = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc, shift));
-                let v = _mm256_mul_ps(_mm256_mul_ps(v, sw), sa);
+            for (c, &v) in f.iter().enumerate() {
+                let v = _mm256_mul_ps(v, sa);
                 if t.width >= 8 * (c + 1) {
                     _mm256_storeu_ps(row.add(8 * c), v);
                 } else if t.width > 8 * c {
@@ -234,13 +271,13 @@ unsafe fn store<const H: usize>(
 /// form does), then 32 elements at a time: `x · 127 / max` clamped to ±127, rounded
 /// to nearest even by adding 1.5 · 2²³ and taking the integer from the low bits, the
 /// i32 packed to bytes (`vpackssdw`, `vpacksswb`, `vpermd` to undo their lane order),
-/// summed in i32. The tail goes element by element.
+/// summed in i32, xored with `bytes`' mask. The tail goes element by element.
 ///
 /// # Safety
 ///
 /// The CPU has AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn quantize_slice(row: &[f32], out: &mut [i8]) -> (f32, i32) {
+pub(super) unsafe fn quantize_slice(row: &[f32], out: &mut [i8], bytes: Bytes) -> (f32, i32) {
     let n = row.len();
     assert!(out.len() >= n);
     let (r, o) = (row.as_ptr(), out.as_mut_ptr());
@@ -278,7 +315,7 @@ pub(super) unsafe fn quantize_slice(row: &[f32], out: &mut [i8]) -> (f32, i32) {
         for &x in &row[tail..] {
             bad += x * 0.0;
         }
-        let inv = match super::quantize::factor(max, bad, out) {
+        let inv = match super::quantize::factor(max, bad, out, bytes) {
             Ok(inv) => inv,
             Err(scale) => return (scale, 0),
         };
@@ -290,6 +327,8 @@ pub(super) unsafe fn quantize_slice(row: &[f32], out: &mut [i8]) -> (f32, i32) {
         let magic = _mm256_set1_ps(super::MAGIC);
         let bits = _mm256_set1_epi32(super::MAGIC.to_bits() as i32);
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        let mask = bytes.mask();
+        let masks = _mm256_set1_epi8(mask);
         let round = |x: __m256| {
             let y = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(x, f), lo), hi);
             _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(y, magic)), bits)
@@ -312,7 +351,7 @@ pub(super) unsafe fn quantize_slice(row: &[f32], out: &mut [i8]) -> (f32, i32) {
                 _mm256_packs_epi32(q[2], q[3]),
             );
             let bytes = _mm256_permutevar8x32_epi32(bytes, order);
-            _mm256_storeu_si256(o.add(p).cast(), bytes);
+            _mm256_storeu_si256(o.add(p).cast(), _mm256_xor_si256(bytes, masks));
             p += 32;
         }
         let mut lanes = [0i32; 8];
@@ -320,10 +359,10 @@ pub(super) unsafe fn quantize_slice(row: &[f32], out: &mut [i8]) -> (f32, i32) {
         let mut sum: i32 = lanes.iter().sum();
         for (o, &x) in out[body..n].iter_mut().zip(&row[body..]) {
             let q = super::round_to_i8(x * inv);
-            *o = q as i8;
+            *o = q as i8 ^ mask;
             sum += q;
         }
-        out[n..].fill(0);
+        out[n..].fill(mask);
         (max / 127.0, sum)
     }
 }

@@ -197,5 +197,5 @@ unsafe fn bw_rows<const H: usize>(t: &Tile<'_>, dst: *mut f32) {
 /// The CPU has AVX-512 F and BW.
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(super) unsafe fn quantize_slice(row: &[f32], out: &mut [i8]) -> (f32, i32) {
-    super::quantize::slice(row, out)
+    super::quantize::slice(row, out, super::quantize::Bytes::Signed)
 }

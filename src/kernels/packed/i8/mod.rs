@@ -3,24 +3,31 @@
 //! splits the product).
 //!
 //! **Weights.** A `[k, n]` f32 weight is quantised symmetrically per output column:
-//! `sw[j] = max_p |w[p, j]| / 127` and `q[p, j] = round(w[p, j] / sw[j])` in
-//! `-127..=127` (ties to even; an all-zero column has scale 0 and zeros). The bytes
-//! are stored **shifted to u8** (`q + 128`) in the layout the tile streams: panels of
-//! [`NR`] = 32 columns; in a panel, `k` in quads of 4 (`kp = k` rounded up to 4), and
-//! for each quad the 4 bytes of column 0, then of column 1, …: `[n/32][kp/4][32][4]`,
-//! zero weights (128) in the padding. One quad of a panel is two 64-byte vectors, one
-//! per 16 columns.
+//! `sw[j] = max_p |w[p, j]| / L` and `q[p, j] = round(w[p, j] / sw[j])` in `-L..=L`
+//! (ties to even; an all-zero column has scale 0 and zeros), in one of two
+//! [`Format`]s, the one the tier's tile takes, picked when the weight is packed:
+//! `Shifted`, 8 bits (`L` = 127) stored **shifted to u8** (`q + 128`), everywhere but
+//! on plain AVX2; `Narrow`, 7 bits (`L` = 63) stored as signed bytes, with a scale
+//! and a `Σ_p q` per column and **group** of [`NARROW_GROUP`] rows of `k` (the max
+//! taken over the group), on AVX2 without VNNI or AVX-512 (module `avx2` says why). The
+//! bytes lie in the layout the tile streams: panels of [`NR`] = 32 columns; in a
+//! panel, `k` in quads of 4 (`kp = k` rounded up to 4), and for each quad the 4 bytes
+//! of column 0, then of column 1, …: `[n/32][kp/4][32][4]`, zero weights in the
+//! padding. One quad of a panel is two 64-byte vectors, one per 16 columns.
 //!
 //! **Activations** are quantised inside the kernel, dynamically, **per row** (per
 //! token; module `quantize`): `sa[i] = max_p |a[i, p]| / 127`, `qa[i, p] = round(a[i,
 //! p] / sa[i])`, signed. A tile keeps i32 accumulators of **exact** integer sums and
-//! converts once at its end: `out[i, j] = ((Σ_p qa[i, p] · q[p, j]) as f32 · sw[j]) ·
-//! sa[i]`. The sums are exact on every path (wrapping i32 arithmetic, whose result is
+//! converts once per scale group: `out[i, j] = (Σ_g (Σ_{p in g} qa[i, p] · q[p, j]) as
+//! f32 · sw[g, j]) · sa[i]` (one group for `Shifted` weights: `((Σ_p qa · q) as f32 ·
+//! sw[j]) · sa[i]`; later groups added with fused multiply-adds). The sums are exact on every path (wrapping i32 arithmetic, whose result is
 //! exact since `|Σ qa·q| ≤ 127²·k < 2³¹` for `k ≤` [`MAX_K`]) and the conversion is
-//! the same, so **every path gives the same bits** (the tests hold each tile to the
-//! portable one). A row holding a NaN or an infinity gives a row of NaN.
+//! the same, so **every path gives the same bits** on a weight in a given format (the
+//! tests hold each tile to the portable one on both formats). A row holding a NaN or
+//! an infinity gives a row of NaN.
 //!
-//! **Paths**, one per tier ([`Path`]; the tier in use picks the fastest it has):
+//! **Paths**, one per tier ([`Path`]; the tier in use picks the fastest it has for the
+//! weight's format):
 //!
 //! - `avx512-vnni` (module `avx512`): `vpdpbusd` on zmm, four u8 × s8 products summed
 //!   into each i32 lane, the weight as the unsigned operand and four activation bytes
@@ -29,10 +36,11 @@
 //!   16-row tiles on AMX (module `amx`, below).
 //! - `avx2-vnni` (module `avx2`): the same on ymm (VEX `vpdpbusd`).
 //! - `avx512` without VNNI (module `avx512`): bytes widened to i16, `vpmaddwd`.
-//! - `avx2` (module `avx2`): `vpmaddubsw` with the activation's sign moved onto the
-//!   signed weight, so that its saturating i16 pair sums never saturate.
-//! - `portable` (module `portable`): plain integer loops over the same layout (any
-//!   CPU, or `STREAMFUSE_ISA=portable`).
+//! - `avx2` (module `avx2`), on `Narrow` weights: `vpmaddubsw` of the activations
+//!   shifted to u8 by the 7-bit weights, whose saturating i16 pair sums then never
+//!   saturate; the shift taken off with the weight's column sums.
+//! - `portable` (module `portable`): plain integer loops over the same layout, either
+//!   format (any CPU, or `STREAMFUSE_ISA=portable`).
 //!
 //! **Scratch.** The quantised activations live on the stack, never the heap: rows are
 //! taken in **chunks** (at most 252 rows and, for long rows, as many as fit in 256 KiB),
@@ -51,7 +59,10 @@
 //! embeddings into layer 0, rows through each layer's LayerNorm weights, GELU outputs
 //! into the FFN's second product; 64 rows each), minimum 0.9983 and median 0.99994 over
 //! the 2304 rows, the lowest in the FFN's second product (k = 1536, GELU inputs). Per-row
-//! scales are enough there; per-group scales along `k` were not needed.
+//! scales are enough there; per-group scales along `k` were not needed. `Narrow`
+//! weights (the AVX2 tier's) halve the weight's resolution, which per-group scales win
+//! back: minimum 0.99912 and median 0.99989 over the same rows (0.9945 and 0.99984 with
+//! one scale per column), ≥ 0.999 on the synthetic rows.
 //!
 //! **Speed** of the VNNI path, measured on one core of this project's Zen 4 EPYC (thread CPU time from
 //! `/proc/thread-self/schedstat`, median of 7 rounds alternating the two kernels, a
@@ -104,27 +115,119 @@ const QUAD: usize = 4 * NR;
 /// The zero of a weight byte (weights are stored shifted to u8).
 const ZERO: u8 = 128;
 
+/// How a packed weight's bytes hold its quantised values `q`: the operand the tier's
+/// tile multiplies. The format is picked when the weight is packed ([`Format::best`]:
+/// the tier in use's), so the weight is packed once, in the form its products take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Format {
+    /// 8 bits: `q` in `-127..=127`, stored shifted to u8 (`q + 128`), the unsigned
+    /// operand of `vpdpbusd` and `tdpbsud` (VNNI, AMX), widened on AVX-512 without VNNI.
+    Shifted,
+    /// 7 bits: `q` in `-63..=63`, stored as signed bytes, with each column's `Σ_p q`:
+    /// the signed operand of AVX2's `vpmaddubsw` by the activations shifted to u8
+    /// (`qa + 128`), whose i16 pair sums then cannot saturate (`2 · 255 · 63 = 32130 <
+    /// 2¹⁵`); the column sums take the activations' shift off. Half the weight's
+    /// resolution, as ONNX Runtime's `reduce_range` and oneDNN's weight scaling on
+    /// CPUs without VNNI.
+    Narrow,
+}
+
+impl Format {
+    /// The largest `|q|`.
+    fn levels(self) -> f32 {
+        match self {
+            Format::Shifted => 127.0,
+            Format::Narrow => 63.0,
+        }
+    }
+
+    /// Rows of `k` that share a scale, for a weight of `kp` rows: all of them for
+    /// `Shifted`; [`NARROW_GROUP`] for `Narrow`.
+    fn group(self, kp: usize) -> usize {
+        match self {
+            Format::Shifted => kp.max(4),
+            Format::Narrow => NARROW_GROUP,
+        }
+    }
+
+    /// The byte that stores `q`.
+    fn encode(self, q: i32) -> u8 {
+        match self {
+            Format::Shifted => (q as u8) ^ ZERO,
+            Format::Narrow => q as u8,
+        }
+    }
+
+    /// The `q` a stored byte holds.
+    #[inline(always)]
+    fn decode(self, byte: u8) -> i8 {
+        match self {
+            Format::Shifted => (byte ^ ZERO) as i8,
+            Format::Narrow => byte as i8,
+        }
+    }
+
+    /// The format of the fastest path the tier in use has: `Narrow` on AVX2 without
+    /// VNNI or AVX-512 (where an exact 8-bit product would cost a `vpsignb` per
+    /// `vpmaddubsw`: see module `avx2`), `Shifted` everywhere else (the portable
+    /// loops take either at the same speed, so there the more accurate one).
+    pub(super) fn best() -> Format {
+        if Path::best_for(Format::Shifted) == Path::Portable && cpu::has_avx2() {
+            Format::Narrow
+        } else {
+            Format::Shifted
+        }
+    }
+}
+
+/// Rows of `k` that share a scale in a `Narrow` weight (16 quads). all-MiniLM-L6-v2's
+/// embeddings of `scripts/data/sentences-512.txt` against its f32 ones, minimum
+/// cosine: from the 7-bit weights alone (their dequantised values in the f32 model),
+/// 0.99468 with a scale per column over all of `k` (the FFN outputs, `k` = 1536, have
+/// columns whose largest weight is 4 to 38 times their RMS), 0.99737 in groups of
+/// 128, 0.99835 in groups of 64 (8-bit weights per column: 0.99872); the int8 model on
+/// the AVX2 tier: 0.98999 per column (below the 0.99 of [`crate::models::Precision`]),
+/// 0.99163 in groups of 128, 0.99318 in groups of 64 (8-bit weights per column, the
+/// other tiers': 0.99234). Each group costs its sums' conversion (module `avx2`): a
+/// pass over MiniLM's weight shapes at 896 rows, one thread, 88.2 GOP/s in one group,
+/// 85.4 in groups of 128, 81.4 in groups of 64.
+pub(super) const NARROW_GROUP: usize = 64;
+
 /// A `[k, n]` f32 weight quantised to int8 with one f32 scale per column, packed for
-/// the products of `matmul_packed` (see the module doc for the layout). Made once per weight; the layout
-/// and the scales are the same on every CPU.
+/// the products of `matmul_packed` (see the module doc for the layout) in a [`Format`].
+/// Made once per weight; the layout is the same on every CPU.
 #[derive(Debug)]
 pub(super) struct PackedI8 {
     k: usize,
     n: usize,
     /// `k` rounded up to a multiple of 4.
     kp: usize,
-    /// `ceil(n / NR)` panels of `kp * NR` bytes, each `q + 128`.
+    /// How `data` holds the quantised values.
+    format: Format,
+    /// Rows of `k` that share a scale ([`Format::group`]): a multiple of 4.
+    group: usize,
+    /// `ceil(n / NR)` panels of `kp * NR` bytes, each `q` as `format` stores it.
     data: Vec<u8>,
-    /// One scale per column, `ceil(n / NR) * NR` of them (0 in the padding).
+    /// One scale per column and group of `group` rows of `k`, `[ceil(n / NR)][groups][NR]`
+    /// (0 in the padding).
     scales: Vec<f32>,
+    /// `Narrow`: each column's `Σ_p q` over each group, laid out as the scales (0 in
+    /// the padding); `Shifted`: empty.
+    sums: Vec<i32>,
 }
 
 impl PackedI8 {
     /// Quantises and packs the `[k, n]` weight that `layout` reads from `src` (any
-    /// strides and offset). Errors when the layout is not 2-D or does not fit `src`,
-    /// when `k` exceeds [`MAX_K`], when a weight is not finite, or when the memory
-    /// cannot be had.
+    /// strides and offset) in the format of the tier in use ([`Format::best`]).
+    /// Errors when the layout is not 2-D or does not fit `src`, when `k` exceeds
+    /// [`MAX_K`], when a weight is not finite, or when the memory cannot be had.
     pub fn quantize(src: &[f32], layout: &Layout) -> Result<PackedI8, KernelError> {
+        Self::quantize_as(Format::best(), src, layout)
+    }
+
+    /// [`PackedI8::quantize`] in `format`: `sw[j] = max_p |w[p, j]| / L`, `q[p, j] =
+    /// round(w[p, j] / sw[j])` for `L` = [`Format::levels`].
+    fn quantize_as(format: Format, src: &[f32], layout: &Layout) -> Result<PackedI8, KernelError> {
         let kernel = "quantize_i8";
         check_input(kernel, "weight", src.len(), layout)?;
         if layout.dims.len() != 2 {
@@ -154,39 +257,52 @@ impl PackedI8 {
                 format_args!("cannot allocate {bytes} bytes for the {what}"),
             )
         };
+        let levels = format.levels();
+        let group = format.group(kp);
+        let groups = kp.div_ceil(group).max(1);
+        // Scales (and `Narrow` column sums): `[panels][groups][NR]`.
+        let count = panels * groups * NR;
         let mut scales = Vec::new();
         scales
-            .try_reserve_exact(panels * NR)
-            .map_err(|_| refused("scales", panels * NR * 4))?;
-        scales.resize(panels * NR, 0.0f32);
-        for (j, s) in scales[..n].iter_mut().enumerate() {
-            let mut max = 0.0f32;
-            for p in 0..k {
-                let w = at(p, j);
-                if !w.is_finite() {
-                    return Err(error(
-                        kernel,
-                        format_args!("weight [{p}, {j}] is {w}, not finite"),
-                    ));
-                }
-                max = max.max(w.abs());
-            }
-            *s = max / 127.0;
+            .try_reserve_exact(count)
+            .map_err(|_| refused("scales", count * 4))?;
+        scales.resize(count, 0.0f32);
+        let mut sums = Vec::new();
+        if format == Format::Narrow {
+            sums.try_reserve_exact(count)
+                .map_err(|_| refused("column sums", count * 4))?;
+            sums.resize(count, 0i32);
         }
         let mut data = Vec::new();
         data.try_reserve_exact(len)
             .map_err(|_| refused("packed weight", len))?;
-        data.resize(len, ZERO);
-        if k > 0 {
-            for (pj, panel) in data.chunks_exact_mut(kp * NR).enumerate() {
-                let j0 = pj * NR;
-                for jj in 0..NR.min(n - j0) {
-                    let j = j0 + jj;
-                    let inv = inverse_step(scales[j] * 127.0);
-                    for p in 0..k {
-                        let q = round_to_i8(at(p, j) * inv);
-                        panel[(p / 4) * QUAD + jj * 4 + p % 4] = (q as u8) ^ ZERO;
+        data.resize(len, format.encode(0));
+        for j in 0..n {
+            let (pj, jj) = (j / NR, j % NR);
+            for g in 0..groups {
+                let rows = g * group..((g + 1) * group).min(k);
+                let mut max = 0.0f32;
+                for p in rows.clone() {
+                    let w = at(p, j);
+                    if !w.is_finite() {
+                        return Err(error(
+                            kernel,
+                            format_args!("weight [{p}, {j}] is {w}, not finite"),
+                        ));
                     }
+                    max = max.max(w.abs());
+                }
+                let at_scale = (pj * groups + g) * NR + jj;
+                scales[at_scale] = max / levels;
+                let inv = inverse_step(scales[at_scale] * levels, levels);
+                let mut sum = 0i32;
+                for p in rows {
+                    let q = round_to_i8(at(p, j) * inv);
+                    data[pj * kp * NR + (p / 4) * QUAD + jj * 4 + p % 4] = format.encode(q);
+                    sum += q;
+                }
+                if let Some(s) = sums.get_mut(at_scale) {
+                    *s = sum;
                 }
             }
         }
@@ -194,9 +310,22 @@ impl PackedI8 {
             k,
             n,
             kp,
+            format,
+            group,
             data,
             scales,
+            sums,
         })
+    }
+
+    /// Scale groups along `k` (at least 1).
+    fn groups(&self) -> usize {
+        self.kp.div_ceil(self.group).max(1)
+    }
+
+    /// The scale of weight `[p, j]`.
+    fn scale(&self, p: usize, j: usize) -> f32 {
+        self.scales[((j / NR) * self.groups() + p / self.group) * NR + j % NR]
     }
 
     /// The `[k, n]` weight as the kernel sees it (`q * scale`), row-major, or `None`
@@ -207,28 +336,31 @@ impl PackedI8 {
         out.try_reserve_exact(k.checked_mul(n)?).ok()?;
         for p in 0..k {
             for j in 0..n {
-                out.push(self.weight(p, j) as f32 * self.scales[j]);
+                out.push(self.weight(p, j) as f32 * self.scale(p, j));
             }
         }
         Some(out)
     }
 
-    /// The quantised weight `q[p, j]` (`-127..=127`).
+    /// The quantised weight `q[p, j]`.
     fn weight(&self, p: usize, j: usize) -> i8 {
         let at = (j / NR) * self.kp * NR + (p / 4) * QUAD + (j % NR) * 4 + p % 4;
-        (self.data[at] ^ ZERO) as i8
+        self.format.decode(self.data[at])
     }
 
-    /// Bytes held (the packed weight and its scales).
+    /// Bytes held (the packed weight, its scales and column sums).
     pub fn bytes(&self) -> usize {
-        self.data.capacity() + self.scales.capacity() * std::mem::size_of::<f32>()
+        self.data.capacity()
+            + self.scales.capacity() * std::mem::size_of::<f32>()
+            + self.sums.capacity() * std::mem::size_of::<i32>()
     }
 }
 
-/// `127 / max`, the factor that maps `[-max, max]` onto `[-127, 127]`; 0 for `max == 0`.
-fn inverse_step(max: f32) -> f32 {
+/// `levels / max`, the factor that maps `[-max, max]` onto `[-levels, levels]`; 0 for
+/// `max == 0`.
+fn inverse_step(max: f32, levels: f32) -> f32 {
     if max > 0.0 {
-        127.0 / max
+        levels / max
     } else {
         0.0
     }
@@ -246,13 +378,14 @@ pub(super) fn round_to_i8(x: f32) -> i32 {
     ((y + MAGIC).to_bits() as i32) - (MAGIC.to_bits() as i32)
 }
 
-/// Which code multiplies (every path gives the same bits): the tile of one tier, or
-/// the portable loops.
+/// Which code multiplies (every path that multiplies a weight's format gives the same
+/// bits): the tile of one tier, or the portable loops.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Path {
     /// Plain integer loops (module `portable`): any CPU.
     Portable,
-    /// `vpmaddubsw` with the activation's sign on the weight (module `avx2`).
+    /// `vpmaddubsw` of the activations shifted to u8 by `Narrow` weights (module
+    /// `avx2`).
     Avx2,
     /// `vpdpbusd` on ymm (module `avx2`).
     Avx2Vnni,
@@ -273,8 +406,15 @@ const PATHS: [Path; 5] = [
 ];
 
 impl Path {
-    /// The fastest path the tier in use lets run.
-    fn best() -> Path {
+    /// The fastest path the tier in use lets run on weights in `format`.
+    fn best_for(format: Format) -> Path {
+        if format == Format::Narrow {
+            return if cpu::has_avx2() {
+                Path::Avx2
+            } else {
+                Path::Portable
+            };
+        }
         if cpu::has_avx512_vnni() {
             Path::Avx512Vnni
         } else if cpu::has_avx_vnni() {
@@ -283,8 +423,6 @@ impl Path {
             Path::Avx2Vnni
         } else if cpu::has_avx512() {
             Path::Avx512
-        } else if cpu::has_avx2() {
-            Path::Avx2
         } else {
             Path::Portable
         }
@@ -307,18 +445,40 @@ impl Path {
     fn runs(self) -> bool {
         self == Path::Portable || (cfg!(target_arch = "x86_64") && cpu::cpu_runs(self.tier()))
     }
+
+    /// Whether the path multiplies weights in `format` (the portable loops take both,
+    /// the AVX2 tile `Narrow` ones, the others `Shifted` ones).
+    fn takes(self, format: Format) -> bool {
+        match self {
+            Path::Portable => true,
+            Path::Avx2 => format == Format::Narrow,
+            _ => format == Format::Shifted,
+        }
+    }
+
+    /// How the path's tile takes the quantised activations.
+    fn bytes(self) -> quantize::Bytes {
+        match self {
+            Path::Avx2 => quantize::Bytes::Unsigned,
+            _ => quantize::Bytes::Signed,
+        }
+    }
 }
 
 /// Whether the tier in use runs an int8 tile other than the portable loops (AVX2 or
 /// above): `matmul_packed`'s `simd`.
 pub(super) fn simd() -> bool {
-    Path::best() != Path::Portable
+    Path::best_for(Format::best()) != Path::Portable
 }
 
 /// Computes `part` of the product of `g` by `w`, on the fastest tile the tier in use
 /// has when `simd`, on the portable loops otherwise (see [`part_on`]).
 pub(super) fn part(g: Matrix<'_>, w: &PackedI8, part: Part, simd: bool, out: Out) {
-    let path = if simd { Path::best() } else { Path::Portable };
+    let path = if simd {
+        Path::best_for(w.format)
+    } else {
+        Path::Portable
+    };
     part_on(path, g, w, part, out);
 }
 
@@ -418,14 +578,19 @@ fn panel(job: &Chunked<'_>, pj: usize, rows: Rows<'_>, dst: Out) {
     let (w, kp) = (job.w, job.w.kp);
     let at = job.part.cols(pj);
     let b = &w.data[pj * kp * NR..(pj + 1) * kp * NR];
-    let sw = &w.scales[at.j0..at.j0 + NR];
+    let per = w.groups() * NR;
+    let sw = &w.scales[pj * per..(pj + 1) * per];
+    let cols = w.sums.get(pj * per..(pj + 1) * per).unwrap_or(&[]);
     let tile_of = |r0: usize, h: usize| Tile {
         qa: &rows.qa[r0 * kp..(r0 + h) * kp],
         kp,
         sa: &rows.sa[r0..r0 + h],
         sums: &rows.sums[r0..r0 + h],
+        format: w.format,
+        group: w.group,
         b,
         sw,
+        cols,
         at: (rows.first + r0) * at.ldc + at.j0,
         width: at.width,
         ldc: at.ldc,
@@ -452,21 +617,31 @@ fn panel(job: &Chunked<'_>, pj: usize, rows: Rows<'_>, dst: Out) {
 }
 
 /// One tile's operands: `R` quantised rows (`kp` bytes each) with their scales and
-/// sums, the panel `b` (`kp / 4` quads) with its 32 column scales, and where the tile
-/// goes in the output (row `i`'s `width` columns at `at + i * ldc`).
+/// sums, the panel `b` (`kp / 4` quads, in `format`) with its 32 column scales per
+/// group of `group` rows of `k` (`sw[g * NR + c]`; and, `Narrow`, its column sums
+/// `cols` laid out alike; empty otherwise), and where the tile goes in the output (row
+/// `i`'s `width` columns at `at + i * ldc`).
 struct Tile<'a> {
     qa: &'a [i8],
     kp: usize,
     sa: &'a [f32],
     sums: &'a [i32],
+    format: Format,
+    group: usize,
     b: &'a [u8],
     sw: &'a [f32],
+    cols: &'a [i32],
     at: usize,
     width: usize,
     ldc: usize,
 }
 
 impl Tile<'_> {
+    /// Scale groups along `k`.
+    fn groups(&self) -> usize {
+        self.kp.div_ceil(self.group)
+    }
+
     /// Rows `i0..i0 + h` of the tile, as a tile of their own (the same panel and
     /// columns). Panics when they are not inside it.
     #[cfg(target_arch = "x86_64")]
@@ -476,8 +651,11 @@ impl Tile<'_> {
             kp: self.kp,
             sa: &self.sa[i0..i0 + h],
             sums: &self.sums[i0..i0 + h],
+            format: self.format,
+            group: self.group,
             b: self.b,
             sw: self.sw,
+            cols: self.cols,
             at: self.at + i0 * self.ldc,
             width: self.width,
             ldc: self.ldc,
@@ -492,9 +670,25 @@ fn tile<const R: usize>(path: Path, t: &Tile<'_>, dst: Out) {
     assert!((1..=MR).contains(&R) && t.width >= 1 && t.width <= NR);
     assert!(t.kp >= 4 && t.kp.is_multiple_of(4) && t.b.len() == t.kp * NR);
     assert!(t.qa.len() == R * t.kp && t.sa.len() == R && t.sums.len() == R);
-    assert!(t.sw.len() == NR);
+    assert!(t.group >= 4 && t.group.is_multiple_of(4));
+    assert!(t.sw.len() == t.groups() * NR);
+    assert!(
+        t.cols.len()
+            == if t.format == Format::Narrow {
+                t.sw.len()
+            } else {
+                0
+            }
+    );
+    // The tiles other than the portable and AVX2 ones take one group (`Shifted`).
+    assert!(matches!(path, Path::Portable | Path::Avx2) || t.sw.len() == NR);
     assert!(t.at <= dst.len && (R - 1) * t.ldc + t.width <= dst.len - t.at);
     assert!(path.runs(), "the {path:?} int8 tile on a CPU without it");
+    assert!(
+        path.takes(t.format),
+        "{:?} weights on the {path:?} tile",
+        t.format
+    );
     // SAFETY (each call): the CPU has the path's features (asserted), the asserts
     // above are the bounds the tiles document, and this tile's elements of `dst` are
     // written by no one else (see `Out`).
@@ -521,6 +715,14 @@ mod tests {
     use super::*;
     use crate::kernels::testutil::*;
     use crate::kernels::Par;
+
+    /// Both formats, the tier's own first.
+    fn formats() -> [Format; 2] {
+        match Format::best() {
+            Format::Shifted => [Format::Shifted, Format::Narrow],
+            Format::Narrow => [Format::Narrow, Format::Shifted],
+        }
+    }
 
     /// The product by `w` through the module's caller (as the engine runs it): on the
     /// fastest tile of the tier in use when `simd`, on the portable loops otherwise.
@@ -590,7 +792,7 @@ mod tests {
             }
         }
         if k_of(al) > 0 {
-            for path in PATHS.into_iter().filter(|p| p.runs()) {
+            for path in PATHS.into_iter().filter(|p| p.runs() && p.takes(w.format)) {
                 same(product_on(path, a, al, w), &format!("{path:?}"));
             }
         }
@@ -612,8 +814,10 @@ mod tests {
     fn check_random(rng: &mut Rng, m: usize, k: usize, n: usize) {
         let a: Vec<f32> = (0..m * k).map(|_| rng.f32()).collect();
         let w: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
-        let q = PackedI8::quantize(&w, &Layout::contiguous(&[k, n])).unwrap();
-        check(&a, &Layout::contiguous(&[m, k]), &q);
+        for format in formats() {
+            let q = PackedI8::quantize_as(format, &w, &Layout::contiguous(&[k, n])).unwrap();
+            check(&a, &Layout::contiguous(&[m, k]), &q);
+        }
     }
 
     /// The rows of `a` (`[.., m, k]` through `al`) as `rows × k`, row-major.
@@ -653,33 +857,90 @@ mod tests {
     #[test]
     fn quantize_round_trips_within_half_a_step() {
         let mut rng = Rng::new(1);
-        let (k, n) = (13, 37);
-        let mut w: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
-        // Column 5 all zero, column 6 one non-zero.
-        for p in 0..k {
-            w[p * n + 5] = 0.0;
-            w[p * n + 6] = if p == 3 { -2.5 } else { 0.0 };
+        // k = 13: one scale group in either format; k = 150: three `Narrow` groups (64,
+        // 64 and 22 rows).
+        for (k, n) in [(13, 37), (150, 37)] {
+            let mut w: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
+            // Column 5 all zero, column 6 one non-zero, column 7 zero in its second
+            // group only.
+            for p in 0..k {
+                w[p * n + 5] = 0.0;
+                w[p * n + 6] = if p == 3 { -2.5 } else { 0.0 };
+                if (64..128).contains(&p) {
+                    w[p * n + 7] = 0.0;
+                }
+            }
+            let l = Layout::contiguous(&[k, n]);
+            for format in formats() {
+                round_trip(&w, &l, format);
+            }
         }
-        let l = Layout::contiguous(&[k, n]);
-        let q = PackedI8::quantize(&w, &l).unwrap();
+    }
+
+    /// Quantises `w` (`l`) in `format` and checks each scale (its group's largest
+    /// magnitude / levels), each value (within half its step), the column sums and the
+    /// padding.
+    fn round_trip(w: &[f32], l: &Layout, format: Format) {
+        let (k, n) = (l.dims[0], l.dims[1]);
+        let q = PackedI8::quantize_as(format, w, l).unwrap();
+        let (levels, group) = (format.levels(), q.group);
         assert_eq!((q.k, q.n), (k, n));
-        assert!(q.bytes() >= 2 * 16 * 32);
+        assert!(q.bytes() >= k.next_multiple_of(4) * n.next_multiple_of(32));
+        assert_eq!(
+            q.groups(),
+            if format == Format::Narrow {
+                k.div_ceil(64)
+            } else {
+                1
+            }
+        );
         let d = q.dequantize().unwrap();
         for j in 0..n {
-            let max = (0..k).fold(0.0f32, |m, p| m.max(w[p * n + j].abs()));
-            assert_eq!(q.scales[j], max / 127.0);
-            for p in 0..k {
-                let e = (d[p * n + j] - w[p * n + j]).abs();
-                assert!(e <= 0.5001 * max / 127.0, "[{p}, {j}] off by {e}");
+            for p0 in (0..k).step_by(group) {
+                let rows = p0..(p0 + group).min(k);
+                let max = rows.clone().fold(0.0f32, |m, p| m.max(w[p * n + j].abs()));
+                assert_eq!(q.scale(p0, j), max / levels);
+                for p in rows.clone() {
+                    let e = (d[p * n + j] - w[p * n + j]).abs();
+                    assert!(
+                        e <= 0.5001 * max / levels,
+                        "{format:?} [{p}, {j}] off by {e}"
+                    );
+                    assert!(q.weight(p, j).abs() as f32 <= levels);
+                }
+                // The column sums of a `Narrow` weight, per group.
+                if format == Format::Narrow {
+                    let sum: i32 = rows.map(|p| q.weight(p, j) as i32).sum();
+                    let at = ((j / NR) * q.groups() + p0 / group) * NR + j % NR;
+                    assert_eq!(q.sums[at], sum);
+                }
             }
         }
         assert!((0..k).all(|p| d[p * n + 5] == 0.0));
+        assert!((64..128.min(k)).all(|p| d[p * n + 7] == 0.0));
         assert_eq!(d[3 * n + 6], -2.5);
-        // The padding (k to 16, n to 64) holds zero weights.
-        assert!(q.data.len() == 2 * 16 * NR && q.scales[n..].iter().all(|&s| s == 0.0));
-        for p in k..16 {
+        // The padding (k to a multiple of 4, n to 64) holds zero weights, zero scales
+        // and zero sums.
+        let kp = k.next_multiple_of(4);
+        assert!(q.data.len() == 2 * kp * NR);
+        for p in k..kp {
             assert!((0..2 * NR).all(|j| q.weight(p, j) == 0));
         }
+        let pad = |j: usize| (n..2 * NR).contains(&j);
+        let per = q.groups() * NR;
+        for (at, s) in q.scales.iter().enumerate() {
+            let j = (at / per) * NR + at % NR;
+            assert!(!pad(j) || *s == 0.0);
+            assert!(!pad(j) || q.sums.get(at).is_none_or(|&s| s == 0));
+        }
+        assert!(
+            q.sums.len()
+                == if format == Format::Narrow {
+                    q.scales.len()
+                } else {
+                    0
+                }
+        );
     }
 
     #[test]
@@ -704,34 +965,38 @@ mod tests {
     }
 
     /// Runs `tile::<R>` on `path` and on the portable loops over the rows `a` (`R` rows
-    /// of `k`, quantised as the kernel does) and the weight `q`'s panel `pj`, into an
+    /// of `k`, quantised as the kernel does for each) and the weight `q`'s panel `pj`, into an
     /// output whose rows are wider than the tile, and asserts the same bits and that
     /// nothing outside the tile's columns was written.
     fn check_tile<const R: usize>(path: Path, a: &[f32], q: &PackedI8, pj: usize, what: &str) {
         let (k, kp) = (q.k, q.kp);
-        let mut qa = vec![0i8; R * kp];
-        let mut sa = [0f32; R];
-        let mut sums = [0i32; R];
-        for i in 0..R {
-            let row = &a[i * k..(i + 1) * k];
-            let out = &mut qa[i * kp..(i + 1) * kp];
-            (sa[i], sums[i]) = quantize::row(Path::Portable, row, 1, k, out);
-        }
+        let per = q.groups() * NR;
         let width = NR.min(q.n - pj * NR);
         let (at, ldc) = (3, width + 5);
-        let t = Tile {
-            qa: &qa,
-            kp,
-            sa: &sa,
-            sums: &sums,
-            b: &q.data[pj * kp * NR..(pj + 1) * kp * NR],
-            sw: &q.scales[pj * NR..(pj + 1) * NR],
-            at,
-            width,
-            ldc,
-        };
         let len = at + (R - 1) * ldc + width + 2;
         let run = |path: Path| {
+            let mut qa = vec![0i8; R * kp];
+            let mut sa = [0f32; R];
+            let mut sums = [0i32; R];
+            for i in 0..R {
+                let row = &a[i * k..(i + 1) * k];
+                let out = &mut qa[i * kp..(i + 1) * kp];
+                (sa[i], sums[i]) = quantize::row(path, row, 1, k, out);
+            }
+            let t = Tile {
+                qa: &qa,
+                kp,
+                sa: &sa,
+                sums: &sums,
+                format: q.format,
+                group: q.group,
+                b: &q.data[pj * kp * NR..(pj + 1) * kp * NR],
+                sw: &q.scales[pj * per..(pj + 1) * per],
+                cols: q.sums.get(pj * per..(pj + 1) * per).unwrap_or(&[]),
+                at,
+                width,
+                ldc,
+            };
             let mut dst = vec![-7.0f32; len];
             tile::<R>(path, &t, Out::new(&mut dst));
             dst
@@ -761,22 +1026,32 @@ mod tests {
     #[test]
     fn every_tile_gives_the_portable_bits() {
         let mut rng = Rng::new(8);
-        let paths: Vec<Path> = PATHS[1..].iter().copied().filter(|p| p.runs()).collect();
-        for &path in &paths {
+        let mut checked = Vec::new();
+        let runs = PATHS[1..].iter().copied().filter(|p| p.runs());
+        for (path, format) in runs.flat_map(|p| formats().map(|f| (p, f))) {
+            if !path.takes(format) {
+                continue;
+            }
+            checked.push((path, format));
+            let quantize = |w: &[f32], k: usize, n: usize| {
+                PackedI8::quantize_as(format, w, &Layout::contiguous(&[k, n])).unwrap()
+            };
             // Random rows and weights: k not a multiple of 4, long k (the shifted sums
             // of the VNNI forms wrap i32 beyond k ≈ 66000: see the largest-k test), and
             // panels whole or ragged (n = 70: widths 32, 32 and 6; n = 9, 17, 24).
             for (k, n) in [(1, 9), (6, 17), (37, 70), (64, 24), (384, 40)] {
                 let a: Vec<f32> = (0..MR * k).map(|_| rng.f32()).collect();
                 let w: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
-                let q = PackedI8::quantize(&w, &Layout::contiguous(&[k, n])).unwrap();
+                let q = quantize(&w, k, n);
                 for pj in 0..n.div_ceil(NR) {
                     check_tile_rows(path, &a, &q, pj, "random");
                 }
             }
-            // Every operand at ±127 (±1 quantises to ±127 in both): all alike, so every
-            // pair of products is 2 · 127² (the sum `vpmaddubsw` would saturate on
-            // with the shifted weight, 2 · 255 · 127), or in patterns of signs.
+            // Every operand at its extreme (±1 quantises to ±127 in the rows, to ±127
+            // or ±63 in the weights): all alike, so every pair of products is at its
+            // largest (`Shifted`: 2 · 127², the sum `vpmaddubsw` would saturate on with
+            // the shifted weight, 2 · 255 · 127; `Narrow`: 2 · 255 · 63 with the rows
+            // shifted to u8, at -1 or +1), or in patterns of signs.
             let k = 260;
             for (sa, sw) in [(1.0, 1.0), (-1.0, -1.0), (1.0, -1.0), (-1.0, 1.0)] {
                 let pattern = |s: f32, i: usize| if i % 3 == 1 { -s } else { s };
@@ -787,8 +1062,8 @@ mod tests {
                     let w: Vec<f32> = (0..k * 32)
                         .map(|i| if mixed { pattern(sw, i / 32) } else { sw })
                         .collect();
-                    let q = PackedI8::quantize(&w, &Layout::contiguous(&[k, 32])).unwrap();
-                    assert!((0..k).all(|p| q.weight(p, 0).abs() == 127));
+                    let q = quantize(&w, k, 32);
+                    assert!((0..k).all(|p| q.weight(p, 0).abs() as f32 == format.levels()));
                     check_tile_rows(path, &a, &q, 0, "extreme");
                 }
             }
@@ -800,11 +1075,11 @@ mod tests {
             a[6 * k] = f32::INFINITY;
             a[9 * k + 19] = f32::NEG_INFINITY;
             let w: Vec<f32> = (0..k * 33).map(|_| rng.f32()).collect();
-            let q = PackedI8::quantize(&w, &Layout::contiguous(&[k, 33])).unwrap();
+            let q = quantize(&w, k, 33);
             check_tile_rows(path, &a, &q, 0, "non-finite");
             check_tile_rows(path, &a, &q, 1, "non-finite");
         }
-        eprintln!("tiles checked against the portable one: {paths:?}");
+        eprintln!("tiles checked against the portable one: {checked:?}");
     }
 
     #[test]
@@ -829,25 +1104,27 @@ mod tests {
         let mut rng = Rng::new(3);
         let (a, al, w, wl) = super::super::tests::strided_operands(&mut rng);
         let (m, k, n) = (9, 21, 40);
-        let q = PackedI8::quantize(&w, &wl).unwrap();
-        check(&a, &al, &q);
-        // The dequantised weight is the transposed one.
-        let d = q.dequantize().unwrap();
-        assert!((d[n + 2] - w[2 * k + 1]).abs() <= q.scales[2]);
-        // A transposed lhs (column stride m), a single row at an odd stride, and random
-        // strided layouts with broadcast dims.
-        let at_ = Layout::contiguous(&[k, m]).permute(&[1, 0]);
-        check(&a, &at_, &q);
-        let row = Layout {
-            dims: vec![1, k].into(),
-            strides: vec![1000, 2].into(),
-            offset: 1,
-        };
-        check(&a, &row, &q);
-        for _ in 0..4 {
-            let dims = [1 + rng.below(3), 1 + rng.below(25), k];
-            let (a, al) = rand_f32(&mut rng, &dims);
+        for format in formats() {
+            let q = PackedI8::quantize_as(format, &w, &wl).unwrap();
             check(&a, &al, &q);
+            // The dequantised weight is the transposed one.
+            let d = q.dequantize().unwrap();
+            assert!((d[n + 2] - w[2 * k + 1]).abs() <= q.scales[2]);
+            // A transposed lhs (column stride m), a single row at an odd stride, and
+            // random strided layouts with broadcast dims.
+            let at_ = Layout::contiguous(&[k, m]).permute(&[1, 0]);
+            check(&a, &at_, &q);
+            let row = Layout {
+                dims: vec![1, k].into(),
+                strides: vec![1000, 2].into(),
+                offset: 1,
+            };
+            check(&a, &row, &q);
+            for _ in 0..4 {
+                let dims = [1 + rng.below(3), 1 + rng.below(25), k];
+                let (a, al) = rand_f32(&mut rng, &dims);
+                check(&a, &al, &q);
+            }
         }
     }
 
@@ -862,41 +1139,43 @@ mod tests {
         a[5 * k..6 * k].fill(0.0);
         a[5 * k + 7] = f32::NAN; // row 5: zeros and a NaN
         let w: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
-        let q = PackedI8::quantize(&w, &Layout::contiguous(&[k, n])).unwrap();
-        for al in [
-            Layout::contiguous(&[m, k]),
-            // The same rows stored transposed, which quantises them element by element.
-            Layout::contiguous(&[k, m]).permute(&[1, 0]),
-        ] {
-            let src = if al.strides[1] == 1 {
-                a.clone()
-            } else {
-                let mut t = vec![0.0; m * k];
-                for i in 0..m {
-                    for p in 0..k {
-                        t[p * m + i] = a[i * k + p];
+        for format in formats() {
+            let q = PackedI8::quantize_as(format, &w, &Layout::contiguous(&[k, n])).unwrap();
+            for al in [
+                Layout::contiguous(&[m, k]),
+                // The same rows stored transposed, which quantises them element by element.
+                Layout::contiguous(&[k, m]).permute(&[1, 0]),
+            ] {
+                let src = if al.strides[1] == 1 {
+                    a.clone()
+                } else {
+                    let mut t = vec![0.0; m * k];
+                    for i in 0..m {
+                        for p in 0..k {
+                            t[p * m + i] = a[i * k + p];
+                        }
                     }
+                    t
+                };
+                let got = product(&src, &al, &q);
+                assert!(got[n..2 * n].iter().all(|&x| x == 0.0));
+                for r in [3, 4, 5] {
+                    assert!(
+                        got[r * n..(r + 1) * n].iter().all(|x| x.is_nan()),
+                        "row {r}"
+                    );
                 }
-                t
-            };
-            let got = product(&src, &al, &q);
-            assert!(got[n..2 * n].iter().all(|&x| x == 0.0));
-            for r in [3, 4, 5] {
-                assert!(
-                    got[r * n..(r + 1) * n].iter().all(|x| x.is_nan()),
-                    "row {r}"
-                );
+                let fine = [0, 2];
+                let rows: Vec<Vec<f32>> = fine
+                    .iter()
+                    .map(|&i| a[i * k..(i + 1) * k].to_vec())
+                    .collect();
+                let got: Vec<f32> = fine
+                    .iter()
+                    .flat_map(|&i| got[i * n..(i + 1) * n].to_vec())
+                    .collect();
+                assert_within_step(&got, &rows, &q);
             }
-            let fine = [0, 2];
-            let rows: Vec<Vec<f32>> = fine
-                .iter()
-                .map(|&i| a[i * k..(i + 1) * k].to_vec())
-                .collect();
-            let got: Vec<f32> = fine
-                .iter()
-                .flat_map(|&i| got[i * n..(i + 1) * n].to_vec())
-                .collect();
-            assert_within_step(&got, &rows, &q);
         }
     }
 
@@ -908,18 +1187,21 @@ mod tests {
             check_random(&mut rng, m, k, n);
         }
         // k = MAX_K, every value at its extreme: 127 · 255 · k overflows i32 in the
-        // accumulators, the exact sum 127² · k does not; two rows a chunk.
+        // accumulators of the VNNI forms, the exact sum 127² · k does not (nor 255 · 63
+        // · k, the `Narrow` form's accumulators); two rows a chunk.
         let k = MAX_K;
         let a: Vec<f32> = (0..3 * k)
             .map(|p| if p % 3 == 0 { -1.0 } else { 1.0 })
             .collect();
         let w = vec![1.0f32; k];
-        let q = PackedI8::quantize(&w, &Layout::contiguous(&[k, 1])).unwrap();
-        let got = product(&a, &Layout::contiguous(&[3, k]), &q);
         let want: Vec<f32> = (0..3)
             .map(|i| (0..k).map(|p| a[i * k + p] as f64).sum::<f64>() as f32)
             .collect();
-        assert_close(&got, &want, 1e-6);
+        for format in formats() {
+            let q = PackedI8::quantize_as(format, &w, &Layout::contiguous(&[k, 1])).unwrap();
+            let got = product(&a, &Layout::contiguous(&[3, k]), &q);
+            assert_close(&got, &want, 1e-6);
+        }
         let e = PackedI8::quantize(&vec![1.0; k + 1], &Layout::contiguous(&[k + 1, 1]));
         assert!(e.unwrap_err().0.contains("exceeds"));
     }
@@ -1007,10 +1289,16 @@ mod tests {
     }
 
     /// Per-row cosines of the int8 product of `a` (`[m, k]`) by the weight `wl` reads
-    /// from `w` to the f32 one (in f64), and the f32 product.
-    fn cosines(a: &[f32], w: &[f32], wl: &Layout, m: usize) -> (Vec<f64>, Vec<f32>) {
+    /// from `w`, quantised in `format`, to the f32 one (in f64), and the f32 product.
+    fn cosines(
+        format: Format,
+        a: &[f32],
+        w: &[f32],
+        wl: &Layout,
+        m: usize,
+    ) -> (Vec<f64>, Vec<f32>) {
         let (k, n) = (wl.dims[0], wl.dims[1]);
-        let q = PackedI8::quantize(w, wl).unwrap();
+        let q = PackedI8::quantize_as(format, w, wl).unwrap();
         let mut got = vec![0.0f32; m * n];
         matmul_on(
             true,
@@ -1053,11 +1341,14 @@ mod tests {
                     }
                 })
                 .collect();
-            let (c, _) = cosines(&a, &w, &Layout::contiguous(&[k, n]), m);
-            let min = c.iter().cloned().fold(1.0, f64::min);
-            // Per-row scales: the outliers cost the other channels about 4 bits, and
-            // the rows still keep a cosine above 0.999.
-            assert!(min >= 0.999, "gelu {gelu}: min cosine {min}");
+            for format in formats() {
+                let (c, _) = cosines(format, &a, &w, &Layout::contiguous(&[k, n]), m);
+                let min = c.iter().cloned().fold(1.0, f64::min);
+                eprintln!("{format:?} gelu {gelu}: min cosine {min}");
+                // Per-row scales: the outliers cost the other channels about 4 bits,
+                // and the rows still keep a cosine above 0.999.
+                assert!(min >= 0.999, "{format:?} gelu {gelu}: min cosine {min}");
+            }
         }
     }
 
@@ -1102,20 +1393,29 @@ mod tests {
         };
         // `x` [m, k] times the linear `name` ([n, k] in the file): the int8 cosines,
         // and the f32 product with its bias.
-        let mut all = Vec::new();
+        let formats = [Format::Shifted, Format::Narrow];
+        let mut all = [Vec::new(), Vec::new()];
         let mut linear = |x: &[f32], name: &str| -> Vec<f32> {
             let (w, shape) = get(&format!("{name}.weight"));
             let wl = Layout::contiguous(&[shape[0], shape[1]]).permute(&[1, 0]);
-            let (mut c, mut f32_out) = cosines(x, &w, &wl, m);
+            let mut f32_out = Vec::new();
+            for (format, all) in formats.into_iter().zip(&mut all) {
+                let (mut c, out) = cosines(format, x, &w, &wl, m);
+                c.sort_by(f64::total_cmp);
+                eprintln!(
+                    "{name:45} {format:?}: min {:.5} median {:.5}",
+                    c[0],
+                    c[c.len() / 2]
+                );
+                all.extend(c);
+                f32_out = out;
+            }
             let (bias, _) = get(&format!("{name}.bias"));
             for row in f32_out.chunks_mut(shape[0]) {
                 for (v, b) in row.iter_mut().zip(&bias) {
                     *v += b;
                 }
             }
-            c.sort_by(f64::total_cmp);
-            eprintln!("{name:45} min {:.5} median {:.5}", c[0], c[c.len() / 2]);
-            all.extend(c);
             f32_out
         };
         let (words, _) = get("embeddings.word_embeddings.weight");
@@ -1159,13 +1459,15 @@ mod tests {
             }
             linear(&inter, &format!("{p}output.dense"));
         }
-        all.sort_by(f64::total_cmp);
-        eprintln!(
-            "all {} rows: min {:.5} median {:.5}",
-            all.len(),
-            all[0],
-            all[all.len() / 2]
-        );
-        assert!(all[0] >= 0.99);
+        for (format, all) in formats.into_iter().zip(&mut all) {
+            all.sort_by(f64::total_cmp);
+            eprintln!(
+                "{format:?}, all {} rows: min {:.5} median {:.5}",
+                all.len(),
+                all[0],
+                all[all.len() / 2]
+            );
+            assert!(all[0] >= 0.99);
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! The quantisation of the activations, per row, inside the kernel: `sa = max_p |a[p]|
 //! / 127`, `qa[p] = round(a[p] · 127 / max)` (ties to even, [`super::round_to_i8`]),
-//! written as signed bytes into the chunk's scratch (`kp` bytes a row, the padding
-//! zeroed), with the row's scale and the sum of its quantised values (which takes the
-//! weight's shift off the tiles' sums).
+//! written into the chunk's scratch (`kp` bytes a row, the padding `qa = 0`) as signed
+//! bytes, or shifted to u8 (`qa + 128`) for the AVX2 tile ([`Bytes`]), with the row's
+//! scale and the sum of its quantised values (which takes the weight's shift off the
+//! VNNI tiles' sums).
 //!
 //! A row holding a NaN or an infinity gets scale NaN (its outputs are NaN); an
 //! all-zero row, or one so small that `127 / max` overflows f32 (every `|a| <
@@ -13,27 +14,49 @@
 
 use super::{round_to_i8, Path};
 
-/// Quantises row `a[p * cs]`, `p < k`, into `out` (`kp` bytes, the padding zeroed)
-/// with `path`'s code, and returns its scale and the sum of its quantised values.
+/// How the scratch holds a quantised activation `qa`: the operand its tile takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Bytes {
+    /// `qa` as a signed byte.
+    Signed,
+    /// `qa + 128` as an unsigned byte (`qa ^ 0x80`): the u8 operand of AVX2's
+    /// `vpmaddubsw` by `Narrow` weights.
+    Unsigned,
+}
+
+impl Bytes {
+    /// What `qa`'s signed byte is xored with.
+    #[inline(always)]
+    pub(super) fn mask(self) -> i8 {
+        match self {
+            Bytes::Signed => 0,
+            Bytes::Unsigned => i8::MIN,
+        }
+    }
+}
+
+/// Quantises row `a[p * cs]`, `p < k`, into `out` (`kp` bytes, the padding `qa = 0`)
+/// with `path`'s code, as `path`'s tile takes the bytes ([`Path::bytes`]), and
+/// returns its scale and the sum of its quantised values.
 pub(super) fn row(path: Path, a: &[f32], cs: usize, k: usize, out: &mut [i8]) -> (f32, i32) {
+    let bytes = path.bytes();
     if cs == 1 {
         let row = &a[..k];
         #[cfg(target_arch = "x86_64")]
         match path {
             Path::Avx512 | Path::Avx512Vnni => {
-                assert!(path.runs());
+                assert!(path.runs() && bytes == Bytes::Signed);
                 // SAFETY: the CPU has AVX-512 F and BW (the path's tier; asserted).
                 return unsafe { super::avx512::quantize_slice(row, out) };
             }
             Path::Avx2 | Path::Avx2Vnni => {
                 assert!(path.runs());
                 // SAFETY: the CPU has AVX2 (the path's tier; asserted).
-                return unsafe { super::avx2::quantize_slice(row, out) };
+                return unsafe { super::avx2::quantize_slice(row, out, bytes) };
             }
             Path::Portable => {}
         }
-        let _ = path;
-        return slice(row, out);
+        return slice(row, out, bytes);
     }
     // A strided row (a transposed operand): the same arithmetic, element by element.
     let x = |p: usize| a[p * cs];
@@ -43,17 +66,17 @@ pub(super) fn row(path: Path, a: &[f32], cs: usize, k: usize, out: &mut [i8]) ->
         max = if v > max { v } else { max };
         bad += x(p) * 0.0;
     }
-    let inv = match factor(max, bad, out) {
+    let inv = match factor(max, bad, out, bytes) {
         Ok(inv) => inv,
         Err(scale) => return (scale, 0),
     };
     let mut sum = 0i32;
     for (p, o) in out[..k].iter_mut().enumerate() {
         let q = round_to_i8(x(p) * inv);
-        *o = q as i8;
+        *o = q as i8 ^ bytes.mask();
         sum += q;
     }
-    out[k..].fill(0);
+    out[k..].fill(bytes.mask());
     (max / 127.0, sum)
 }
 
@@ -61,27 +84,27 @@ pub(super) fn row(path: Path, a: &[f32], cs: usize, k: usize, out: &mut [i8]) ->
 /// (a sum of `x * 0`) is NaN when it holds a NaN or an infinity; or, when the row
 /// quantises to zeros, `Err` with its scale (0 for an all-zero row or one whose factor
 /// overflows, NaN for a non-finite one, so that its outputs are NaN), and `out`
-/// zeroed. With a finite factor every `|a · 127 / max|` is at most 127 (and a little):
-/// no NaN reaches the rounding.
+/// filled with `qa = 0` as `bytes`. With a finite factor every `|a · 127 / max|` is at
+/// most 127 (and a little): no NaN reaches the rounding.
 #[inline(always)]
-pub(super) fn factor(max: f32, bad: f32, out: &mut [i8]) -> Result<f32, f32> {
+pub(super) fn factor(max: f32, bad: f32, out: &mut [i8], bytes: Bytes) -> Result<f32, f32> {
     if bad != 0.0 || !max.is_finite() {
-        out.fill(0);
+        out.fill(bytes.mask());
         return Err(f32::NAN);
     }
     let inv = 127.0 / max;
     if max == 0.0 || !inv.is_finite() {
-        out.fill(0);
+        out.fill(bytes.mask());
         return Err(0.0);
     }
     Ok(inv)
 }
 
 /// Quantises the contiguous `row` into `out` (`row.len()` rounded up to 4 bytes, the
-/// padding zeroed); returns the scale and the sum of the quantised values. Written to
-/// vectorise: 16 lanes of running maxima.
+/// padding `qa = 0`) as `bytes`; returns the scale and the sum of the quantised
+/// values. Written to vectorise: 16 lanes of running maxima.
 #[inline(always)]
-pub(super) fn slice(row: &[f32], out: &mut [i8]) -> (f32, i32) {
+pub(super) fn slice(row: &[f32], out: &mut [i8], bytes: Bytes) -> (f32, i32) {
     const L: usize = 16;
     let mut lanes = [0.0f32; L];
     let mut bad = [0.0f32; L];
@@ -102,10 +125,11 @@ pub(super) fn slice(row: &[f32], out: &mut [i8]) -> (f32, i32) {
     }
     let max = lanes.iter().fold(0.0f32, |m, &v| if v > m { v } else { m });
     let bad = bad.iter().sum::<f32>();
-    let inv = match factor(max, bad, out) {
+    let inv = match factor(max, bad, out, bytes) {
         Ok(inv) => inv,
         Err(scale) => return (scale, 0),
     };
+    let mask = bytes.mask();
     let (body, pad) = out.split_at_mut(row.len());
     let mut sums = [0i32; L];
     let mut oc = body.chunks_exact_mut(L);
@@ -115,17 +139,17 @@ pub(super) fn slice(row: &[f32], out: &mut [i8]) -> (f32, i32) {
         let r: &[f32; L] = r.try_into().expect("chunks of L");
         for l in 0..L {
             let q = round_to_i8(r[l] * inv);
-            o[l] = q as i8;
+            o[l] = q as i8 ^ mask;
             sums[l] += q;
         }
     }
     let mut sum: i32 = sums.iter().sum();
     for (o, &x) in oc.into_remainder().iter_mut().zip(rc.remainder()) {
         let q = round_to_i8(x * inv);
-        *o = q as i8;
+        *o = q as i8 ^ mask;
         sum += q;
     }
-    pad.fill(0);
+    pad.fill(mask);
     (max / 127.0, sum)
 }
 
@@ -135,9 +159,9 @@ mod tests {
     use super::*;
     use crate::kernels::testutil::Rng;
 
-    /// Quantises `row` on every path this CPU runs, contiguous and (on the portable
-    /// path) strided, and asserts the same scale (bits), sum and bytes, padding
-    /// included; returns them.
+    /// Quantises `row` on every path this CPU runs, contiguous and strided, and
+    /// asserts the same scale (bits), sum and bytes (`qa`, taken back from the bytes
+    /// of the path's tile), padding included; returns them.
     fn same_everywhere(row: &[f32]) -> (f32, i32, Vec<i8>) {
         let k = row.len();
         let kp = k.next_multiple_of(4);
@@ -147,18 +171,19 @@ mod tests {
                 .collect();
             let mut out = vec![0x55i8; kp];
             let (s, sum) = super::row(path, &spread, cs, k, &mut out);
-            (s, sum, out)
+            let mask = path.bytes().mask();
+            (s, sum, out.iter().map(|&b| b ^ mask).collect::<Vec<i8>>())
         };
         let want = run(Path::Portable, 1);
-        let strided = run(Path::Portable, 3);
-        let mut all = vec![("strided", strided)];
+        let mut all = vec![];
         for path in PATHS.into_iter().filter(|p| p.runs()) {
-            all.push((path_name(path), run(path, 1)));
+            all.push((path_name(path), "contiguous", run(path, 1)));
+            all.push((path_name(path), "strided", run(path, 3)));
         }
-        for (what, got) in all {
+        for (path, what, got) in all {
             assert!(
                 got.0.to_bits() == want.0.to_bits() && got.1 == want.1 && got.2 == want.2,
-                "{what}, k {k}: scale {} sum {} vs {} {}",
+                "{path} {what}, k {k}: scale {} sum {} vs {} {}",
                 got.0,
                 got.1,
                 want.0,
