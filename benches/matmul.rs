@@ -1,7 +1,7 @@
 //! Benchmarks of the CPU kernels: matmul GFLOP/s for square sizes, serial and parallel;
 //! a MiniLM forward pass's products (its 24 weights, 42.5 MB, more than the L3, at the
 //! rows of one sentence and of a batch of 32) through `gemm` and through the packed
-//! kernel with the weights packed once; softmax and layer norm over `[128 * 32, 384]` and a 16M-element add compared with
+//! kernel with the weights packed once, and each of its weight shapes alone; softmax and layer norm over `[128 * 32, 384]` and a 16M-element add compared with
 //! a plain copy of the same size (the memory-bandwidth reference).
 //!
 //! Run with `cargo bench --bench matmul -- --warm-up-time 1 --measurement-time 3`.
@@ -97,6 +97,40 @@ fn bench_minilm_weights(c: &mut Criterion) {
     group.finish();
 }
 
+/// Each of MiniLM's four weight shapes alone (`[384, 1152]`, `[384, 384]`, `[384,
+/// 1536]`, `[1536, 384]`) at the rows of one sentence (28) and of a batch (896):
+/// `gemm` against the packed tile of the tier in use (`STREAMFUSE_ISA=avx2` times the
+/// AVX2 tile), in the same run. One weight, so it comes from L3 (or L2) rather than
+/// DRAM: the tile's arithmetic more than the weight's stream.
+fn bench_minilm_shapes(c: &mut Criterion) {
+    let mut group = c.benchmark_group("minilm_shapes");
+    for (k, n) in [(384usize, 1152usize), (384, 384), (384, 1536), (1536, 384)] {
+        let w = data(k * n);
+        let wl = Layout::contiguous(&[k, n]);
+        let packed = kernels::PackedRhs::pack(&w, &wl);
+        for rows in [28usize, 896] {
+            let a = data(rows * k);
+            let al = Layout::contiguous(&[rows, k]);
+            let mut out = vec![0.0f32; rows * n];
+            group.throughput(Throughput::Elements((2 * rows * k * n) as u64));
+            for (name, par) in [("serial", Par::serial()), ("all", Par::all())] {
+                let shape = format!("{rows}x{k}x{n}");
+                let run = |p: Option<&kernels::PackedRhs>, out: &mut [f32]| {
+                    kernels::matmul_prepacked(&a, &al, &w, &wl, p, out, par).unwrap()
+                };
+                group.bench_function(BenchmarkId::new(format!("gemm_{name}"), &shape), |b| {
+                    b.iter(|| run(None, &mut out))
+                });
+                if let Some(p) = &packed {
+                    let id = BenchmarkId::new(format!("packed_{name}"), &shape);
+                    group.bench_function(id, |b| b.iter(|| run(Some(p), &mut out)));
+                }
+            }
+        }
+    }
+    group.finish();
+}
+
 fn bench_rows(c: &mut Criterion) {
     let (rows, n) = (128 * 32, 384);
     let x = data(rows * n);
@@ -146,6 +180,7 @@ criterion_group!(
     benches,
     bench_matmul,
     bench_minilm_weights,
+    bench_minilm_shapes,
     bench_rows,
     bench_add
 );

@@ -35,6 +35,8 @@ mod cli;
 mod fetch;
 #[path = "common/http.rs"]
 mod http;
+#[path = "common/tier.rs"]
+mod tier;
 
 const USAGE: &str = "usage: loadgen --clients C --requests N --max-texts K --sentences FILE \
                      (--url http://ADDR | --in-process [--model DIR]) [--seed S] [--workers N] \
@@ -241,6 +243,7 @@ fn over_http(
 }
 
 fn run() -> Result<(), String> {
+    tier::announce();
     let a = parse_args()?;
     let sentences: Vec<String> = std::fs::read_to_string(&a.sentences)
         .map_err(|e| format!("cannot read --sentences {}: {e}", a.sentences.display()))?

@@ -51,6 +51,8 @@ use streamfuse::models::{agreement, BertModel, Precision};
 mod cli;
 #[path = "common/fetch.rs"]
 mod fetch;
+#[path = "common/tier.rs"]
+mod tier;
 use fetch::find_or_fetch_model;
 use tokenizers::{Tokenizer, TruncationParams};
 
@@ -119,6 +121,7 @@ fn cpu_seconds() -> Option<f64> {
 }
 
 fn run() -> Result<(), String> {
+    tier::announce();
     let args = parse_args()?;
     let sentences: Vec<String> = match &args.sentences {
         None => BUILTIN.iter().map(|s| s.to_string()).collect(),

@@ -13,6 +13,9 @@ use std::time::Instant;
 
 use streamfuse::Tensor;
 
+#[path = "common/tier.rs"]
+mod tier;
+
 const LAYERS: [usize; 4] = [256, 512, 512, 64];
 const BATCH: usize = 32;
 
@@ -56,6 +59,7 @@ fn forward(x: &Tensor, weights: &[(Tensor, Tensor)]) -> streamfuse::Result<Tenso
 
 fn main() -> streamfuse::Result<()> {
     env_logger::init();
+    tier::announce();
     let mut args = std::env::args().skip(1);
     let threads: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
     let iterations: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(200);

@@ -10,6 +10,9 @@
 
 use streamfuse::{Result, Tensor};
 
+#[path = "common/tier.rs"]
+mod tier;
+
 /// Resident memory of this process in KiB (`VmRSS` of /proc/self/status), or 0 where
 /// there is none.
 fn rss_kib() -> usize {
@@ -34,6 +37,7 @@ fn program(n: usize) -> Result<f32> {
 }
 
 fn main() -> Result<()> {
+    tier::announce();
     let mut args = std::env::args().skip(1);
     let shapes: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     if let Some(mib) = args.next().and_then(|a| a.parse::<usize>().ok()) {

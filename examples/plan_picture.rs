@@ -10,8 +10,11 @@ use streamfuse::Tensor;
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "common/tier.rs"]
+mod tier;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tier::announce();
     let out = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "bert-layer-plan.svg".to_string());

@@ -6,6 +6,9 @@
 
 use streamfuse::{DType, Tensor};
 
+#[path = "common/tier.rs"]
+mod tier;
+
 /// Deterministic pseudo-random weights in [-scale, scale).
 fn weights(n: usize, seed: u64, scale: f32) -> Vec<f32> {
     let mut s = seed;
@@ -21,6 +24,7 @@ fn weights(n: usize, seed: u64, scale: f32) -> Vec<f32> {
 
 fn main() -> streamfuse::Result<()> {
     env_logger::init();
+    tier::announce();
     let (batch, input, hidden, classes) = (4, 16, 32, 3);
 
     let w1 = Tensor::from_vec(weights(input * hidden, 1, 0.25), &[input, hidden])?;

@@ -37,6 +37,8 @@ mod cli;
 mod fetch;
 #[path = "common/server.rs"]
 mod server;
+#[path = "common/tier.rs"]
+mod tier;
 
 const USAGE: &str = "usage: serve [--bind ADDR] [--model DIR] [--workers N] \
                      [--max-batch-tokens N] [--max-wait-ms MS] [--precision f32|bf16|int8]";
@@ -65,6 +67,7 @@ async fn shutdown_signal() {
 }
 
 fn run() -> Result<(), String> {
+    tier::announce();
     let mut bind = "127.0.0.1:8080".to_string();
     let mut model: Option<PathBuf> = None;
     let mut settings = EmbedderSettings::default();

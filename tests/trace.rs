@@ -1,8 +1,8 @@
-//! The timeline (`streamfuse::trace`): the Chrome trace file of two threads has a lane
-//! per stream named after its thread, flushes with their reason, key, cache hit, op
-//! and kernel counts and arena bytes, the kernels inside them, plan builds and a drain
-//! as a flow between the lanes; the trace is written at `stop()` or process exit; the
-//! memory plan of a flush can be drawn.
+//! The timeline (`streamfuse::trace`): the Chrome trace file of two threads names the
+//! CPU tier in its process labels, has a lane per stream named after its thread,
+//! flushes with their reason, key, cache hit, op and kernel counts and arena bytes, the
+//! kernels inside them, plan builds and a drain as a flow between the lanes; the trace
+//! is written at `stop()` or process exit; the memory plan of a flush can be drawn.
 
 mod support;
 mod xml;
@@ -150,6 +150,23 @@ fn two_threads_have_two_lanes_with_flushes_kernels_builds_and_a_drain() {
     assert_nested(&events);
     let slices: Vec<&Value> = events.iter().filter(|e| e["ph"] != "M").collect();
     assert_eq!(slices.len(), written.events);
+    // The process's labels name the CPU tier the kernels ran on, and the CPU's tiers.
+    let labels: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "process_labels")
+        .collect();
+    assert_eq!(labels.len(), 1, "one process_labels event");
+    let tier = streamfuse::cpu::tier().name();
+    let has: Vec<&str> = streamfuse::cpu::available()
+        .iter()
+        .map(|t| t.name())
+        .collect();
+    assert_eq!(arg(labels[0], "cpu_tier"), tier);
+    assert_eq!(arg(labels[0], "cpu_tiers"), &serde_json::json!(has));
+    assert_eq!(
+        arg(labels[0], "labels"),
+        &format!("cpu tier: {tier} (this CPU has: {})", has.join(", "))
+    );
     // Lanes: tid -> name.
     let lanes: HashMap<u64, String> = events
         .iter()

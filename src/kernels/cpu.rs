@@ -453,6 +453,28 @@ pub fn cpu_runs(tier: Tier) -> bool {
     choice().detected.runs(tier)
 }
 
+/// pulp's AVX2 token when this CPU runs the `avx2` tier, whatever the environment
+/// forces ([`cpu_runs`]): for tests that run an AVX2 path directly.
+#[cfg(all(test, target_arch = "x86_64"))]
+pub fn v3_of_cpu() -> Option<pulp::x86::V3> {
+    if cpu_runs(Tier::Avx2) {
+        pulp::x86::V3::try_new()
+    } else {
+        None
+    }
+}
+
+/// pulp's AVX-512 token when this CPU runs the `avx512` tier, whatever the environment
+/// forces ([`cpu_runs`]): for tests that run an AVX-512 path directly.
+#[cfg(all(test, target_arch = "x86_64"))]
+pub fn v4_of_cpu() -> Option<pulp::x86::V4> {
+    if cpu_runs(Tier::Avx512) {
+        pulp::x86::V4::try_new()
+    } else {
+        None
+    }
+}
+
 /// Runs `op` compiled for the widest SIMD level of pulp's that the tier in use
 /// includes (AVX-512, AVX2 or NEON), or its scalar form: the dispatch of every `pulp`
 /// kernel (norms, softmax, the slice loops of `math`), instead of `pulp::Arch`'s own

@@ -7,8 +7,9 @@
 //! for the CPU's best SIMD level (runtime dispatch), which is how the element-wise
 //! kernel, the fused programs and the matmul epilogues apply them; each function states
 //! its error bound and a test holds it there. [`gelu`] and [`exp`] also have
-//! hand-written AVX-512 forms (`x86`) with the same bits: the fused AVX-512 programs
-//! apply those to their registers, and [`in_place`] and [`map_into`] use [`gelu`]'s.
+//! hand-written AVX-512 and AVX2 forms (`avx512`, `avx2`) with the same bits: the
+//! fused programs and the f32 tile's epilogue apply those to their registers, and
+//! [`in_place`] and [`map_into`] use [`gelu`]'s (`x86` picks the tier's).
 //!
 //! Rust's standard library has no stable `erf`, so the reference [`erfc`] evaluates, in
 //! f64, two Chebyshev expansions fitted to the exact function (interpolation at
@@ -21,9 +22,15 @@
 //! * for `z >= 10`, `erfc(z) < 3e-45`, below the smallest f32, so 0.
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::{exp_v512, gelu_v512};
+pub(crate) use avx2::{exp_v256, gelu_v256};
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx512::{exp_v512, gelu_v512};
 #[cfg(target_arch = "x86_64")]
 use x86::{gelu_in_place, gelu_map_into};
 
@@ -250,7 +257,7 @@ pub(crate) const LN2_LO: f32 = 1.428_606_8e-6;
 pub(crate) const ROUND: f32 = 12_582_912.0;
 
 /// `c[0] + x·(c[1] + x·(… + x·c[n-1]))` by Horner's rule, one FMA a step, highest
-/// coefficient first (the order `math::x86`'s vector forms follow, so the bits agree).
+/// coefficient first (the order the vector forms follow, so the bits agree).
 #[inline(always)]
 fn horner<const N: usize>(c: &[f32; N], x: f32) -> f32 {
     let (last, rest) = c.split_last().expect("a polynomial has a coefficient");
@@ -258,7 +265,7 @@ fn horner<const N: usize>(c: &[f32; N], x: f32) -> f32 {
 }
 
 /// GELU, erf form: `x/2 · (1 + erf(x/√2))`, in f32 and branch-free, so that a loop over
-/// it vectorises; `x86::gelu_v512` computes the same bits with AVX-512, and the order
+/// it vectorises; `avx512::gelu_v512` and `avx2::gelu_v256` compute the same bits, and the order
 /// of the operations below (each `mul_add` one fused multiply-add) is the contract
 /// between the two.
 ///
@@ -363,7 +370,7 @@ macro_rules! activations {
 }
 activations!(Exp => exp, Tanh => tanh, Sigmoid => sigmoid, Silu => silu, GeluTanh => gelu_tanh);
 
-/// [`gelu`] as an [`Activation`], with its AVX-512 form for slices.
+/// [`gelu`] as an [`Activation`], with its AVX-512 and AVX2 forms for slices.
 #[derive(Clone, Copy)]
 pub(crate) struct Gelu;
 impl Activation for Gelu {

@@ -61,8 +61,6 @@ pub use fused::{fused_in_place, FusedProgram, Instr};
 pub use index::index_select;
 pub use matmul::{matmul, matmul_prepacked};
 pub use norm::{layer_norm, rms_norm, softmax};
-#[cfg(test)]
-pub(crate) use packed::has_avx512;
 pub use packed::PackedRhs;
 pub(crate) use par::worth_splitting;
 pub use reduce::{argmax, reduce};

@@ -6,8 +6,9 @@
 //! (a `memcpy` when the input is contiguous, a strided gather otherwise), and then each
 //! row is normalised in place, while it is hot in L1. The statistics are computed in f32
 //! with several independent accumulators (layer norm uses two passes: the mean, then the
-//! biased variance of the centred values, as PyTorch does); layer and RMS norms run
-//! compiled for the CPU's widest SIMD level (`pulp`'s dispatch, `Norm`). The per-row
+//! biased variance of the centred values, as PyTorch does). All three run compiled for
+//! the tier's widest SIMD level (`pulp` ops through `cpu::dispatch`: `Norm` for layer
+//! and RMS norms, `Softmax`, whose bits are the same on every level). The per-row
 //! arithmetic is one `RowOp`, which the chains of `kernels::chain` also apply to rows
 //! they computed.
 
@@ -130,18 +131,7 @@ impl<'a> RowOp<'a> {
     /// place; a layer or RMS norm picks its SIMD level once for all of them.
     pub(crate) fn apply_rows(&self, rows: &mut [f32], n: usize) {
         match self {
-            RowOp::Softmax => {
-                for row in rows.chunks_exact_mut(n) {
-                    let max = max(row);
-                    for x in row.iter_mut() {
-                        *x = math::exp(*x - max);
-                    }
-                    let inv = 1.0 / sum(row);
-                    for x in row.iter_mut() {
-                        *x *= inv;
-                    }
-                }
-            }
+            RowOp::Softmax => super::cpu::dispatch(Softmax { rows, n }),
             RowOp::LayerNorm { w, b, eps } => super::cpu::dispatch(Norm {
                 rows,
                 w,
@@ -258,6 +248,35 @@ impl pulp::WithSimd for Norm<'_> {
     }
 }
 
+/// The softmax of each row of `n` elements of `rows`, in place, as a `pulp` op:
+/// `cpu::dispatch` runs it compiled for the tier's widest SIMD level, where the
+/// compiler vectorises `math::exp` and the max and sum with their 8 independent lanes
+/// (in the crate's baseline x86-64 code these loops were SSE2, four lanes). The
+/// arithmetic is written for one element at a time, with no fused multiply-add, so
+/// every level gives the same bits (`softmax_has_the_same_bits_on_every_level`).
+struct Softmax<'r> {
+    rows: &'r mut [f32],
+    n: usize,
+}
+
+impl pulp::WithSimd for Softmax<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        for row in self.rows.chunks_exact_mut(self.n) {
+            let max = max(row);
+            for x in row.iter_mut() {
+                *x = math::exp(*x - max);
+            }
+            let inv = 1.0 / sum(row);
+            for x in row.iter_mut() {
+                *x *= inv;
+            }
+        }
+    }
+}
+
 /// The sum of `x` (of its squares with `squares`) on four independent vector
 /// accumulators, then the scalar tail.
 #[inline(always)]
@@ -298,7 +317,7 @@ fn rows(src: &[f32], layout: &Layout, dst: &mut [f32], n: usize, op: &RowOp<'_>,
 
 /// Sum with 8 independent accumulators (vectorises; error grows like `n / 8`, fine for
 /// rows of a few thousand).
-#[inline]
+#[inline(always)]
 fn sum(x: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
     let chunks = x.chunks_exact(8);
@@ -314,7 +333,7 @@ fn sum(x: &[f32]) -> f32 {
 
 /// The largest element (ignoring NaN, which then spreads through the row anyway), with
 /// 8 independent lanes so the loop vectorises.
-#[inline]
+#[inline(always)]
 fn max(x: &[f32]) -> f32 {
     let mut acc = [f32::NEG_INFINITY; 8];
     let chunks = x.chunks_exact(8);
@@ -421,6 +440,155 @@ mod tests {
                 assert_close(&out, &want_rms, 1e-5);
             }
         }
+    }
+
+    /// `op` run through each SIMD level this CPU has (whatever tier the environment
+    /// forces): pulp's scalar form, then AVX2 and AVX-512 where they run, each with
+    /// its name.
+    fn on_every_level<Op: pulp::WithSimd + Clone>(op: Op) -> Vec<(&'static str, Op::Output)> {
+        use pulp::Simd;
+        #[allow(unused_mut)] // (one level off x86-64)
+        let mut out = vec![("scalar", pulp::Scalar::new().vectorize(op.clone()))];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(simd) = crate::kernels::cpu::v3_of_cpu() {
+                out.push(("avx2", <pulp::x86::V3 as Simd>::vectorize(simd, op.clone())));
+            }
+            if let Some(simd) = crate::kernels::cpu::v4_of_cpu() {
+                out.push(("avx512", <pulp::x86::V4 as Simd>::vectorize(simd, op)));
+            }
+        }
+        out
+    }
+
+    /// Rows of a few lengths (below a vector, between vector multiples, long), with
+    /// logits up to ±40, a masked -1e9, -inf and a row with a NaN.
+    fn rows_of_every_length(rng: &mut Rng) -> Vec<(usize, Vec<f32>)> {
+        let mut cases = Vec::new();
+        for n in [1, 3, 8, 13, 16, 31, 64, 100, 384, 1000] {
+            let mut x: Vec<f32> = (0..3 * n).map(|_| (rng.f32() - 0.5) * 80.0).collect();
+            x[rng.below(3 * n)] = -1e9;
+            x[rng.below(3 * n)] = f32::NEG_INFINITY;
+            if n > 8 {
+                x[2 * n + 5] = f32::NAN;
+            }
+            cases.push((n, x));
+        }
+        cases
+    }
+
+    /// The softmax's loops give the same bits on every SIMD level (scalar, AVX2,
+    /// AVX-512, run directly whatever tier is forced): the same per-element
+    /// operations, only vectorised.
+    #[test]
+    fn softmax_has_the_same_bits_on_every_level() {
+        #[derive(Clone)]
+        struct Rows(Vec<f32>, usize);
+        impl pulp::WithSimd for Rows {
+            type Output = Vec<f32>;
+            #[inline(always)]
+            fn with_simd<S: pulp::Simd>(mut self, simd: S) -> Vec<f32> {
+                let rows = &mut self.0;
+                Softmax { rows, n: self.1 }.with_simd(simd);
+                self.0
+            }
+        }
+        let mut rng = Rng::new(22);
+        for (n, x) in rows_of_every_length(&mut rng) {
+            let x_rows = x.clone();
+            let levels = on_every_level(Rows(x, n));
+            let (_, scalar) = &levels[0];
+            // The rows with a finite input (the random -inf may fill a row of one).
+            for r in 0..2 {
+                if x_rows[r * n..(r + 1) * n].iter().any(|v| v.is_finite()) {
+                    let row = &scalar[r * n..(r + 1) * n];
+                    assert!(row.iter().all(|v| v.is_finite()), "n {n} row {r}");
+                }
+            }
+            for (name, got) in &levels[1..] {
+                assert!(same_bits(got, scalar), "n {n}: {name} differs from scalar");
+            }
+        }
+    }
+
+    /// Layer and RMS norms on every SIMD level this CPU has (run directly, whatever
+    /// tier is forced) are within 1e-5 of the f64 reference (relative, plus 1e-5
+    /// absolute): the vector head and the scalar tail of each row, rows of lengths
+    /// around the vector widths.
+    #[test]
+    fn norms_match_the_f64_reference_on_every_level() {
+        #[derive(Clone)]
+        struct Rows<'a>(Vec<f32>, &'a [f32], Option<&'a [f32]>);
+        impl pulp::WithSimd for Rows<'_> {
+            type Output = Vec<f32>;
+            #[inline(always)]
+            fn with_simd<S: pulp::Simd>(mut self, simd: S) -> Vec<f32> {
+                let (rows, w, b) = (&mut self.0, self.1, self.2);
+                Norm {
+                    rows,
+                    w,
+                    b,
+                    eps: 1e-5,
+                }
+                .with_simd(simd);
+                self.0
+            }
+        }
+        let mut rng = Rng::new(23);
+        for n in [1, 5, 8, 15, 16, 17, 33, 384, 1000] {
+            let x: Vec<f32> = (0..4 * n).map(|_| (rng.f32() - 0.3) * 6.0).collect();
+            let w: Vec<f32> = (0..n).map(|_| rng.f32() + 0.5).collect();
+            let b: Vec<f32> = (0..n).map(|_| rng.f32() - 0.5).collect();
+            let (mut want_ln, mut want_rms) = (Vec::new(), Vec::new());
+            for r in x.chunks(n) {
+                let r: Vec<f64> = r.iter().map(|&v| v as f64).collect();
+                let nf = n as f64;
+                let mean = r.iter().sum::<f64>() / nf;
+                let var = r.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / nf;
+                let ms = r.iter().map(|v| v * v).sum::<f64>() / nf;
+                for (i, v) in r.iter().enumerate() {
+                    let (wi, bi) = (w[i] as f64, b[i] as f64);
+                    want_ln.push(((v - mean) / (var + 1e-5).sqrt() * wi + bi) as f32);
+                    want_rms.push((v / (ms + 1e-5).sqrt() * wi) as f32);
+                }
+            }
+            for (name, got) in on_every_level(Rows(x.clone(), &w, Some(&b))) {
+                eprintln!("layer norm n {n} on {name}");
+                assert_close(&got, &want_ln, 1e-5);
+            }
+            for (name, got) in on_every_level(Rows(x.clone(), &w, None)) {
+                eprintln!("rms norm n {n} on {name}");
+                assert_close(&got, &want_rms, 1e-5);
+            }
+        }
+    }
+
+    /// The norms' and softmax's `cpu::dispatch` runs them at the width of the tier in
+    /// use: 16 lanes on `avx512` and above, 8 on `avx2` (and `avx2-vnni`), pulp's
+    /// scalar form on `portable`.
+    #[test]
+    fn the_row_ops_run_at_the_width_of_the_tier() {
+        use crate::kernels::cpu::{tier, Tier};
+        struct Width;
+        impl pulp::WithSimd for Width {
+            type Output = usize;
+            #[inline(always)]
+            fn with_simd<S: pulp::Simd>(self, _: S) -> usize {
+                S::F32_LANES
+            }
+        }
+        let want = match tier() {
+            Tier::Portable => 1,
+            Tier::Avx2 | Tier::Avx2Vnni => 8,
+            Tier::Avx512 | Tier::Avx512Vnni | Tier::Amx => 16,
+            Tier::Neon | Tier::NeonDotprod | Tier::NeonI8mm | Tier::Sve => 4,
+        };
+        assert_eq!(
+            crate::kernels::cpu::dispatch(Width),
+            want,
+            "tier {}",
+            tier()
+        );
     }
 
     #[test]

@@ -33,17 +33,20 @@ pub enum Precision {
     F32,
     /// bfloat16 weights (half the memory; products on AMX tiles where the CPU has AMX,
     /// AVX512_BF16 elsewhere). Contract: minimum cosine to the f32 embeddings ≥
-    /// 0.9999.
+    /// 0.9999. Tiers without AVX512_BF16 (`avx2`, `avx512` without it, `portable`,
+    /// aarch64) have no bf16 product faster than f32's: there the model keeps the
+    /// weights rounded to bf16 in f32 and multiplies in f32 (f32's speed and memory,
+    /// bf16's weights), and says so once in the log ([`Precision::fast_here`]).
     Bf16,
     /// 8-bit integer weights with one scale per output channel, activations quantised
     /// per row inside the product (a quarter of the memory; AVX512_VNNI products, and
-    /// AMX-INT8 tiles for blocks of 32 rows where the CPU has AMX; `vpmaddwd` on
-    /// AVX-512 without VNNI; `vpdpbusd` on ymm with AVX-VNNI). On the `avx2` tier
-    /// (AVX2 without VNNI or AVX-512) the weights are 7-bit, with a scale per output
-    /// channel and group of 64 input rows, the form `vpmaddubsw` multiplies exactly.
-    /// Contract: minimum cosine ≥ 0.99, top-10 neighbour overlap ≥ 0.9 (on the
-    /// sentences above: 0.99234 and 0.912 with 8-bit weights, 0.99318 and 0.912 on the
-    /// `avx2` tier).
+    /// AMX-INT8 tiles for blocks of 32 rows where the CPU has AMX).
+    /// Contract: minimum cosine ≥ 0.99, top-10 neighbour overlap ≥ 0.9. Tiers without
+    /// AVX512_VNNI (`avx2`, `avx2-vnni`, `avx512` without it, `portable`, aarch64)
+    /// have no int8 product faster than f32's yet: there the model keeps the
+    /// quantised weights' values (each column's integers times its scale) in f32 and
+    /// multiplies in f32, activations unquantised (f32's speed and memory, int8's
+    /// weights, closer to f32 than the contract), and says so once in the log.
     Int8,
     /// f32 accuracy from bf16 arithmetic: each weight kept as the sum of two bfloat16
     /// (the f32's memory), each product taken as three bf16 products on AMX tiles
@@ -54,14 +57,38 @@ pub enum Precision {
 }
 
 impl Precision {
-    /// The dtype the matrix weights are kept in.
+    /// Whether the CPU tier in use has a product kernel for weights of this precision
+    /// that is faster than f32's (`streamfuse::cpu`; ARCHITECTURE.md's table of what
+    /// each kernel runs on each tier). Where it has none, [`Precision::dtype`] is f32:
+    /// a precision never runs slower than f32 on the same CPU.
+    pub fn fast_here(self) -> bool {
+        use crate::kernels::cpu;
+        match self {
+            Precision::F32 => true,
+            // AMX-BF16 comes with AVX512_BF16, AMX-INT8 with AVX512_VNNI.
+            Precision::Bf16 => cpu::has_avx512_bf16(),
+            Precision::Int8 => cpu::has_avx512_vnni(),
+            Precision::Bf16x3 => cpu::has_amx_bf16(),
+        }
+    }
+
+    /// The dtype the matrix weights are kept in: the precision's own where the tier
+    /// has a fast product for it ([`Precision::fast_here`]), f32 otherwise.
     pub fn dtype(self) -> DType {
+        if self.fast_here() {
+            self.own_dtype()
+        } else {
+            DType::F32
+        }
+    }
+
+    /// The precision's own dtype, whatever the tier.
+    pub(crate) fn own_dtype(self) -> DType {
         match self {
             Precision::F32 => DType::F32,
             Precision::Bf16 => DType::BF16,
             Precision::Int8 => DType::I8,
-            Precision::Bf16x3 if crate::kernels::cpu::has_amx_bf16() => DType::BF16X3,
-            Precision::Bf16x3 => DType::F32,
+            Precision::Bf16x3 => DType::BF16X3,
         }
     }
 
@@ -146,5 +173,34 @@ impl std::error::Error for ModelError {
 impl From<crate::Error> for ModelError {
     fn from(e: crate::Error) -> Self {
         ModelError::Tensor(e)
+    }
+}
+
+#[cfg(test)]
+mod precision_tests {
+    use super::*;
+
+    /// A reduced precision keeps its own dtype exactly where the tier has a product
+    /// for it faster than f32's, and f32 weights elsewhere (never a slower product).
+    #[test]
+    fn a_precision_without_a_fast_product_here_keeps_f32_weights() {
+        use crate::kernels::cpu;
+        assert!(Precision::F32.fast_here());
+        assert_eq!(Precision::Bf16.fast_here(), cpu::has_avx512_bf16());
+        assert_eq!(Precision::Int8.fast_here(), cpu::has_avx512_vnni());
+        assert_eq!(Precision::Bf16x3.fast_here(), cpu::has_amx_bf16());
+        for p in [
+            Precision::F32,
+            Precision::Bf16,
+            Precision::Int8,
+            Precision::Bf16x3,
+        ] {
+            let want = if p.fast_here() {
+                p.own_dtype()
+            } else {
+                DType::F32
+            };
+            assert_eq!(p.dtype(), want, "{p}");
+        }
     }
 }

@@ -190,9 +190,10 @@ impl Tensor {
     /// once (a [`Tensor::prepack`]ed tensor keeps both forms), and `x.matmul(&w)`, and
     /// every chain it heads, reads the packed panels. It is an ordinary tensor in
     /// every other way: reading its elements (`to_vec`, any other op, a product through
-    /// another view of it) unpacks them once and keeps them beside it. On a CPU without
-    /// AVX-512 it is stored as [`Tensor::from_vec`] stores it. Errors if `dims` is not
-    /// 2-D or `data.len()` is not their product.
+    /// another view of it) unpacks them once and keeps them beside it. On a tier with
+    /// no f32 tile (`portable`: no AVX2 with FMA, AVX-512 or NEON; see
+    /// [`crate::cpu`]) it is stored as [`Tensor::from_vec`] stores it. Errors if `dims`
+    /// is not 2-D or `data.len()` is not their product.
     pub fn weight(data: Vec<f32>, dims: &[usize]) -> Result<Tensor> {
         if dims.len() != 2 {
             return Err(Error::Shape {

@@ -2,7 +2,8 @@
 //! plans beside it.
 //!
 //! The file is the JSON object format of the Trace Event Format (the one Perfetto and
-//! `chrome://tracing` open): `{"traceEvents": [...], "displayTimeUnit": "ms"}`. Lanes
+//! `chrome://tracing` open): `{"traceEvents": [...], "displayTimeUnit": "ms"}`. The
+//! process's labels (`process_labels`) name the CPU tier the kernels ran on. Lanes
 //! are threads of one process (`tid`): a stream's lane is its id, named after the
 //! thread that opened the stream by a `thread_name` metadata event (`ph: "M"`); kernel
 //! pool threads get lanes of their own from [`WORKER_LANES`] on. Flushes, kernels,
@@ -98,6 +99,7 @@ fn write_events(
         &json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
                       "args": {"name": "streamfuse"}}),
     )?;
+    out.event(&tier_labels(pid))?;
     let mut used: Vec<u64> = events.iter().map(|(_, e)| e.lane).collect();
     used.sort_unstable();
     used.dedup();
@@ -126,6 +128,18 @@ fn write_events(
         out.w.write_all(b"{\"traceEvents\":[\n")?;
     }
     Ok(())
+}
+
+/// The process's labels (shown beside its name): the CPU tier the kernels ran on and
+/// the tiers this CPU has, also as `cpu_tier` and `cpu_tiers` for programs reading
+/// the trace.
+fn tier_labels(pid: u32) -> Value {
+    use crate::kernels::cpu;
+    let tier = cpu::tier().name();
+    let has: Vec<&str> = cpu::available().iter().map(|t| t.name()).collect();
+    json!({"name": "process_labels", "ph": "M", "pid": pid, "tid": 0,
+           "args": {"labels": format!("cpu tier: {tier} (this CPU has: {})", has.join(", ")),
+                    "cpu_tier": tier, "cpu_tiers": has}})
 }
 
 /// Microseconds, from nanoseconds.

@@ -9,8 +9,9 @@
 //!
 //! * the block's query rows are packed transposed (`qt[d][lane]`, already multiplied by
 //!   `scale`), so every vector operation below works on the [`QB`] queries at once (on
-//!   AVX-512, whole rows loaded and turned by 16 × 16 register transposes, and the
-//!   context turned back the same way);
+//!   AVX-512 one 16-lane vector, on AVX2 two 8-lane ones, or one for a block of at
+//!   most 8 rows; whole rows loaded and turned by 16 × 16 or 8 × 8 register
+//!   transposes, and the context turned back the same way);
 //! * keys come in blocks of [`KB`]: a score tile `s[key][lane]` of `QB · KB` floats
 //!   (on the stack, in L1) takes `dh` multiply-adds per key, each a broadcast element
 //!   of the key row times `qt[d]`;
@@ -40,17 +41,21 @@
 //!
 //! Accuracy: the same products and sums as the unfused path in a different order,
 //! `exp` within 2 ulp; `tests/attention.rs` holds every output within 1e-6 of the
-//! unfused path's, relative to the largest of them.
+//! unfused path's, relative to the largest of them. The AVX2 and AVX-512 blocks give
+//! the same bits (`vector.rs`: the same operations on every lane in the same order),
+//! and are within 1e-6 per 64 elements of the head of the portable loops, relative to
+//! the largest output (fused multiply-adds and the vector `exp` round differently);
+//! the tests below hold both.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod portable;
-
+// Generic over pulp's `Simd`; only the x86 levels implement its `Lanes` so far.
 #[cfg(target_arch = "x86_64")]
-use std::sync::atomic::{AtomicBool, Ordering};
+mod vector;
 
-#[cfg(target_arch = "x86_64")]
-use pulp::x86::V4;
 use pulp::Simd;
 
 use super::par::Out;
@@ -64,38 +69,40 @@ pub(crate) const KB: usize = 32;
 /// The largest head size the kernel takes (its tiles live on the stack).
 pub const MAX_HEAD_DIM: usize = 256;
 
-/// When set, the portable path runs even on AVX-512 (tests compare the two).
-#[cfg(target_arch = "x86_64")]
-static FORCE_PORTABLE: AtomicBool = AtomicBool::new(false);
+/// Which body runs a block: the portable loops, or the vector block at one SIMD level
+/// (a `pulp` token, so this is at most a byte).
+#[derive(Clone, Copy, Debug)]
+enum Path {
+    /// `portable.rs`, compiled for the tier's SIMD level by `cpu::dispatch`.
+    Portable,
+    /// `vector.rs` on AVX2 (`avx2.rs`): two 8-lane vectors of queries, or one.
+    #[cfg(target_arch = "x86_64")]
+    Avx2(pulp::x86::V3),
+    /// `vector.rs` on AVX-512 (`avx512.rs`): one 16-lane vector of queries.
+    #[cfg(target_arch = "x86_64")]
+    Avx512(pulp::x86::V4),
+}
 
-/// pulp's AVX-512 token for the blocks: `None` (the portable loops) when the tier in
-/// use lacks AVX-512 or a test forces the portable path.
-#[cfg(target_arch = "x86_64")]
-fn avx512() -> Option<V4> {
-    if FORCE_PORTABLE.load(Ordering::Relaxed) {
-        None
-    } else {
-        crate::kernels::cpu::v4()
+impl Path {
+    /// The widest path the tier in use includes (`cpu::v4`, `cpu::v3`), unless a test
+    /// chose one ([`tests::with_path`]).
+    #[inline]
+    fn chosen() -> Path {
+        #[cfg(test)]
+        if let Some(p) = tests::forced_path() {
+            return p;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(simd) = crate::kernels::cpu::v4() {
+                return Path::Avx512(simd);
+            }
+            if let Some(simd) = crate::kernels::cpu::v3() {
+                return Path::Avx2(simd);
+            }
+        }
+        Path::Portable
     }
-}
-
-/// Off x86-64 there is no AVX-512 path: a token no value has, so the blocks always
-/// take the portable loops.
-#[cfg(not(target_arch = "x86_64"))]
-#[derive(Clone, Copy)]
-enum V4 {}
-
-/// Off x86-64 the portable loops are the only path.
-#[cfg(not(target_arch = "x86_64"))]
-fn avx512() -> Option<V4> {
-    None
-}
-
-/// Makes every later call take the portable path (`true`) or the fastest (`false`);
-/// for tests that compare the two.
-#[cfg(all(test, target_arch = "x86_64"))]
-pub(crate) fn set_force_portable(on: bool) {
-    FORCE_PORTABLE.store(on, Ordering::Relaxed);
 }
 
 /// One operand's geometry: the element offset of row `(b, h, i)` is
@@ -579,11 +586,12 @@ impl Job<'_> {
     }
 
     /// The block's context rows, to `out` (row `t` of the block is `out.row(t)`). On
-    /// AVX-512 one vector holds the block's [`QB`] queries (`avx512.rs`); elsewhere
-    /// the portable loops run (`portable.rs`), compiled for the CPU's SIMD level.
+    /// AVX-512 and AVX2 the vector block runs (`vector.rs`: one 16-lane vector, or two
+    /// 8-lane ones, hold the block's [`QB`] queries); elsewhere the portable loops
+    /// (`portable.rs`), compiled for the CPU's SIMD level.
     #[inline]
     fn block(&self, blk: Block, out: Dst) {
-        let v4 = avx512();
+        let path = Path::chosen();
         /// The block as a `pulp` op: `vectorize`/`dispatch` call `with_simd` from a
         /// function compiled for the CPU's features, and everything below is inlined
         /// into it. (A closure passed to `V4::vectorize` is not: every intrinsic then
@@ -593,7 +601,7 @@ impl Job<'_> {
         /// took 3.27-3.39 ms instead of 2.56-2.82.
         struct Op<'a, 'b> {
             job: &'a Job<'b>,
-            v4: Option<V4>,
+            path: Path,
             blk: Block,
             out: &'a Dst,
         }
@@ -601,16 +609,29 @@ impl Job<'_> {
             type Output = ();
             #[inline(always)]
             fn with_simd<S: Simd>(self, _: S) {
-                let Op { job, v4, blk, out } = self;
+                let Op {
+                    job,
+                    path,
+                    blk,
+                    out,
+                } = self;
                 let out = *out;
                 // Tiles sized for the head (zeroing a 256-row tile for a head of 32
-                // would cost as much as the block's arithmetic).
+                // would cost as much as the block's arithmetic). The vector block's
+                // last two parameters: vectors of queries, keys at a time (as many
+                // independent chains as 16 registers hold on AVX2).
                 macro_rules! sized {
                     ($d:expr) => {
-                        match v4 {
+                        match path {
                             #[cfg(target_arch = "x86_64")]
-                            Some(simd) => job.block_avx512::<$d>(simd, blk, out),
-                            _ => job.block_portable::<$d>(blk, out),
+                            Path::Avx512(simd) => job.block_vector::<_, $d, 1, 8>(simd, blk, out),
+                            #[cfg(target_arch = "x86_64")]
+                            Path::Avx2(simd) if blk.len <= 8 => {
+                                job.block_vector::<_, $d, 1, 8>(simd, blk, out)
+                            }
+                            #[cfg(target_arch = "x86_64")]
+                            Path::Avx2(simd) => job.block_vector::<_, $d, 2, 4>(simd, blk, out),
+                            Path::Portable => job.block_portable::<$d>(blk, out),
                         }
                     };
                 }
@@ -629,14 +650,16 @@ impl Job<'_> {
         }
         let op = Op {
             job: self,
-            v4,
+            path,
             blk,
             out: &out,
         };
-        match v4 {
+        match path {
             #[cfg(target_arch = "x86_64")]
-            Some(simd) => <V4 as Simd>::vectorize(simd, op),
-            _ => crate::kernels::cpu::dispatch(op),
+            Path::Avx512(simd) => <pulp::x86::V4 as Simd>::vectorize(simd, op),
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2(simd) => <pulp::x86::V3 as Simd>::vectorize(simd, op),
+            Path::Portable => crate::kernels::cpu::dispatch(op),
         }
     }
 
@@ -735,8 +758,64 @@ struct Block {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::sync::Mutex;
+
     use super::*;
+    use crate::kernels::cpu::{cpu_runs, Tier};
     use crate::kernels::testutil::{same_bits, Rng};
+
+    /// A path a test may choose for every block ([`with_path`]).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(super) enum Kind {
+        Portable = 1,
+        Avx2 = 2,
+        Avx512 = 3,
+    }
+
+    /// The chosen [`Kind`] as a number, 0 while no test chose one.
+    static FORCED: AtomicU8 = AtomicU8::new(0);
+
+    /// Held by the tests that choose a path ([`with_path`]) or need the tier's path
+    /// throughout.
+    static PATH: Mutex<()> = Mutex::new(());
+
+    /// The path a test chose, if any (read by [`Path::chosen`]).
+    pub(super) fn forced_path() -> Option<Path> {
+        match FORCED.load(Ordering::Relaxed) {
+            0 => None,
+            1 => Some(Path::Portable),
+            #[cfg(target_arch = "x86_64")]
+            2 => crate::kernels::cpu::v3_of_cpu().map(Path::Avx2),
+            #[cfg(target_arch = "x86_64")]
+            3 => crate::kernels::cpu::v4_of_cpu().map(Path::Avx512),
+            _ => None,
+        }
+    }
+
+    /// `f()` with every block taking `kind`'s path, when this CPU runs it (whatever
+    /// tier the environment forces: `cpu_runs`); `None` when it does not.
+    pub(super) fn with_path<R>(kind: Kind, f: impl FnOnce() -> R) -> Option<R> {
+        let _turn = PATH.lock().unwrap_or_else(|e| e.into_inner());
+        let runs = match kind {
+            Kind::Portable => true,
+            Kind::Avx2 => cfg!(target_arch = "x86_64") && cpu_runs(Tier::Avx2),
+            Kind::Avx512 => cfg!(target_arch = "x86_64") && cpu_runs(Tier::Avx512),
+        };
+        if !runs {
+            return None;
+        }
+        /// Puts the tier's path back, also when `f` panics.
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                FORCED.store(0, Ordering::Relaxed);
+            }
+        }
+        FORCED.store(kind as u8, Ordering::Relaxed);
+        let _reset = Reset;
+        Some(f())
+    }
 
     fn ramp(n: usize, seed: u64) -> Vec<f32> {
         let mut rng = Rng::new(seed);
@@ -745,15 +824,40 @@ mod tests {
 
     /// Runs the kernel over `[b, heads, l, dh]` operands with a padding bias.
     fn run(b: usize, heads: usize, l: usize, dh: usize, par: Par) -> Vec<f32> {
+        run_biased(b, heads, l, dh, par, false)
+    }
+
+    /// Runs the kernel over `[b, heads, l, dh]` operands with a padding bias (`[b, 1, 1,
+    /// l]` broadcast; at least as many rows as batch entries), or with `per_query` a
+    /// bias of every element (`[b, heads, l, l]`: -1e9 for a few keys, else in
+    /// [-2, 2]).
+    fn run_biased(
+        b: usize,
+        heads: usize,
+        l: usize,
+        dh: usize,
+        par: Par,
+        per_query: bool,
+    ) -> Vec<f32> {
         let n = b * heads * l * dh;
         let (q, k, v) = (ramp(n, 1), ramp(n, 2), ramp(n, 3));
         let lay = Layout::contiguous(&[b, heads, l, dh]);
-        let bias: Vec<f32> = (0..b * l)
-            .map(|x| if x % l < l - x / l { 0.0 } else { -1e9 })
-            .collect();
-        let bl = Layout::contiguous(&[b, 1, 1, l])
-            .broadcast_as(&[b, heads, l, l])
-            .unwrap();
+        let (bias, bl) = if per_query {
+            let bias: Vec<f32> = ramp(b * heads * l * l, 4)
+                .into_iter()
+                .enumerate()
+                .map(|(i, x)| if i % 7 == 3 { -1e9 } else { 4.0 * x })
+                .collect();
+            (bias, Layout::contiguous(&[b, heads, l, l]))
+        } else {
+            let bias: Vec<f32> = (0..b * l)
+                .map(|x| if x % l < l - x / l { 0.0 } else { -1e9 })
+                .collect();
+            let bl = Layout::contiguous(&[b, 1, 1, l])
+                .broadcast_as(&[b, heads, l, l])
+                .unwrap();
+            (bias, bl)
+        };
         let mut out = vec![0.0; n];
         attention(
             &q,
@@ -771,31 +875,73 @@ mod tests {
         out
     }
 
-    /// Held by the tests that switch the path ([`set_force_portable`]) or need one
-    /// path throughout.
-    static PATH: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn the_vector_path_matches_the_portable_one() {
-        let _path = PATH.lock().unwrap_or_else(|e| e.into_inner());
-        for (b, heads, l, dh, par) in [
-            (2, 3, 21, 32, Par::serial()),
-            (1, 2, 40, 64, Par { threads: 2 }),
-            (3, 1, 5, 7, Par::serial()),
-            (1, 1, 70, 130, Par { threads: 2 }),
+    /// Shapes `[b, heads, l, dh]` around the edges of the vector block: rows per block
+    /// of at most 8 (one AVX2 vector) and more, key blocks ([`KB`]) whole and cut,
+    /// groups of keys whole and padded, heads that are not a multiple of the lanes
+    /// (the untransposed loads), and both biases.
+    fn edge_cases() -> Vec<(usize, usize, usize, usize, bool)> {
+        let mut cases = Vec::new();
+        for (dh, ls) in [
+            (32, &[1, 3, 8, 9, 16, 21, 28, 33, 40][..]),
+            (64, &[12, 64][..]),
+            (7, &[5, 17][..]),
+            (16, &[8, 30][..]),
+            (48, &[13][..]),
+            (130, &[70][..]),
+            (256, &[20][..]),
         ] {
-            set_force_portable(true);
-            let portable = run(b, heads, l, dh, par);
-            set_force_portable(false);
-            let fast = run(b, heads, l, dh, par);
-            let scale = portable.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-            for (i, (p, f)) in portable.iter().zip(&fast).enumerate() {
-                assert!(
-                    (p - f).abs() <= 1e-6 * scale,
-                    "[{b}, {heads}, {l}, {dh}] element {i}: portable {p}, vector {f}"
-                );
+            for &l in ls {
+                for per_query in [false, true] {
+                    cases.push((1 + l % 2, 1 + dh % 3, l, dh, per_query));
+                }
             }
+        }
+        cases
+    }
+
+    /// The vector block on every level this CPU runs (whatever tier is forced) is
+    /// within 1e-6 of the portable loops per 64 elements of the head (at least 1e-6),
+    /// relative to the largest output: the same products and sums, rounded
+    /// differently (fused multiply-adds, the vector exp), and a score's rounding grows
+    /// with the length of its dot product (a head of 256 differed by 1.9e-6).
+    #[test]
+    fn every_vector_path_is_within_1e_6_per_64_of_the_head_of_the_portable_one() {
+        for (b, heads, l, dh, per_query) in edge_cases() {
+            let par = Par { threads: 1 + l % 2 };
+            let case = || run_biased(b, heads, l, dh, par, per_query);
+            let portable = with_path(Kind::Portable, case).unwrap();
+            let scale = portable.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            let bound = 1e-6 * dh.div_ceil(64) as f32 * scale;
+            for kind in [Kind::Avx2, Kind::Avx512] {
+                let Some(fast) = with_path(kind, case) else {
+                    continue;
+                };
+                for (i, (p, f)) in portable.iter().zip(&fast).enumerate() {
+                    assert!(
+                        (p - f).abs() <= bound,
+                        "{kind:?} [{b}, {heads}, {l}, {dh}] element {i}: portable {p}, vector {f}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The AVX2 block (two 8-lane vectors of queries, or one, keys 4 or 8 at a time)
+    /// gives the bits of the AVX-512 block (one 16-lane vector, keys 8 at a time):
+    /// every lane goes through the same operations in the same order (`vector.rs`).
+    #[test]
+    fn avx2_gives_the_bits_of_avx512() {
+        for (b, heads, l, dh, per_query) in edge_cases() {
+            let case = || run_biased(b, heads, l, dh, Par::serial(), per_query);
+            let (Some(avx2), Some(avx512)) =
+                (with_path(Kind::Avx2, case), with_path(Kind::Avx512, case))
+            else {
+                return;
+            };
+            assert!(
+                same_bits(&avx2, &avx512),
+                "[{b}, {heads}, {l}, {dh}] per-query bias {per_query}"
+            );
         }
     }
 

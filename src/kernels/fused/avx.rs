@@ -7,10 +7,10 @@
 //! The arithmetic ops (add, sub, mul, div, maximum, minimum, neg, abs, relu, sqrt,
 //! recip, affine) are written with intrinsics that round exactly as the portable loops
 //! do (IEEE operations, no fused multiply-add, the same NaN rules), so every path gives
-//! the same bits. On AVX-512, GELU and exp run in the registers too
-//! (`math::gelu_v512`, `math::exp_v512`: the scalar functions' operations in the same
-//! order); the other transcendental ops (and those two on AVX2) store the accumulator
-//! to a tile and run the portable loop on it.
+//! the same bits. GELU and exp run in the registers too (`math::gelu_v512`,
+//! `math::exp_v512` on AVX-512, `math::gelu_v256`, `math::exp_v256` on AVX2: the
+//! scalar functions' operations in the same order); the other transcendental ops store
+//! the accumulator to a tile and run the portable loop on it.
 //!
 //! The two widths share one tile loop, written once as a macro over a module of vector
 //! operations (`v256`, `v512`). Everything is compiled with `#[target_feature]`; the
@@ -405,7 +405,14 @@ macro_rules! variant {
     };
 }
 
-variant!(run_range_avx2, "avx2,fma", v256, TILE_AVX2);
+variant!(
+    run_range_avx2,
+    "avx2,fma",
+    v256,
+    TILE_AVX2,
+    Gelu => math::gelu_v256,
+    Exp => math::exp_v256,
+);
 variant!(
     run_range_avx512,
     "avx512f,avx512vl,avx2,fma",

@@ -9,12 +9,13 @@
 //! once, front to back, which the hardware prefetcher follows.
 //!
 //! The microkernel computes a tile of up to [`MR`] rows by [`NR`] columns of the
-//! output: `MR × 2` AVX-512 accumulators, and per step of `k` two vector loads of the
-//! panel and one broadcast of each row's element of the left operand (read in place:
-//! only its rows' current cache lines are live, so it needs no packing). A product
-//! walks the panels, and for each panel the row blocks (so a panel stays in L2 while
-//! every row block reads it); the rows are cut into blocks as even as possible (20 rows
-//! are two blocks of 10, not 14 + 6).
+//! output on AVX-512 (`MR × 2` accumulators), or of up to 6 rows by one half of the
+//! panel at a time on AVX2 with FMA (module `f32`); per step of `k` it loads the
+//! panel's vectors and broadcasts each row's element of the left operand (read in
+//! place: only its rows' current cache lines are live, so it needs no packing). A
+//! product walks the panels, and for each panel the row blocks (so a panel stays in L2
+//! while every row block reads it); the rows are cut into blocks as even as possible
+//! (20 rows are two blocks of 10, not 14 + 6).
 //!
 //! Measured on this project's 2-core AVX-512 EPYC (thread CPU time, one thread, a
 //! MiniLM-shaped pass over all 24 weights): 28 rows 5.9 ms against gemm's 11.1 ms,
@@ -30,8 +31,8 @@
 //! went from 265 to 885 sentences/s at batch 32 and from 4.65 to 1.93 ms p50 at one
 //! sentence a call when its bf16 weights moved from `vdpbf16ps` pairs to tiles.)
 //!
-//! Packing in f32 needs AVX-512 ([`PackedRhs::pack`] gives `None` without it, and the
-//! caller uses `gemm` on the original operand); bf16 packs everywhere and runs portable
+//! Packing in f32 needs AVX2 with FMA or AVX-512 ([`PackedRhs::pack`] gives `None`
+//! on the portable tier, and the caller uses `gemm` on the original operand); bf16 packs everywhere and runs portable
 //! loops where the CPU lacks AVX512_BF16 (or `STREAMFUSE_PORTABLE=1`, see
 //! `kernels::cpu`). `unsafe` is confined to the microkernels' loads and stores, whose
 //! bounds each tile checks once before its loop, and to the column split of one output
@@ -133,39 +134,21 @@ fn matrix_of(
 
 impl PackedRhs {
     /// Packs the `[k, n]` matrix that `layout` reads from `src` (any strides and
-    /// offset), or `None` when this CPU has no AVX-512 (the packed kernel's only path),
+    /// offset), or `None` when no f32 tile runs on this tier ([`PackedRhs::packs_f32`]),
     /// when the layout is not 2-D or does not fit `src`, or when the memory cannot be
     /// had (then the caller multiplies by the original as before).
     pub fn pack(src: &[f32], layout: &Layout) -> Option<PackedRhs> {
-        if !has_avx512() {
+        if !PackedRhs::packs_f32() {
             return None;
         }
-        let (k, n, rs, cs) = matrix_of("pack", src, layout).ok()?;
-        let panels = n.div_ceil(NR);
-        let len = panels.checked_mul(k)?.checked_mul(NR)?;
-        let mut data = Vec::new();
-        data.try_reserve_exact(len).ok()?;
-        data.resize(len, 0.0);
-        for (pj, panel) in data.chunks_exact_mut(k * NR).enumerate() {
-            let j0 = pj * NR;
-            let w = NR.min(n - j0);
-            for (p, row) in panel.chunks_exact_mut(NR).enumerate() {
-                let base = layout.offset + p * rs + j0 * cs;
-                if cs == 1 {
-                    row[..w].copy_from_slice(&src[base..base + w]);
-                } else {
-                    for (jj, x) in row[..w].iter_mut().enumerate() {
-                        *x = src[base + jj * cs];
-                    }
-                }
-            }
-        }
-        Some(PackedRhs {
-            k,
-            n,
-            source: (layout.offset, rs, cs),
-            panels: Panels::F32(data),
-        })
+        pack_panels(src, layout)
+    }
+
+    /// Whether [`PackedRhs::pack`] packs here: the tier in use runs an f32 tile (AVX2
+    /// with FMA, or AVX-512). Where it does not, products by f32 weights go through
+    /// `gemm`.
+    pub fn packs_f32() -> bool {
+        f32::Isa::here().is_some()
     }
 
     /// Packs the `[k, n]` matrix `layout` reads from `src` in bf16 (each element
@@ -345,9 +328,36 @@ impl PackedRhs {
     }
 }
 
-/// Whether the packed kernel can run here.
-pub fn has_avx512() -> bool {
-    super::cpu::has_avx512()
+/// The `[k, n]` matrix that `layout` reads from `src` in f32 panels, whichever tier is
+/// in use (`PackedRhs::pack` asks first whether a tile runs; the tests run each tile
+/// the CPU has), or `None` as `pack` says.
+fn pack_panels(src: &[f32], layout: &Layout) -> Option<PackedRhs> {
+    let (k, n, rs, cs) = matrix_of("pack", src, layout).ok()?;
+    let panels = n.div_ceil(NR);
+    let len = panels.checked_mul(k)?.checked_mul(NR)?;
+    let mut data = Vec::new();
+    data.try_reserve_exact(len).ok()?;
+    data.resize(len, 0.0);
+    for (pj, panel) in data.chunks_exact_mut(k * NR).enumerate() {
+        let j0 = pj * NR;
+        let w = NR.min(n - j0);
+        for (p, row) in panel.chunks_exact_mut(NR).enumerate() {
+            let base = layout.offset + p * rs + j0 * cs;
+            if cs == 1 {
+                row[..w].copy_from_slice(&src[base..base + w]);
+            } else {
+                for (jj, x) in row[..w].iter_mut().enumerate() {
+                    *x = src[base + jj * cs];
+                }
+            }
+        }
+    }
+    Some(PackedRhs {
+        k,
+        n,
+        source: (layout.offset, rs, cs),
+        panels: Panels::F32(data),
+    })
 }
 
 /// How far ahead of the step being multiplied the bf16 and int8 tiles ask for their
@@ -575,6 +585,7 @@ impl Form<'_> {
     fn tile_rows(self) -> usize {
         match self {
             Form::Tiles(_) => tiles::ROWS,
+            Form::F32(_) => f32::Isa::here().map_or(MR, f32::Isa::rows),
             _ => MR,
         }
     }
@@ -746,8 +757,13 @@ impl Part {
     /// Calls `f(first row, rows)` for the row blocks of rows `first..first + count`:
     /// at most [`MR`] rows each, as even as possible (20 rows are two blocks of 10, not
     /// 14 + 6).
-    fn blocks(first: usize, count: usize, mut f: impl FnMut(usize, usize)) {
-        let blocks = count.div_ceil(MR);
+    fn blocks(first: usize, count: usize, f: impl FnMut(usize, usize)) {
+        Part::blocks_of(MR, first, count, f)
+    }
+
+    /// [`Part::blocks`] for tiles of at most `rows` rows.
+    fn blocks_of(rows: usize, first: usize, count: usize, mut f: impl FnMut(usize, usize)) {
+        let blocks = count.div_ceil(rows);
         let mut r0 = first;
         for bi in 0..blocks {
             let h = (first + count - r0).div_ceil(blocks - bi);
@@ -967,7 +983,7 @@ mod tests {
 
     #[test]
     fn matches_naive_for_every_row_count_and_ragged_width() {
-        if !has_avx512() {
+        if !PackedRhs::packs_f32() {
             assert!(PackedRhs::pack(&[1.0; 4], &Layout::contiguous(&[2, 2])).is_none());
             return;
         }
@@ -990,7 +1006,7 @@ mod tests {
 
     #[test]
     fn strided_operands_batches_and_refusals() {
-        if !has_avx512() {
+        if !PackedRhs::packs_f32() {
             return;
         }
         let mut rng = Rng::new(91);

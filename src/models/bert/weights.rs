@@ -9,7 +9,23 @@ use safetensors::{Dtype, SafeTensors};
 use super::super::{ModelError, Precision};
 use super::config::{Activation, BertConfig};
 use super::{BertModel, Layer};
-use crate::Tensor;
+use crate::{DType, Tensor};
+
+/// Says once per precision, in the log, that the tier has no fast product for it and
+/// the model keeps its weights' values in f32 instead.
+fn warn_slow(p: Precision) {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    static SAID: AtomicU8 = AtomicU8::new(0);
+    let bit = 1u8 << (p as u8);
+    if SAID.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+        log::warn!(
+            "precision {p}: the CPU tier in use ({}) has no {p} product faster than f32's; \
+             keeping the {p} weights' values in f32 and multiplying in f32 (f32's speed \
+             and memory)",
+            crate::cpu::tier()
+        );
+    }
+}
 
 /// Reads tensors out of a parsed safetensors file and converts them to f32 vectors.
 struct WeightReader<'a> {
@@ -77,11 +93,24 @@ impl<'a> WeightReader<'a> {
     }
 
     /// A matrix weight `[k, n]` in the model's precision, kept packed for products.
+    /// Where the tier has no fast product for a reduced precision
+    /// ([`Precision::fast_here`]), the weight holds that precision's values (bf16's
+    /// rounding, int8's integers times their scales; `Bf16x3`'s are the f32 values
+    /// themselves) in f32, for the f32 tile.
     fn weight(&self, w: Vec<f32>, dims: [usize; 2]) -> std::result::Result<Tensor, ModelError> {
-        Ok(match self.precision {
-            Precision::F32 => Tensor::weight(w, &dims)?,
-            p => Tensor::from_vec(w, &dims)?.to_dtype(p.dtype())?,
-        })
+        let p = self.precision;
+        if p.fast_here() && p != Precision::F32 {
+            return Ok(Tensor::from_vec(w, &dims)?.to_dtype(p.dtype())?);
+        }
+        let w = match p {
+            Precision::Bf16 | Precision::Int8 => {
+                warn_slow(p);
+                let packed = Tensor::from_vec(w, &dims)?.to_dtype(p.own_dtype())?;
+                packed.to_dtype(DType::F32)?.to_vec::<f32>()?
+            }
+            Precision::F32 | Precision::Bf16x3 => w,
+        };
+        Ok(Tensor::weight(w, &dims)?)
     }
 
     /// `name` as a tensor of `shape`, converted in one pass.
