@@ -103,7 +103,7 @@ mod avx512;
 mod portable;
 mod quantize;
 
-use super::{by_rows, chunk_rows, with_stack, Matrix, Out, Part, CHUNK_ROWS, MR, NR};
+use super::{by_rows, chunk_rows, with_stack, Epilogue, Matrix, Out, Part, CHUNK_ROWS, MR, NR};
 use crate::ir::Layout;
 use crate::kernels::cpu::{self, Tier};
 use crate::kernels::{check_input, error, KernelError};
@@ -456,6 +456,11 @@ impl Path {
         }
     }
 
+    /// Whether the path's tile applies an [`Epilogue`] (module `avx2`'s store).
+    fn takes_epilogue(self) -> bool {
+        matches!(self, Path::Avx2 | Path::Avx2Vnni)
+    }
+
     /// How the path's tile takes the quantised activations.
     fn bytes(self) -> quantize::Bytes {
         match self {
@@ -471,15 +476,29 @@ pub(super) fn simd() -> bool {
     Path::best_for(Format::best()) != Path::Portable
 }
 
-/// Computes `part` of the product of `g` by `w`, on the fastest tile the tier in use
-/// has when `simd`, on the portable loops otherwise (see [`part_on`]).
-pub(super) fn part(g: Matrix<'_>, w: &PackedI8, part: Part, simd: bool, out: Out) {
+/// Whether the tile that multiplies `w` (on the fastest tile the tier in use has when
+/// `simd`, as [`part`] picks it) applies an [`Epilogue`] to its results: the AVX2 ones.
+pub(super) fn takes_epilogue(w: &PackedI8, simd: bool) -> bool {
+    simd && Path::best_for(w.format).takes_epilogue()
+}
+
+/// Computes `part` of the product of `g` by `w`, followed by `epilogue` (empty unless
+/// [`takes_epilogue`]), on the fastest tile the tier in use has when `simd`, on the
+/// portable loops otherwise (see [`part_on`]).
+pub(super) fn part(
+    g: Matrix<'_>,
+    w: &PackedI8,
+    epilogue: Epilogue<'_>,
+    part: Part,
+    simd: bool,
+    out: Out,
+) {
     let path = if simd {
         Path::best_for(w.format)
     } else {
         Path::Portable
     };
-    part_on(path, g, w, part, out);
+    part_on(path, g, w, epilogue, part, out);
 }
 
 /// Computes `part` of the product of `g` by `w` on `path`: its rows a chunk at a time
@@ -488,7 +507,8 @@ pub(super) fn part(g: Matrix<'_>, w: &PackedI8, part: Part, simd: bool, out: Out
 /// and multiplied by every panel of the part. On the VNNI path, where AMX-INT8 runs
 /// (and `kp` is a multiple of `amx::K`), each chunk's whole pairs of 16-row tiles go to
 /// the AMX tile instead (`amx::tile_pair`), the other rows to the VNNI tile.
-fn part_on(path: Path, g: Matrix<'_>, w: &PackedI8, part: Part, out: Out) {
+fn part_on(path: Path, g: Matrix<'_>, w: &PackedI8, epilogue: Epilogue<'_>, part: Part, out: Out) {
+    assert!(epilogue.is_empty() || path.takes_epilogue());
     let kp = w.kp;
     let chunk = chunk_rows(part.rows.1 - part.rows.0, kp, SCRATCH);
     #[cfg(target_arch = "x86_64")]
@@ -503,6 +523,7 @@ fn part_on(path: Path, g: Matrix<'_>, w: &PackedI8, part: Part, out: Out) {
     let job = Chunked {
         g,
         w,
+        epilogue,
         part,
         path,
         chunk,
@@ -520,6 +541,8 @@ type Regs = amx::Regs;
 struct Chunked<'a> {
     g: Matrix<'a>,
     w: &'a PackedI8,
+    /// What the tiles apply to their results before they store them.
+    epilogue: Epilogue<'a>,
     part: Part,
     path: Path,
     chunk: usize,
@@ -591,6 +614,9 @@ fn panel(job: &Chunked<'_>, pj: usize, rows: Rows<'_>, dst: Out) {
         b,
         sw,
         cols,
+        epilogue: job.epilogue,
+        row0: rows.first + r0,
+        j0: at.j0,
         at: (rows.first + r0) * at.ldc + at.j0,
         width: at.width,
         ldc: at.ldc,
@@ -619,8 +645,9 @@ fn panel(job: &Chunked<'_>, pj: usize, rows: Rows<'_>, dst: Out) {
 /// One tile's operands: `R` quantised rows (`kp` bytes each) with their scales and
 /// sums, the panel `b` (`kp / 4` quads, in `format`) with its 32 column scales per
 /// group of `group` rows of `k` (`sw[g * NR + c]`; and, `Narrow`, its column sums
-/// `cols` laid out alike; empty otherwise), and where the tile goes in the output (row
-/// `i`'s `width` columns at `at + i * ldc`).
+/// `cols` laid out alike; empty otherwise), the epilogue its results take (row `i` is
+/// row `row0 + i` of the product, its columns start at `j0`), and where the tile goes
+/// in the output (row `i`'s `width` columns at `at + i * ldc`).
 struct Tile<'a> {
     qa: &'a [i8],
     kp: usize,
@@ -631,6 +658,9 @@ struct Tile<'a> {
     b: &'a [u8],
     sw: &'a [f32],
     cols: &'a [i32],
+    epilogue: Epilogue<'a>,
+    row0: usize,
+    j0: usize,
     at: usize,
     width: usize,
     ldc: usize,
@@ -656,6 +686,9 @@ impl Tile<'_> {
             b: self.b,
             sw: self.sw,
             cols: self.cols,
+            epilogue: self.epilogue,
+            row0: self.row0 + i0,
+            j0: self.j0,
             at: self.at + i0 * self.ldc,
             width: self.width,
             ldc: self.ldc,
@@ -741,6 +774,17 @@ mod tests {
     /// The product by `w` on `path`, on one thread, straight through [`part_on`]
     /// (batch by batch), whatever tier the environment forces.
     fn product_on(path: Path, a: &[f32], al: &Layout, w: &PackedI8) -> Vec<f32> {
+        product_then(path, a, al, w, &[])
+    }
+
+    /// [`product_on`] with `epilogue` applied by the tiles (a path that takes one).
+    fn product_then(
+        path: Path,
+        a: &[f32],
+        al: &Layout,
+        w: &PackedI8,
+        epilogue: Epilogue<'_>,
+    ) -> Vec<f32> {
         let r = al.dims.len();
         let (m, k) = (al.dims[r - 2], al.dims[r - 1]);
         let batch: usize = al.dims[..r - 2].iter().product();
@@ -765,7 +809,7 @@ mod tests {
                 panels: (0, w.n.div_ceil(NR)),
                 n: w.n,
             };
-            part_on(path, g, w, part, Out::new(dst));
+            part_on(path, g, w, epilogue, part, Out::new(dst));
         }
         out
     }
@@ -993,6 +1037,9 @@ mod tests {
                 b: &q.data[pj * kp * NR..(pj + 1) * kp * NR],
                 sw: &q.scales[pj * per..(pj + 1) * per],
                 cols: q.sums.get(pj * per..(pj + 1) * per).unwrap_or(&[]),
+                epilogue: &[],
+                row0: 0,
+                j0: pj * NR,
                 at,
                 width,
                 ldc,
@@ -1080,6 +1127,84 @@ mod tests {
             check_tile_rows(path, &a, &q, 1, "non-finite");
         }
         eprintln!("tiles checked against the portable one: {checked:?}");
+    }
+
+    #[test]
+    fn the_avx2_tiles_apply_the_epilogue_with_the_programs_bits() {
+        use super::super::{matmul_packed_epilogue, PackedRhs, Panels, Step};
+        let mut rng = Rng::new(9);
+        for (m, k, n) in [(1, 64, 40), (13, 150, 70), (33, 384, 32)] {
+            let a: Vec<f32> = (0..m * k).map(|_| rng.f32()).collect();
+            let al = Layout::contiguous(&[m, k]);
+            let w: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
+            let wl = Layout::contiguous(&[k, n]);
+            let bias: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
+            let (offset, stride) = (5, n + 3);
+            let res: Vec<f32> = (0..offset + m * stride).map(|_| rng.f32()).collect();
+            let rows = |sum_first| Step::Rows {
+                data: &res,
+                offset,
+                stride,
+                sum_first,
+            };
+            let columns = |sum_first| Step::Columns {
+                values: &bias,
+                sum_first,
+            };
+            let epilogues: [&[Step<'_>]; 3] = [
+                &[columns(true)],
+                &[columns(false), Step::Gelu],
+                &[columns(true), rows(false), Step::Gelu, rows(true)],
+            ];
+            // The portable product by `q`, then each step in scalar code.
+            let want = |q: &PackedI8, epilogue: &[Step<'_>]| -> Vec<f32> {
+                let product = product_on(Path::Portable, &a, &al, q);
+                let at = |e: usize, x: f32| {
+                    let (i, j) = (e / n, e % n);
+                    epilogue.iter().fold(x, |acc, s| s.apply_scalar(acc, i, j))
+                };
+                product.iter().enumerate().map(|(e, &x)| at(e, x)).collect()
+            };
+            let same = |got: &[f32], want: &[f32]| {
+                got.iter()
+                    .zip(want)
+                    .all(|(g, w)| g.to_bits() == w.to_bits())
+            };
+            // Straight on the AVX2 tile where the CPU has it, whatever tier is forced.
+            let narrow = PackedI8::quantize_as(Format::Narrow, &w, &wl).unwrap();
+            // Through the caller, with the tier's weight: done where the tier's tile
+            // takes it, on any thread count, else nothing written.
+            let rhs = PackedRhs::pack_i8(&w, &wl).unwrap();
+            let Panels::I8(q) = &rhs.panels else {
+                unreachable!("pack_i8 packs int8")
+            };
+            for (e, epilogue) in epilogues.into_iter().enumerate() {
+                if Path::Avx2.runs() {
+                    let got = product_then(Path::Avx2, &a, &al, &narrow, epilogue);
+                    assert!(
+                        same(&got, &want(&narrow, epilogue)),
+                        "m {m} k {k} n {n} epilogue {e}"
+                    );
+                }
+                let want = want(q, epilogue);
+                for threads in [1, 2] {
+                    let mut out = vec![f32::NAN; m * n];
+                    let par = Par { threads };
+                    let done =
+                        matmul_packed_epilogue(&a, &al, &rhs, epilogue, &mut out, par).unwrap();
+                    assert_eq!(done, takes_epilogue(q, simd()));
+                    if done {
+                        let what = format!("m {m} k {k} n {n} epilogue {e} threads {threads}");
+                        assert!(same(&out, &want), "{what}");
+                    } else {
+                        assert!(
+                            out.iter().all(|x| x.is_nan()),
+                            "written without the epilogue"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
