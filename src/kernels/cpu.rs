@@ -398,7 +398,6 @@ pub fn has_amx_int8() -> bool {
 }
 
 /// aarch64 Advanced SIMD (NEON), unless the portable tier is forced.
-#[allow(dead_code)] // (until its kernels land)
 pub fn has_neon() -> bool {
     choice().cpu.neon
 }

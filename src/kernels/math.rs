@@ -35,6 +35,11 @@ pub(crate) use avx512::{exp_v512, gelu_v512};
 use x86::{gelu_in_place, gelu_map_into};
 
 /// No hand-written form off x86-64: the portable loop runs.
+#[cfg(target_arch = "aarch64")]
+mod neon;
+#[cfg(target_arch = "aarch64")]
+pub(crate) use neon::gelu_neon;
+
 #[cfg(not(target_arch = "x86_64"))]
 fn gelu_in_place(_: &mut [f32]) -> bool {
     false

@@ -26,6 +26,8 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 
 use super::{by_rows, Cols, Epilogue, Matrix, Out, Part, Step, MR, NR};
 use crate::kernels::cpu;
@@ -37,12 +39,20 @@ pub(super) enum Isa {
     Avx512,
     /// 6 rows × 16 columns, twice per panel, on AVX2 with FMA (module `avx2`).
     Avx2,
+    /// Up to 14 rows, as groups of at most 6 by half a panel, on aarch64 NEON (module
+    /// `neon`).
+    #[cfg(target_arch = "aarch64")]
+    Neon,
 }
 
 impl Isa {
     /// The tile the tier in use runs, or `None` where none does (then nothing is
     /// packed in f32: `PackedRhs::pack` asks this).
     pub(super) fn here() -> Option<Isa> {
+        #[cfg(target_arch = "aarch64")]
+        if cpu::has_neon() {
+            return Some(Isa::Neon);
+        }
         if cpu::has_avx512() {
             Some(Isa::Avx512)
         } else if cpu::has_avx2() {
@@ -57,6 +67,8 @@ impl Isa {
         match self {
             Isa::Avx512 => MR,
             Isa::Avx2 => AVX2_ROWS,
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => MR,
         }
     }
 
@@ -66,6 +78,8 @@ impl Isa {
         match self {
             Isa::Avx512 => cpu::cpu_runs(cpu::Tier::Avx512),
             Isa::Avx2 => cpu::cpu_runs(cpu::Tier::Avx2),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => cpu::cpu_runs(cpu::Tier::Neon),
         }
     }
 }
@@ -90,8 +104,8 @@ fn part_on(isa: Isa, g: Matrix<'_>, data: &[f32], epilogue: Epilogue<'_>, part: 
     // Each step of the AVX-512 tile reads the panel's two lines of a row of `k`; the
     // AVX2 tile reads one, twice as many steps.
     let steps = match isa {
-        Isa::Avx512 => k,
         Isa::Avx2 => 2 * k,
+        _ => k,
     };
     for pj in part.panels.0..part.panels.1 {
         let b = &data[pj * k * NR..(pj + 1) * k * NR];
@@ -244,7 +258,15 @@ fn checked<const R: usize>(isa: Isa, t: &Tile<'_>, dst: Out) {
         Isa::Avx512 => unsafe { avx512::tile::<R>(t, dst.ptr) },
         Isa::Avx2 => unsafe { avx2::tile::<R>(t, dst.ptr) },
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    match isa {
+        // SAFETY: the asserts above are the bounds `neon::tile` documents (NEON is part
+        // of every aarch64 target), and this tile's elements of `dst` are written by
+        // no one else (see `Out`).
+        Isa::Neon => unsafe { neon::tile::<R>(t, dst.ptr) },
+        _ => unreachable!("only the NEON f32 tile runs on aarch64"),
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     unreachable!("PackedRhs::pack gives None without an f32 tile");
 }
 
@@ -275,10 +297,15 @@ mod tests {
 
     /// The tiles this CPU has, whatever tier is forced.
     fn isas() -> Vec<Isa> {
-        [Isa::Avx512, Isa::Avx2]
-            .into_iter()
-            .filter(|i| i.runs())
-            .collect()
+        [
+            Isa::Avx512,
+            Isa::Avx2,
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon,
+        ]
+        .into_iter()
+        .filter(|i| i.runs())
+        .collect()
     }
 
     /// The product of the matrix `al` reads from `a` by `packed`, followed by
