@@ -658,8 +658,13 @@ struct Tile<'a> {
     b: &'a [u8],
     sw: &'a [f32],
     cols: &'a [i32],
+    // (Read by the AVX2 tiles only: the portable loops leave the epilogue to the
+    // caller.)
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     epilogue: Epilogue<'a>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     row0: usize,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     j0: usize,
     at: usize,
     width: usize,
