@@ -201,7 +201,12 @@ mod precision_tests {
         use crate::kernels::cpu;
         assert!(Precision::F32.fast_here());
         assert_eq!(Precision::Bf16.fast_here(), cpu::has_avx512_bf16());
-        assert_eq!(Precision::Int8.fast_here(), cpu::has_avx512_vnni());
+        // int8: VNNI on zmm or ymm, or the AVX2 tile where there is no AVX-512 f32
+        // tile to lose to.
+        let int8 = cpu::has_avx512_vnni()
+            || cpu::has_avx_vnni()
+            || (cpu::has_avx2() && !cpu::has_avx512());
+        assert_eq!(Precision::Int8.fast_here(), int8);
         assert_eq!(Precision::Bf16x3.fast_here(), cpu::has_amx_bf16());
         for p in [
             Precision::F32,
