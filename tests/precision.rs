@@ -139,19 +139,33 @@ fn weights_in_reduced_precision_refuse_every_other_use() {
     assert_stream_usable();
 }
 
+/// The largest integer an I8 weight holds and the rows of `k` that share a scale:
+/// 127 and all of them, or on the AVX2 tier 63 and 64 (7-bit weights in groups, see
+/// `Tensor::to_dtype`).
+fn int8_form(k: usize) -> (f32, usize) {
+    match streamfuse::cpu::tier() {
+        streamfuse::cpu::Tier::Avx2 => (63.0, 64),
+        _ => (127.0, k),
+    }
+}
+
 /// Each column's int8 values times its scale, as f64 (the weight an I8 tensor holds).
 fn dequantised(w: &[f32], k: usize, n: usize) -> Vec<f64> {
+    let (levels, group) = int8_form(k);
     let mut out = vec![0.0; k * n];
     for j in 0..n {
-        let max = (0..k).fold(0.0f32, |m, p| m.max(w[p * n + j].abs()));
-        let scale = max / 127.0;
-        for p in 0..k {
-            let q = if scale > 0.0 {
-                (w[p * n + j] / scale).round_ties_even()
-            } else {
-                0.0
-            };
-            out[p * n + j] = q as f64 * scale as f64;
+        for p0 in (0..k).step_by(group) {
+            let rows = p0..(p0 + group).min(k);
+            let max = rows.clone().fold(0.0f32, |m, p| m.max(w[p * n + j].abs()));
+            let scale = max / levels;
+            for p in rows {
+                let q = if scale > 0.0 {
+                    (w[p * n + j] / scale).round_ties_even()
+                } else {
+                    0.0
+                };
+                out[p * n + j] = q as f64 * scale as f64;
+            }
         }
     }
     out
@@ -159,7 +173,7 @@ fn dequantised(w: &[f32], k: usize, n: usize) -> Vec<f64> {
 
 #[test]
 fn int8_weights_hold_their_quantised_values_and_products_stay_close() {
-    let (k, n) = (40, 72);
+    let (k, n) = (150, 72);
     let (w, rw) = rand_pair(&[k, n], 8, -1.0, 1.0);
     let w8 = w.to_dtype(DType::I8).unwrap();
     assert_eq!(w8.dtype(), DType::I8);

@@ -365,7 +365,6 @@ pub fn has_avx2() -> bool {
 }
 
 /// AVX-VNNI: `vpdpbusd` on 256-bit registers (VEX-encoded).
-#[allow(dead_code)] // (until its kernels land)
 pub fn has_avx_vnni() -> bool {
     choice().cpu.avx_vnni
 }
@@ -449,7 +448,6 @@ pub fn v4() -> Option<pulp::x86::V4> {
 
 /// Whether this CPU runs `tier`, whatever the environment forces: for the tests of a
 /// vector function itself, which hold it to its scalar reference on any tier.
-#[allow(dead_code)] // (until its kernels land)
 pub fn cpu_runs(tier: Tier) -> bool {
     choice().detected.runs(tier)
 }

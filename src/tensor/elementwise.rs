@@ -193,7 +193,10 @@ impl Tensor {
     /// `[k, n]` becomes a weight kept in that precision, packed once for the product
     /// kernel: `BF16` rounds each element to the nearest bfloat16 (half the memory);
     /// `I8` stores each column as signed 8-bit integers times one f32 scale (the
-    /// column's largest magnitude / 127; a quarter of the memory); `BF16X3` keeps each
+    /// column's largest magnitude / 127; a quarter of the memory; on the `avx2` tier,
+    /// [`crate::cpu::Tier::Avx2`], the form its products take: 7-bit integers with a
+    /// scale per column and group of 64 rows, the group's largest magnitude / 63);
+    /// `BF16X3` keeps each
     /// element as the sum of two bfloat16 (the f32's memory), for products taken as
     /// three bf16 products on AMX tiles (see [`DType::BF16X3`]). Such a tensor can only be the right
     /// operand of [`Tensor::matmul`] or converted again; any other op on it is an

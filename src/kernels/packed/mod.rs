@@ -500,11 +500,11 @@ impl fmt::Display for Step<'_> {
 pub(crate) type Epilogue<'a> = &'a [Step<'a>];
 
 /// [`matmul_packed`] followed by `epilogue` on every element of the product, when
-/// `rhs` is packed in f32 and the product is one matrix (no batch dims): the f32 tile
-/// applies it to its accumulators before it stores them (see [`Epilogue`]). Returns
-/// `Ok(false)`, having done nothing, for the other forms and for batched products (the
-/// caller then runs the epilogue itself); an error when a step's operand does not fit
-/// the product.
+/// `rhs` is packed in f32 (or in int8 where its tile takes one, `i8::takes_epilogue`)
+/// and the product is one matrix (no batch dims): the tile applies it to its sums
+/// before it stores them (see [`Epilogue`]). Returns `Ok(false)`, having done nothing,
+/// for the other forms and for batched products (the caller then runs the epilogue
+/// itself); an error when a step's operand does not fit the product.
 pub(crate) fn matmul_packed_epilogue(
     lhs: &[f32],
     lhs_layout: &Layout,
@@ -516,7 +516,7 @@ pub(crate) fn matmul_packed_epilogue(
     let form = rhs.form();
     let rank = lhs_layout.dims.len();
     // (With k = 0 no tile runs to apply the steps.)
-    if !matches!(form, Form::F32(_)) || rank != 2 || rhs.k == 0 {
+    if !form.takes_epilogue() || rank != 2 || rhs.k == 0 {
         return Ok(false);
     }
     let (m, n) = (lhs_layout.dims[0], rhs.n);
@@ -576,8 +576,18 @@ impl Form<'_> {
         match self {
             Form::F32(_) => true,
             Form::Bf16(_) => super::cpu::has_avx512_bf16(),
-            Form::I8(_) => super::cpu::has_avx512_vnni(),
+            Form::I8(_) => i8::simd(),
             Form::Tiles(_) => super::cpu::has_amx_bf16(),
+        }
+    }
+
+    /// Whether the form's tile applies an [`Epilogue`] (the f32 one, and the int8 one
+    /// of the AVX2 tiers).
+    fn takes_epilogue(self) -> bool {
+        match self {
+            Form::F32(_) => true,
+            Form::I8(w) => i8::takes_epilogue(w, self.simd()),
+            _ => false,
         }
     }
 
@@ -692,7 +702,7 @@ struct Job<'a> {
     n: usize,
     form: Form<'a>,
     simd: bool,
-    /// Applied to every element of the product (f32 panels only, see
+    /// Applied to every element of the product (by the forms that take one, see
     /// [`matmul_packed_epilogue`]).
     epilogue: Epilogue<'a>,
 }
@@ -739,7 +749,7 @@ fn split_columns(
     match job.form {
         Form::F32(data) => f32::part(job.g, data, job.epilogue, part, out),
         Form::Bf16(data) => bf16::part(job.g, data, part, job.simd, out),
-        Form::I8(w) => i8::part(job.g, w, part, job.simd, out),
+        Form::I8(w) => i8::part(job.g, w, job.epilogue, part, job.simd, out),
         Form::Tiles(w) => tiles::part(job.g, w, part, job.simd, out),
     }
 }
