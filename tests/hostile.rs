@@ -11,6 +11,8 @@ use std::time::Duration;
 use crossbeam::channel::unbounded;
 use streamfuse::{DType, Error, Tensor};
 
+mod emulated;
+
 /// Runs `f` on a thread and fails the test if it does not finish within `secs`
 /// (a deadlock would otherwise hang the whole suite).
 fn within<R: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
@@ -150,12 +152,14 @@ fn a_thread_local_destructor_can_record_and_read_a_matmul() {
 /// Failure 2: a plain thread flushing a large parallel segment held its stream's lock
 /// while waiting in `rayon::join`, and rayon jobs reading tensors pending on that
 /// stream blocked on the lock: both rayon workers stuck, the flush never finished.
+/// (Ten rounds of 2^20 elements, scaled by `STREAMFUSE_TEST_SCALE` down to one round
+/// of 2^18: still a parallel segment.)
 #[test]
 fn rayon_jobs_reading_a_flushing_stream_do_not_deadlock() {
-    within(120, "rayon readers of a flushing stream", || {
-        let n = 1 << 20;
+    let (rounds, n) = (emulated::scaled(10, 1), emulated::scaled(1 << 20, 1 << 18));
+    within(120, "rayon readers of a flushing stream", move || {
         let x = Tensor::from_vec((0..n).map(|i| (i % 97) as f32 * 0.01).collect(), &[n]).unwrap();
-        for round in 0..10 {
+        for round in 0..rounds {
             let big = x
                 .exp()
                 .unwrap()
@@ -200,11 +204,12 @@ fn rayon_jobs_reading_a_flushing_stream_do_not_deadlock() {
 /// Failure 2, second form: the main thread drains tensors pending on rayon workers'
 /// streams while those workers keep recording: the drain held a worker's stream lock
 /// while waiting for rayon, the worker waited for its own lock, and every other worker
-/// was busy, so the drain's rayon job never ran.
+/// was busy, so the drain's rayon job never ran. (Forty reads of 2^19 elements,
+/// scaled by `STREAMFUSE_TEST_SCALE` down to two of 2^18.)
 #[test]
 fn draining_rayon_workers_streams_while_they_record_does_not_deadlock() {
-    within(120, "draining rayon workers' streams", || {
-        let n = 1 << 19;
+    let (reads, n) = (emulated::scaled(40, 2), emulated::scaled(1 << 19, 1 << 18));
+    within(120, "draining rayon workers' streams", move || {
         let x = Tensor::from_vec((0..n).map(|i| (i % 89) as f32 * 0.01).collect(), &[n]).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = unbounded();
@@ -212,6 +217,10 @@ fn draining_rayon_workers_streams_while_they_record_does_not_deadlock() {
         for p in 0..producers {
             let (x, tx, stop) = (x.clone(), tx.clone(), stop.clone());
             rayon::spawn(move || {
+                // Under emulation kernels run far slower than recording, and a busy
+                // recorder's flush at the default queue limit (4096 ops, some 600
+                // rounds) takes minutes: a shorter queue under STREAMFUSE_TEST_SCALE.
+                streamfuse::set_queue_limit(emulated::scaled(4096, 64));
                 let mut round = 0;
                 // Busy recording until the reader has what it wants.
                 while !stop.load(Ordering::Relaxed) {
@@ -227,10 +236,11 @@ fn draining_rayon_workers_streams_while_they_record_does_not_deadlock() {
                     let _ = x.affine(0.5, 0.5).unwrap().exp().unwrap();
                     round += 1;
                 }
+                streamfuse::set_queue_limit(4096);
             });
         }
         drop(tx);
-        for _ in 0..40 {
+        for _ in 0..reads {
             let (p, round, t) = rx.recv().unwrap();
             let v = t.narrow(0, 0, 4).unwrap().to_vec::<f32>().unwrap();
             for (i, got) in v.iter().enumerate() {

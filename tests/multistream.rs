@@ -9,6 +9,8 @@ use crossbeam::channel::unbounded;
 use parking_lot::RwLock;
 use streamfuse::Tensor;
 
+mod emulated;
+
 fn iota(n: usize, scale: f32) -> Tensor {
     Tensor::from_vec((0..n).map(|i| i as f32 * scale).collect(), &[n]).unwrap()
 }
@@ -152,7 +154,9 @@ fn two_streams_draining_each_other_do_not_deadlock() {
 
 /// Ops recorded inside rayon jobs: each worker thread has its own stream, and a worker
 /// that flushes must not pick up another job of its own thread while its stream is
-/// locked (kernels on workers run serially).
+/// locked (kernels on workers run serially). (Eight rounds of 2^20 elements a job,
+/// scaled by `STREAMFUSE_TEST_SCALE` down to one round of 2^18: still parallel
+/// kernels.)
 #[test]
 fn rayon_jobs_can_record_and_read_tensors() {
     use rayon::prelude::*;
@@ -161,13 +165,14 @@ fn rayon_jobs_can_record_and_read_tensors() {
         .num_threads(4)
         .build()
         .unwrap();
+    let (rounds, n) = (emulated::scaled(8, 1), emulated::scaled(1 << 20, 1 << 18));
     let mut sums = Vec::new();
-    for _round in 0..8 {
+    for _round in 0..rounds {
         sums = pool.install(|| {
             (0..64)
                 .into_par_iter()
                 .map(|i| {
-                    let x = Tensor::full(i as f32 / 64.0, &[1 << 20]).unwrap();
+                    let x = Tensor::full(i as f32 / 64.0, &[n]).unwrap();
                     let y = x.exp().unwrap().add(&x).unwrap();
                     let v = y.to_vec::<f32>().unwrap();
                     v[v.len() / 2]

@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+mod emulated;
+
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_streamfuse-plan"))
+    emulated::command(env!("CARGO_BIN_EXE_streamfuse-plan"))
 }
 
 fn temp(name: &str, text: &str) -> PathBuf {

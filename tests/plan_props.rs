@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+mod emulated;
+
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
 use streamfuse::memory_planner::{
@@ -238,7 +240,12 @@ fn best_is_optimal_on_small_random_instances() {
             .collect();
         let p = Problem::new(bufs);
         let opt = brute_force(&p);
-        let plan = plan::solve(&p, &opts(Strategy::Best)).unwrap();
+        // The search's time limit, longer where the run is slower (emulation).
+        let best = Options {
+            time_limit: emulated::patience(Duration::from_millis(200)),
+            ..opts(Strategy::Best)
+        };
+        let plan = plan::solve(&p, &best).unwrap();
         check(&p, &plan).unwrap();
         assert_eq!(plan.arena, opt, "case {case}: {p:?}");
         for s in Strategy::ALL {

@@ -2,10 +2,10 @@
 //! XML and shows every buffer once, with its offset and lifetime; `streamfuse-plan
 //! --svg` writes one.
 
+mod emulated;
 mod xml;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use streamfuse::memory_planner::{self as plan, csv, Options, SvgOptions};
@@ -155,7 +155,7 @@ fn the_cli_writes_the_picture() {
     )
     .unwrap();
     let out = dir.join("plan.svg");
-    let r = Command::new(env!("CARGO_BIN_EXE_streamfuse-plan"))
+    let r = emulated::command(env!("CARGO_BIN_EXE_streamfuse-plan"))
         .arg(&input)
         .arg("--svg")
         .arg(&out)
@@ -183,7 +183,7 @@ fn the_cli_writes_the_picture() {
 
     // A file that cannot be written is an error naming it.
     let bad = dir.join("no/such/dir/plan.svg");
-    let r = Command::new(env!("CARGO_BIN_EXE_streamfuse-plan"))
+    let r = emulated::command(env!("CARGO_BIN_EXE_streamfuse-plan"))
         .arg(&input)
         .arg("--svg")
         .arg(&bad)
@@ -191,7 +191,7 @@ fn the_cli_writes_the_picture() {
         .unwrap();
     assert_eq!(r.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&r.stderr).contains("plan.svg"));
-    let r = Command::new(env!("CARGO_BIN_EXE_streamfuse-plan"))
+    let r = emulated::command(env!("CARGO_BIN_EXE_streamfuse-plan"))
         .arg(&input)
         .arg("--svg")
         .output()

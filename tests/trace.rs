@@ -4,6 +4,7 @@
 //! kernels inside them, plan builds and a drain as a flow between the lanes; the trace
 //! is written at `stop()` or process exit; the memory plan of a flush can be drawn.
 
+mod emulated;
 mod support;
 mod xml;
 
@@ -446,7 +447,7 @@ fn child_records_until_exit() {
 fn the_trace_is_written_when_the_process_exits() {
     let path = temp_dir("exit").join("exit.json");
     let _ = std::fs::remove_file(&path);
-    let status = std::process::Command::new(std::env::current_exe().unwrap())
+    let status = emulated::command(std::env::current_exe().unwrap())
         .args([
             "child_records_until_exit",
             "--exact",
