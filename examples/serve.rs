@@ -18,9 +18,13 @@
 //!   fill; `--precision P` (default f32): the precision of the model's matrix weights
 //!   (`streamfuse::models::Precision`, with the accuracy each keeps).
 //!
-//! Routes: `POST /v1/embeddings` (`input`: a string or a list of strings; `model`
-//! optional; answers `data[i].embedding`, `data[i].index`, `usage.prompt_tokens`),
-//! `GET /health`. Bad JSON, wrong types, empty texts and bodies over 1 MiB get a 4xx
+//! Routes: `POST /v1/embeddings` (`input`: a string, a list of strings, or token ids of
+//! the model's vocabulary, a list or a list of lists; `encoding_format` `"float"` or
+//! `"base64"`, the official OpenAI client's default; `dimensions` to cut and
+//! renormalise the vectors; `model` and `user` optional; answers `data[i].embedding`,
+//! `data[i].index`, `usage.prompt_tokens`), `GET /v1/models` (and
+//! `/v1/models/{id}`), `GET /health`. The official Python client works as it comes:
+//! `OpenAI(base_url="http://127.0.0.1:8080/v1", api_key="x").embeddings.create(...)`. Bad JSON, wrong types, empty texts and bodies over 1 MiB get a 4xx
 //! with a JSON error body. Ctrl-C (or SIGTERM) stops accepting connections, finishes
 //! the requests in flight and exits. The HTTP side runs on two tokio threads; the
 //! forward passes never run there.

@@ -1,7 +1,8 @@
 //! The embeddings server of `examples/serve.rs` (its router, `examples/common/server.rs`)
 //! on a real socket, answered by a real HTTP client (hyper, `examples/common/http.rs`):
-//! the OpenAI response shape and values, `/health`, the 4xx paths with their JSON
-//! error bodies, and a graceful shutdown.
+//! the OpenAI response shape and values, what OpenAI's official client sends (base64
+//! by default, `dimensions`, token ids), `/v1/models`, `/health`, the 4xx paths with
+//! their JSON error bodies, and a graceful shutdown.
 #![cfg(feature = "text")]
 
 use std::sync::Arc;
@@ -105,13 +106,87 @@ fn the_server_answers_a_real_http_client() {
         let v: Value = serde_json::from_slice(&resp).unwrap();
         assert_eq!(v["data"].as_array().unwrap().len(), 1);
 
+        // What OpenAI's official Python client sends by default: base64, whose values
+        // are the float route's to the last bit.
+        let floats = |v: &Value| -> Vec<Vec<f32>> {
+            let data = v["data"].as_array().unwrap();
+            data.iter()
+                .map(|d| {
+                    let e = d["embedding"].as_array().expect("a float array");
+                    e.iter().map(|x| x.as_f64().unwrap() as f32).collect()
+                })
+                .collect()
+        };
+        let body = json!({"input": texts, "model": "all-MiniLM-L6-v2", "encoding_format": "float"});
+        let (_, resp) = post(&mut c, body.to_string().into_bytes()).await;
+        let float = floats(&serde_json::from_slice(&resp).unwrap());
+        let body = json!({"input": texts, "model": "all-MiniLM-L6-v2", "encoding_format": "base64", "user": "u-1"});
+        let (status, resp) = post(&mut c, body.to_string().into_bytes()).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&resp));
+        let v: Value = serde_json::from_slice(&resp).unwrap();
+        assert_eq!(v["usage"]["prompt_tokens"], want.tokens);
+        for (i, d) in v["data"].as_array().unwrap().iter().enumerate() {
+            assert_eq!(d["index"], i);
+            let bytes = base64::decode(d["embedding"].as_str().expect("a base64 string")).unwrap();
+            let e: Vec<f32> = bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+            assert_eq!(e.len(), 384);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&e), bits(&float[i]), "text {i}: base64 against float");
+            assert_eq!(bits(&e), bits(&want.vectors[i]), "text {i}: base64 against the embedder");
+        }
+
+        // `dimensions`: the leading values, normalised again.
+        let body = json!({"input": texts, "dimensions": 64});
+        let (status, resp) = post(&mut c, body.to_string().into_bytes()).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&resp));
+        for (i, e) in floats(&serde_json::from_slice(&resp).unwrap()).iter().enumerate() {
+            assert_eq!(e.len(), 64);
+            let full = &want.vectors[i][..64];
+            let norm = full.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+            for (got, x) in e.iter().zip(full) {
+                assert!((*got as f64 - *x as f64 / norm).abs() < 1e-6, "text {i}");
+            }
+        }
+        let body = json!({"input": texts, "dimensions": 384, "encoding_format": "float"});
+        let (_, resp) = post(&mut c, body.to_string().into_bytes()).await;
+        assert_eq!(floats(&serde_json::from_slice(&resp).unwrap()), float);
+
+        // Token ids of the model's own vocabulary: a list of lists, and one flat list.
+        let ids: Vec<Vec<u32>> = texts
+            .iter()
+            .map(|t| embedder.tokenizer().encode(*t, true).unwrap().get_ids().to_vec())
+            .collect();
+        let (status, resp) = post(&mut c, json!({"input": ids}).to_string().into_bytes()).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&resp));
+        let v: Value = serde_json::from_slice(&resp).unwrap();
+        assert_eq!(v["usage"]["prompt_tokens"], want.tokens);
+        assert_eq!(floats(&v), float);
+        let (status, resp) =
+            post(&mut c, json!({"input": ids[1]}).to_string().into_bytes()).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&resp));
+        assert_eq!(floats(&serde_json::from_slice(&resp).unwrap()), [float[1].clone()]);
+
         // 4xx paths, each with a JSON error body naming the problem.
         for (body, what) in [
             (&br#"{"input": ["a", "#[..], "not valid JSON"),
             (br#"[1, 2]"#, "JSON object"),
             (br#"{"model": "x"}"#, "missing field `input`"),
-            (br#"{"input": 5}"#, "string or a list of strings"),
+            (br#"{"input": 5}"#, "a list of strings"),
             (br#"{"input": ["ok", 7]}"#, "`input[1]` must be a string"),
+            (br#"{"input": [101, "x"]}"#, "`input[1]` must be a token id"),
+            (br#"{"input": [101, -3]}"#, "`input[1]` must be a token id"),
+            (br#"{"input": [[101], [2.5]]}"#, "`input[1][0]` must be a token id"),
+            (br#"{"input": [[101], 7]}"#, "`input[1]` must be a list of token ids"),
+            (br#"{"input": [[101], []]}"#, "`input[1]` holds no token ids"),
+            (br#"{"input": [[101, 99999999]]}"#, "outside the model's vocabulary"),
+            (br#"{"input": [true]}"#, "`input[0]` must be"),
+            (br#"{"input": "ok", "user": 5}"#, "`user` must be a string"),
+            (br#"{"input": "ok", "dimensions": 0}"#, "from 1 to 384"),
+            (br#"{"input": "ok", "dimensions": 385}"#, "from 1 to 384"),
+            (br#"{"input": "ok", "dimensions": "64"}"#, "from 1 to 384"),
             (br#"{"input": []}"#, "at least one text"),
             (br#"{"input": ["ok", "  "]}"#, "text 1 is empty"),
             (
@@ -119,8 +194,8 @@ fn the_server_answers_a_real_http_client() {
                 "`model` must be a string",
             ),
             (
-                br#"{"input": "ok", "encoding_format": "base64"}"#,
-                "encoding_format",
+                br#"{"input": "ok", "encoding_format": "binary"}"#,
+                "`encoding_format` must be \"float\" or \"base64\"",
             ),
         ] {
             let (status, resp) = post(&mut c, body.to_vec()).await;
@@ -150,6 +225,24 @@ fn the_server_answers_a_real_http_client() {
         error_message(status, &resp, StatusCode::METHOD_NOT_ALLOWED);
         let (status, resp) = c.request(Method::GET, "/nope", vec![]).await.unwrap();
         error_message(status, &resp, StatusCode::NOT_FOUND);
+        let (status, resp) = c.request(Method::GET, "/v1/models", vec![]).await.unwrap();
+        assert_eq!(status, StatusCode::OK);
+        let v: Value = serde_json::from_slice(&resp).unwrap();
+        assert_eq!(v["object"], "list");
+        assert_eq!(v["data"][0]["id"], "all-MiniLM-L6-v2");
+        assert_eq!(v["data"][0]["object"], "model");
+        let (status, resp) = c
+            .request(Method::GET, "/v1/models/all-MiniLM-L6-v2", vec![])
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&resp).unwrap()["id"],
+            "all-MiniLM-L6-v2"
+        );
+        let (status, resp) = c.request(Method::GET, "/v1/models/x", vec![]).await.unwrap();
+        let m = error_message(status, &resp, StatusCode::NOT_FOUND);
+        assert!(m.contains("serves `all-MiniLM-L6-v2`"), "{m}");
 
         // Graceful shutdown: the server returns once asked (connections closed).
         drop(c);

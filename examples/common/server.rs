@@ -1,6 +1,17 @@
 //! The embeddings HTTP API over a shared [`Embedder`], in OpenAI's shapes, as an axum
-//! router: `POST /v1/embeddings` and `GET /health`. Shared by `examples/serve.rs` (the
-//! server) and `tests/serve.rs` (which answers it with a real HTTP client).
+//! router: `POST /v1/embeddings`, `GET /v1/models` and `GET /health`. Shared by
+//! `examples/serve.rs` (the server) and `tests/serve.rs` (which answers it with a real
+//! HTTP client).
+//!
+//! `/v1/embeddings` takes what OpenAI's embeddings API takes: `input` as a string, a
+//! list of strings, a list of token ids or a list of lists of them (ids of the served
+//! model's own vocabulary, each sequence used as given, special tokens included, as
+//! Text Embeddings Inference takes them); `encoding_format` `"float"` (the default) or
+//! `"base64"` (each vector's f32 values as little-endian bytes, base64-encoded: what
+//! the official Python client asks for unless told otherwise); `dimensions` (the
+//! vector cut to its first `dimensions` values and L2-normalised again, as
+//! sentence-transformers' `truncate_dim` then normalising does); `model` and `user`
+//! (strings, not used).
 //!
 //! Inference never runs on the async runtime's threads: a handler tokenises, hands the
 //! texts to the embedder's queue with a callback that completes a oneshot channel,
@@ -14,13 +25,13 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
-use streamfuse::embedder::{EmbedError, Embedder};
+use streamfuse::embedder::{EmbedError, Embedder, Embeddings};
 
 /// The largest request body accepted (1 MiB); larger ones get 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -51,6 +62,8 @@ pub fn router(embedder: Arc<Embedder>, model: &str) -> Router {
                 )
             }),
         )
+        .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(one_model))
         .route(
             "/health",
             get(|| async { json_response(StatusCode::OK, &json!({"status": "ok"})) }),
@@ -58,7 +71,8 @@ pub fn router(embedder: Arc<Embedder>, model: &str) -> Router {
         .fallback(|| async {
             error(
                 StatusCode::NOT_FOUND,
-                "no such route; the API is POST /v1/embeddings and GET /health".into(),
+                "no such route; the API is POST /v1/embeddings, GET /v1/models and GET /health"
+                    .into(),
             )
         })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -104,52 +118,226 @@ fn bad_request(message: impl Into<String>) -> Response {
     error(StatusCode::BAD_REQUEST, message.into())
 }
 
-/// The texts of a request body, or what is wrong with it (a 400).
-fn parse_request(body: &[u8]) -> Result<Vec<String>, String> {
+/// What one `/v1/embeddings` request asks for.
+#[derive(Debug)]
+struct Request {
+    input: Input,
+    encoding: Encoding,
+    /// The leading values each vector is cut to (then normalised again).
+    dimensions: Option<usize>,
+}
+
+/// A request's sequences: texts to tokenise, or token ids to use as given.
+#[derive(Debug)]
+enum Input {
+    Texts(Vec<String>),
+    Ids(Vec<Vec<u32>>),
+}
+
+impl Input {
+    fn len(&self) -> usize {
+        match self {
+            Input::Texts(t) => t.len(),
+            Input::Ids(s) => s.len(),
+        }
+    }
+}
+
+/// How the vectors are written in the answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Encoding {
+    /// A JSON array of numbers (each f32's shortest form that reads back the same).
+    Float,
+    /// A string: the f32 values' little-endian bytes in base64 (standard alphabet,
+    /// padded), as OpenAI sends them.
+    Base64,
+}
+
+/// A token id of `input`, or what is wrong with it (`at` names where it is).
+fn token_id(x: &Value, at: &str) -> Result<u32, String> {
+    x.as_u64()
+        .and_then(|id| u32::try_from(id).ok())
+        .ok_or_else(|| format!("`{at}` must be a token id (an integer from 0), got {x}"))
+}
+
+/// The sequences of `input`: a string, a list of strings, a list of token ids (one
+/// sequence) or a list of lists of token ids. A list is all strings or all token
+/// ids, as OpenAI's API has it.
+fn parse_input(input: &Value) -> Result<Input, String> {
+    let items = match input {
+        Value::String(s) => return Ok(Input::Texts(vec![s.clone()])),
+        Value::Array(items) => items,
+        other => {
+            return Err(format!(
+                "`input` must be a string, a list of strings, a list of token ids or a \
+                 list of lists of token ids, got {other}"
+            ))
+        }
+    };
+    let input = match items.first() {
+        None => return Err("`input` must hold at least one text".into()),
+        Some(Value::String(_)) => Input::Texts(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    x.as_str().map(str::to_string).ok_or_else(|| {
+                        format!("`input[{i}]` must be a string like `input[0]`, got {x}")
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        Some(Value::Number(_)) => Input::Ids(vec![items
+            .iter()
+            .enumerate()
+            .map(|(i, x)| token_id(x, &format!("input[{i}]")))
+            .collect::<Result<_, _>>()?]),
+        Some(Value::Array(_)) => Input::Ids(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, seq)| {
+                    let seq = seq.as_array().ok_or_else(|| {
+                        format!(
+                            "`input[{i}]` must be a list of token ids like `input[0]`, got {seq}"
+                        )
+                    })?;
+                    if seq.is_empty() {
+                        return Err(format!("`input[{i}]` holds no token ids"));
+                    }
+                    seq.iter()
+                        .enumerate()
+                        .map(|(j, x)| token_id(x, &format!("input[{i}][{j}]")))
+                        .collect()
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        Some(other) => {
+            return Err(format!(
+                "`input[0]` must be a string, a token id or a list of token ids, got {other}"
+            ))
+        }
+    };
+    if input.len() > MAX_INPUTS {
+        return Err(format!(
+            "`input` holds {} sequences; at most {MAX_INPUTS} are allowed",
+            input.len()
+        ));
+    }
+    Ok(input)
+}
+
+/// A request body, or what is wrong with it (a 400). `dim` is the model's vector
+/// width, which `dimensions` may not exceed.
+fn parse_request(body: &[u8], dim: usize) -> Result<Request, String> {
     let v: Value =
         serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?;
     let obj = v
         .as_object()
         .ok_or("the body must be a JSON object with an `input` field")?;
-    let texts = match obj.get("input") {
-        None => return Err("missing field `input`".into()),
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(i, x)| {
-                x.as_str().map(str::to_string).ok_or_else(|| {
-                    format!(
-                        "`input[{i}]` must be a string (token arrays are not supported), got {x}"
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?,
+    let input = parse_input(obj.get("input").ok_or("missing field `input`")?)?;
+    for field in ["model", "user"] {
+        if let Some(m) = obj.get(field).filter(|m| !m.is_string() && !m.is_null()) {
+            return Err(format!("`{field}` must be a string, got {m}"));
+        }
+    }
+    let encoding = match obj.get("encoding_format") {
+        None | Some(Value::Null) => Encoding::Float,
+        Some(Value::String(f)) if f == "float" => Encoding::Float,
+        Some(Value::String(f)) if f == "base64" => Encoding::Base64,
         Some(other) => {
             return Err(format!(
-                "`input` must be a string or a list of strings, got {other}"
+                "`encoding_format` must be \"float\" or \"base64\", got {other}"
             ))
         }
     };
-    if texts.is_empty() {
-        return Err("`input` must hold at least one text".into());
+    let dimensions = match obj.get("dimensions") {
+        None | Some(Value::Null) => None,
+        Some(d) => match d.as_u64() {
+            Some(n) if (1..=dim as u64).contains(&n) => Some(n as usize),
+            _ => {
+                return Err(format!(
+                    "`dimensions` must be an integer from 1 to {dim} (the model's \
+                     dimension), got {d}"
+                ))
+            }
+        },
+    };
+    Ok(Request {
+        input,
+        encoding,
+        dimensions,
+    })
+}
+
+/// `v` cut to its first `dimensions` values and L2-normalised (a zero vector stays
+/// zero), or `v` itself when no cut is asked for.
+fn truncated(v: &[f32], dimensions: Option<usize>) -> std::borrow::Cow<'_, [f32]> {
+    let Some(d) = dimensions.filter(|&d| d < v.len()) else {
+        return v.into();
+    };
+    let cut = &v[..d];
+    let norm = cut.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    if norm > 0.0 {
+        cut.iter().map(|&x| (x as f64 / norm) as f32).collect()
+    } else {
+        cut.into()
     }
-    if texts.len() > MAX_INPUTS {
-        return Err(format!(
-            "`input` holds {} texts; at most {MAX_INPUTS} are allowed",
-            texts.len()
-        ));
+}
+
+/// Appends `v` to `out` as `encoding` writes it.
+fn write_vector(out: &mut String, v: &[f32], encoding: Encoding) {
+    match encoding {
+        Encoding::Float => {
+            out.push('[');
+            for (j, x) in v.iter().enumerate() {
+                if j > 0 {
+                    out.push(',');
+                }
+                // f32's shortest form that reads back the same value.
+                if x.is_finite() {
+                    out.push_str(&x.to_string());
+                } else {
+                    out.push_str("null");
+                }
+            }
+            out.push(']');
+        }
+        Encoding::Base64 => {
+            let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            out.push('"');
+            out.push_str(&base64::encode(bytes));
+            out.push('"');
+        }
     }
-    if let Some(m) = obj.get("model").filter(|m| !m.is_string()) {
-        return Err(format!("`model` must be a string, got {m}"));
+}
+
+/// The answer to `request`, OpenAI's list of embeddings.
+fn embeddings_body(app: &App, request: &Request, emb: &Embeddings) -> String {
+    let width = request.dimensions.unwrap_or(app.embedder.dim());
+    let mut out = String::with_capacity(emb.vectors.len() * (width * 12 + 60) + 200);
+    out.push_str(r#"{"object":"list","data":["#);
+    for (i, v) in emb.vectors.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(r#"{"object":"embedding","index":"#);
+        out.push_str(&i.to_string());
+        out.push_str(r#","embedding":"#);
+        write_vector(
+            &mut out,
+            &truncated(v, request.dimensions),
+            request.encoding,
+        );
+        out.push('}');
     }
-    match obj.get("encoding_format") {
-        None | Some(Value::Null) => Ok(texts),
-        Some(Value::String(f)) if f == "float" => Ok(texts),
-        Some(other) => Err(format!(
-            "`encoding_format` {other} is not supported (only \"float\")"
-        )),
-    }
+    out.push_str(r#"],"model":"#);
+    out.push_str(&Value::from(&*app.model).to_string());
+    out.push_str(&format!(
+        r#","usage":{{"prompt_tokens":{0},"total_tokens":{0}}}}}"#,
+        emb.tokens
+    ));
+    out
 }
 
 async fn embeddings(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Response {
@@ -157,53 +345,28 @@ async fn embeddings(State(app): State<App>, body: Result<Bytes, BytesRejection>)
         Ok(b) => b,
         Err(rejection) => return error(rejection.status(), rejection.body_text()),
     };
-    let texts = match parse_request(&body) {
-        Ok(t) => t,
+    let request = match parse_request(&body, app.embedder.dim()) {
+        Ok(r) => r,
         Err(msg) => return bad_request(msg),
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
-    if let Err(e) = app.embedder.submit(&texts, move |r| {
+    let done = move |r| {
         let _ = tx.send(r);
-    }) {
+    };
+    let queued = match &request.input {
+        Input::Texts(texts) => app.embedder.submit(texts, done),
+        Input::Ids(seqs) => app.embedder.submit_tokens(seqs.clone(), done),
+    };
+    if let Err(e) = queued {
         return bad_request(format!("`input`: {e}"));
     }
     match rx.await {
-        Ok(Ok(emb)) => {
-            let mut out = String::with_capacity(emb.vectors.len() * app.embedder.dim() * 12 + 200);
-            out.push_str(r#"{"object":"list","data":["#);
-            for (i, v) in emb.vectors.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(r#"{"object":"embedding","index":"#);
-                out.push_str(&i.to_string());
-                out.push_str(r#","embedding":["#);
-                for (j, x) in v.iter().enumerate() {
-                    if j > 0 {
-                        out.push(',');
-                    }
-                    // f32's shortest form that reads back the same value.
-                    if x.is_finite() {
-                        out.push_str(&x.to_string());
-                    } else {
-                        out.push_str("null");
-                    }
-                }
-                out.push_str("]}");
-            }
-            out.push_str(r#"],"model":"#);
-            out.push_str(&Value::from(&*app.model).to_string());
-            out.push_str(&format!(
-                r#","usage":{{"prompt_tokens":{0},"total_tokens":{0}}}}}"#,
-                emb.tokens
-            ));
-            (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, "application/json")],
-                out,
-            )
-                .into_response()
-        }
+        Ok(Ok(emb)) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            embeddings_body(&app, &request, &emb),
+        )
+            .into_response(),
         Ok(Err(e @ (EmbedError::EmptyText { .. } | EmbedError::Tokenize { .. }))) => {
             bad_request(format!("`input`: {e}"))
         }
@@ -212,5 +375,30 @@ async fn embeddings(State(app): State<App>, body: Result<Bytes, BytesRejection>)
             StatusCode::INTERNAL_SERVER_ERROR,
             "the embedder dropped the request".into(),
         ),
+    }
+}
+
+/// The served model as OpenAI's model object.
+fn model_object(app: &App) -> Value {
+    json!({"id": &*app.model, "object": "model", "created": 0, "owned_by": "streamfuse"})
+}
+
+/// `GET /v1/models`: the models served (one).
+async fn models(State(app): State<App>) -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({"object": "list", "data": [model_object(&app)]}),
+    )
+}
+
+/// `GET /v1/models/{id}`: the served model, or a 404 naming what is served.
+async fn one_model(State(app): State<App>, Path(id): Path<String>) -> Response {
+    if id == *app.model {
+        json_response(StatusCode::OK, &model_object(&app))
+    } else {
+        error(
+            StatusCode::NOT_FOUND,
+            format!("no model `{id}`; this server serves `{}`", app.model),
+        )
     }
 }
