@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The embeddings server (examples/serve.rs) against OpenAI's official Python client, as
+# its users run it: `OpenAI(base_url=..., api_key=...)` with no other settings, so the
+# client asks for base64 and decodes it with numpy. Prints one line per check, `ok` or
+# `FAIL` with what differed, and exits non-zero when a check fails. Not part of CI
+# (it installs the `openai` package from PyPI).
+#
+#   scripts/client-check.sh                  # builds and starts the server on a free port
+#   URL=http://host:8080 scripts/client-check.sh   # checks a server already running
+#
+# Checks: GET /v1/models through the client; embeddings with the client's default
+# (base64) and with encoding_format="float", equal to the last bit; one string and a
+# list; `dimensions` (length, unit norm, the renormalised prefix of the full vector);
+# token ids as input; a bad request is the client's BadRequestError naming the field.
+#
+# Installs under target/client-check/: a virtual environment with openai and numpy.
+# STREAMFUSE_MODEL_DIR or target/models/all-MiniLM-L6-v2 is the model served.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dir=target/client-check
+venv=$dir/venv
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --upgrade pip
+fi
+"$venv/bin/python" -c "import openai, numpy" 2>/dev/null ||
+    "$venv/bin/pip" install --quiet openai numpy
+
+url=${URL:-}
+server=
+if [ -z "$url" ]; then
+    cargo build --quiet --release --example serve
+    port=$("$venv/bin/python" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+    url=http://127.0.0.1:$port
+    model=()
+    [ -z "${STREAMFUSE_MODEL_DIR:-}" ] || model=(--model "$STREAMFUSE_MODEL_DIR")
+    target/release/examples/serve --bind "127.0.0.1:$port" "${model[@]}" >"$dir/serve.log" 2>&1 &
+    server=$!
+    trap 'kill $server 2>/dev/null || true' EXIT
+    for _ in $(seq 600); do
+        curl -sf "$url/health" >/dev/null 2>&1 && break
+        kill -0 $server 2>/dev/null || { cat "$dir/serve.log"; exit 1; }
+        sleep 0.1
+    done
+fi
+echo "== server: $url (openai $("$venv/bin/python" -c 'import openai; print(openai.__version__)'))"
+
+"$venv/bin/python" - "$url" <<'EOF'
+import sys
+
+import numpy as np
+import openai
+from openai import OpenAI
+
+client = OpenAI(base_url=sys.argv[1] + "/v1", api_key="x")
+failed = 0
+
+
+def check(name, ok, detail=""):
+    global failed
+    failed += not ok
+    print(f"{'ok' if ok else 'FAIL'}  {name}" + (f": {detail}" if detail and not ok else ""))
+
+
+models = client.models.list().data
+check("models.list names the served model", len(models) == 1, str(models))
+name = models[0].id if models else "model"
+
+texts = ["The cat sits outside", "A man is playing guitar", "Rust is a language"]
+default = client.embeddings.create(model=name, input=texts)  # base64, the default
+floats = client.embeddings.create(model=name, input=texts, encoding_format="float")
+a = np.array([d.embedding for d in default.data], dtype=np.float32)
+b = np.array([d.embedding for d in floats.data], dtype=np.float32)
+check("default (base64) gives one vector per text", a.shape == (3, 384), str(a.shape))
+check("base64 equals float to the last bit", a.tobytes() == b.tobytes(),
+      f"max difference {np.abs(a - b).max()}")
+check("vectors are unit length", np.allclose(np.linalg.norm(a, axis=1), 1, atol=1e-5))
+check("usage counts the tokens", default.usage.prompt_tokens > len(texts),
+      str(default.usage))
+
+one = client.embeddings.create(model=name, input=texts[0])
+check("one string", np.array(one.data[0].embedding, dtype=np.float32).tobytes()
+      == a[0].tobytes())
+
+cut = client.embeddings.create(model=name, input=texts, dimensions=64)
+c = np.array([d.embedding for d in cut.data], dtype=np.float32)
+want = a[:, :64] / np.linalg.norm(a[:, :64], axis=1, keepdims=True)
+check("dimensions=64: 64 values, the renormalised prefix",
+      c.shape == (3, 64) and np.abs(c - want).max() < 1e-6,
+      f"shape {c.shape}, max difference {np.abs(c - want).max() if c.shape == want.shape else '-'}")
+
+# Token ids of the model's own vocabulary ([CLS] the cat ... [SEP] for MiniLM's).
+ids = client.embeddings.create(model=name, input=[[101, 1996, 4937, 7719, 2648, 102]],
+                               encoding_format="float")
+check("token ids as input", len(ids.data[0].embedding) == 384)
+
+for bad, field in [({"dimensions": 1000}, "dimensions"),
+                   ({"input": [[101, 10**9]]}, "vocabulary")]:
+    args = {"model": name, "input": texts} | bad
+    try:
+        client.embeddings.create(**args)
+        check(f"{bad} is refused", False, "answered 200")
+    except openai.BadRequestError as e:
+        check(f"{bad} is a BadRequestError naming it", field in str(e), str(e))
+
+sys.exit(1 if failed else 0)
+EOF
