@@ -10,7 +10,7 @@
 //! 1`, every activation of a model), four steps run per iteration with the steps'
 //! offsets in the addresses, so four steps spend three adds.
 
-use super::{Step, Tile, AVX2_ROWS};
+use super::{Epilogue, Step, Tile, AVX2_ROWS};
 use std::arch::asm;
 use std::arch::x86_64::*;
 
@@ -64,6 +64,8 @@ macro_rules! row {
         row!("ymm15", "{p3} + {lda} * 2", $da, "ymm10", "ymm11")
     };
 }
+// The bf16 tile (`packed::bf16::avx2`) multiplies its widened pairs with the same rows.
+pub(in crate::kernels::packed) use row;
 
 /// The multiplies of one step `$db` bytes on in the panel and `$da` bytes on in the
 /// left rows: the half-panel's two vectors, the hint for its line `L1_AHEAD` bytes on,
@@ -270,12 +272,15 @@ pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
         // SAFETY: the caller's contract: the epilogue's operands and `dst` hold the
         // tile's rows' columns j0..j0 + width (of the whole panel; this half's are
         // j0 + 16 * half.. for `width` columns).
-        unsafe { finish::<R>(t, o.acc0, o.acc1, j0, width, dst) };
+        unsafe { finish::<R>((t.epilogue, t.row0, t.at.ldc), o.acc0, o.acc1, j0, width, dst) };
     }
 }
 
-/// Applies the epilogue to one half-panel's accumulators and stores them: columns
-/// `j0..j0 + width` (`width <= 16`) of the tile's rows.
+/// Applies `epilogue` to one half-panel's accumulators and stores them: columns
+/// `j0..j0 + width` (`width <= 16`) of the tile's `R` rows, the first of which is row
+/// `row0` of the product (which a [`Step::Rows`] is indexed by), at `ldc` elements
+/// from one to the next in `dst`. The bf16 tile (`packed::bf16::avx2`) ends with it
+/// too.
 ///
 /// # Safety
 ///
@@ -283,8 +288,8 @@ pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
 /// rows.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn finish<const R: usize>(
-    t: &Tile<'_>,
+pub(in crate::kernels::packed) unsafe fn finish<const R: usize>(
+    (epilogue, row0, ldc): (Epilogue<'_>, usize, usize),
     mut acc0: [__m256; AVX2_ROWS],
     mut acc1: [__m256; AVX2_ROWS],
     j0: usize,
@@ -315,7 +320,7 @@ unsafe fn finish<const R: usize>(
             _mm256_add_ps(v, acc)
         }
     };
-    for step in t.epilogue {
+    for step in epilogue {
         match *step {
             Step::Columns { values, sum_first } => {
                 let (v0, v1) = load(values.as_ptr().wrapping_add(j0));
@@ -331,7 +336,7 @@ unsafe fn finish<const R: usize>(
                 sum_first,
             } => {
                 for i in 0..R {
-                    let at = offset + (t.row0 + i) * stride + j0;
+                    let at = offset + (row0 + i) * stride + j0;
                     let (v0, v1) = load(data.as_ptr().wrapping_add(at));
                     acc0[i] = add(acc0[i], v0, sum_first);
                     acc1[i] = add(acc1[i], v1, sum_first);
@@ -345,7 +350,7 @@ unsafe fn finish<const R: usize>(
         }
     }
     for i in 0..R {
-        let row = dst.wrapping_add(i * t.at.ldc + j0);
+        let row = dst.wrapping_add(i * ldc + j0);
         // SAFETY: the caller's contract: `dst` holds columns j0..j0 + width of the
         // tile's rows, which no one else touches; the masks write only the first
         // `width` lanes.
