@@ -278,32 +278,30 @@ pub(super) fn controls() -> [u8; 64] {
     WIDEN.0
 }
 
-/// EXPERIMENT: widens the panel `b` (ceil(k / 2) * NR pairs) into `wide` (k * NR f32).
-pub(super) fn widen_panel(b: &[u32], k: usize, wide: &mut [f32]) {
-    assert!(b.len() >= k.div_ceil(2) * NR && wide.len() >= k * NR);
-    assert!(crate::kernels::cpu::cpu_runs(crate::kernels::cpu::Tier::Avx2));
-    #[target_feature(enable = "avx2")]
-    unsafe fn run(b: &[u32], k: usize, wide: &mut [f32]) {
-        let mask = _mm256_set1_epi32(0xffff_0000_u32 as i32);
-        let (src, dst) = (b.as_ptr(), wide.as_mut_ptr());
-        for q in 0..k / 2 {
-            for v in 0..4 {
-                unsafe {
-                    let x = _mm256_loadu_si256(src.add(q * NR + 8 * v).cast());
-                    _mm256_storeu_si256(dst.add(2 * q * NR + 8 * v).cast(), _mm256_slli_epi32::<16>(x));
-                    _mm256_storeu_si256(dst.add((2 * q + 1) * NR + 8 * v).cast(), _mm256_and_si256(x, mask));
-                }
-            }
-        }
-        if k % 2 == 1 {
-            let q = k / 2;
-            for v in 0..4 {
-                unsafe {
-                    let x = _mm256_loadu_si256(src.add(q * NR + 8 * v).cast());
-                    _mm256_storeu_si256(dst.add(2 * q * NR + 8 * v).cast(), _mm256_slli_epi32::<16>(x));
+/// Widens the panel at `b` (`ceil(k / 2) * NR` pairs) into `k * NR` f32 at `wide`:
+/// row `p` of the panel at `p * NR` (the low halves of pair row `q` are row `2q`, the
+/// high halves row `2q + 1`).
+///
+/// # Safety
+///
+/// The CPU has AVX2; `b` is valid for reads of `ceil(k / 2) * NR` pairs and `wide`
+/// for writes of `k * NR` elements.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn widen_panel(b: *const u32, k: usize, wide: *mut u32) {
+    let top = _mm256_set1_epi32(0xffff_0000_u32 as i32);
+    for q in 0..k.div_ceil(2) {
+        for v in 0..NR / 8 {
+            // SAFETY: q < ceil(k / 2): pairs q * NR + 8v.. + 8 are inside `b`; row 2q
+            // (< k) and, when 2q + 1 < k, row 2q + 1 of `wide` are inside it.
+            unsafe {
+                let x = _mm256_loadu_si256(b.add(q * NR + 8 * v).cast());
+                let lo = wide.add(2 * q * NR + 8 * v).cast();
+                _mm256_storeu_si256(lo, _mm256_slli_epi32::<16>(x));
+                if 2 * q + 1 < k {
+                    let hi = wide.add((2 * q + 1) * NR + 8 * v).cast();
+                    _mm256_storeu_si256(hi, _mm256_and_si256(x, top));
                 }
             }
         }
     }
-    unsafe { run(b, k, wide) }
 }

@@ -45,8 +45,12 @@ mod avx512;
 
 #[cfg(target_arch = "x86_64")]
 use super::by_rows;
-use super::f32::{check_epilogue, NextPanel, AVX2_ROWS};
-use super::{chunk_rows, with_stack, Cols, Epilogue, Matrix, Out, Part, MR, NR};
+use std::mem::MaybeUninit;
+
+use super::f32::{self, check_epilogue, NextPanel, AVX2_ROWS};
+use super::{
+    chunk_rows, with_stack, with_stack_uninit, Cols, Epilogue, Matrix, Out, Part, MR, NR,
+};
 use crate::kernels::{error, KernelError};
 
 
@@ -329,21 +333,55 @@ fn in_f32(g: Matrix<'_>, data: &[u32], epilogue: Epilogue<'_>, part: Part, out: 
 /// The most elements [`with_stack`] holds.
 const STACK_MOST: usize = 256 << 10;
 
+/// Parts of at least this many rows widen each panel into an f32 copy on the stack
+/// once and run the f32 AVX2 tile over it (the same bits); shorter ones widen in
+/// registers, block by block. A pass over MiniLM's 24 weights on one thread of this
+/// project's Skylake-SP forced to `avx2` (`benches/lowp.rs`, `lowp_alternate`: 21
+/// rounds alternated with the f32 tile in one process, medians of the paired
+/// bf16/f32 ratios), in registers against the panel copied: 12 rows 1.47 against
+/// 0.99, 28 rows 1.22 against 1.03, 96 rows 1.08 against 1.05, 192 rows 1.02 against
+/// 1.06, 896 rows 1.01 against 1.06. Few rows wait on the panel's stream, which the
+/// tile overlaps with its multiplies and a copy does not; many rows pay the tile's
+/// widening once per block of 6 (8 more instructions per 24 FMAs, and the core
+/// issues about 4 a cycle), the copy once per panel.
+// (Fewer in the tests, so that both ways run on their shapes.)
+const WIDE_PANEL_ROWS: usize = if cfg!(test) { 9 } else { 128 };
+
+/// Widens the panel `b` (`ceil(k / 2) * NR` pairs) into the first `k * NR` elements
+/// of `scratch`, as f32: row `p` of the panel at `p * NR`, as `PackedRhs::pack` lays
+/// out an f32 panel.
+fn widen_panel<'s>(b: &[u32], k: usize, scratch: &'s mut [MaybeUninit<u32>]) -> &'s [f32] {
+    assert!(b.len() >= k.div_ceil(2) * NR && scratch.len() >= k * NR);
+    assert!(Kernel::Avx2.runs_here(), "this CPU has no AVX2 bf16 tile");
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the CPU has AVX2 (asserted), `b` holds the ceil(k / 2) * NR pairs and
+    // `scratch` the k * NR elements `avx2::widen_panel` reads and writes (asserted).
+    unsafe {
+        avx2::widen_panel(b.as_ptr(), k, scratch.as_mut_ptr().cast())
+    };
+    // SAFETY: the first k * NR elements of `scratch` were all written above (rows
+    // 0..k of the panel's NR columns), and an initialised u32 has the layout of an
+    // f32 and any bits are a valid f32. (Tests fill the scratch with NaN pairs first,
+    // so an element missed shows as a NaN result.)
+    unsafe { std::slice::from_raw_parts(scratch.as_ptr().cast::<f32>(), k * NR) }
+}
+
 /// The AVX2 tile over `part`, whose rows start at row `base` of the product in `g`
 /// (elements contiguous): panel by panel, and in each panel row block by row block (so
 /// a panel stays in L2 while every row block reads it), each block asking for its
-/// share of the next panel (`f32::NextPanel`), as the f32 tile's walk does.
+/// share of the next panel (`f32::NextPanel`), as the f32 tile's walk does. From
+/// [`WIDE_PANEL_ROWS`] rows on, each panel is widened into a copy first.
 fn walk(g: Matrix<'_>, base: usize, data: &[u32], epilogue: Epilogue<'_>, part: Part, out: Out) {
     let kp = g.k.div_ceil(2);
-    static PANEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *PANEL.get_or_init(|| std::env::var_os("BF16_PANEL").is_some()) && base == 0 && g.k * NR <= STACK_MOST {
-        return with_stack(g.k * NR, |wide: &mut [f32]| {
+    if part.rows.1 - part.rows.0 >= WIDE_PANEL_ROWS && base == 0 && g.k * NR <= STACK_MOST {
+        return with_stack_uninit(g.k * NR, |scratch| {
             for pj in part.panels.0..part.panels.1 {
                 let b = &data[pj * kp * NR..(pj + 1) * kp * NR];
-                let next = b.as_ptr().wrapping_add(kp * NR).cast::<u8>();
-                avx2::widen_panel(b, g.k, wide);
+                let next = (b.as_ptr().wrapping_add(kp * NR).cast::<u8>(), 2 * kp);
+                let wide = widen_panel(b, g.k, scratch);
                 let rows = (part.rows.0, part.rows.1 - part.rows.0);
-                super::f32::panel_on(super::f32::Isa::Avx2, g, wide, part.cols(pj), rows, epilogue, (next, 2 * kp), part.n, out);
+                let at = part.cols(pj);
+                f32::panel_on(f32::Isa::Avx2, g, wide, at, rows, epilogue, next, part.n, out);
             }
         });
     }
