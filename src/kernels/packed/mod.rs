@@ -32,9 +32,10 @@
 //! sentence a call when its bf16 weights moved from `vdpbf16ps` pairs to tiles.)
 //!
 //! Packing in f32 needs AVX2 with FMA or AVX-512 ([`PackedRhs::pack`] gives `None`
-//! on the portable tier, and the caller uses `gemm` on the original operand); bf16 packs everywhere and runs portable
-//! loops where the CPU lacks AVX512_BF16 (or `STREAMFUSE_PORTABLE=1`, see
-//! `kernels::cpu`). `unsafe` is confined to the microkernels' loads and stores, whose
+//! on the portable tier, and the caller uses `gemm` on the original operand); bf16 packs everywhere, runs an
+//! AVX2 tile that widens the pairs to f32 (the left operand unrounded) on the AVX2
+//! tiers without AVX-512, and portable loops where the CPU has neither that nor
+//! AVX512_BF16 (or `STREAMFUSE_PORTABLE=1`, see `kernels::cpu`). `unsafe` is confined to the microkernels' loads and stores, whose
 //! bounds each tile checks once before its loop, and to the column split of one output
 //! between threads (disjoint columns).
 

@@ -21,9 +21,12 @@
 //! addresses. An odd `k`'s last element (the low half of the last pair) is one more
 //! step after the loop.
 //!
-//! **Measured** against the alternatives (`benches/lowp.rs`, this project's 2-core
-//! Skylake-SP forced to `avx2`): see the commit that made this tile and
-//! ARCHITECTURE.md's tier table.
+//! **Measured** (`benches/lowp.rs`, `lowp_alternate`: a pass over MiniLM's 24 weights
+//! alternated with the f32 AVX2 tile in one process, one thread's CPU time, 21 rounds,
+//! this project's Skylake-SP forced to `avx2`): 12 rows 44.7 against 30.1 GFLOP/s, 28
+//! rows 49.6 against 40.5, 96 rows 56.4 against 51.9, 896 rows 55.7 against 55.3. Parts
+//! of many rows take the panel widened into a copy instead ([`widen_panel`], then the
+//! f32 tile; `super::WIDE_PANEL_ROWS` has the figures).
 
 use super::super::f32::avx2::{finish, row};
 use super::{Wide, NR};
@@ -233,11 +236,9 @@ pub(super) unsafe fn tile<const R: usize>(t: &Wide<'_>, dst: *mut f32) {
             // rows i < R inside `t.a` (the caller's bounds, as above).
             unsafe { last::<R>(t, half, &mut o.acc0, &mut o.acc1) };
         }
-        let j0 = t.at.j0 + 16 * half;
         // SAFETY: the caller's contract: the epilogue's operands and `dst` hold the
-        // tile's rows' columns j0..j0 + width (of the whole panel; this half's are
-        // j0 + 16 * half.. for `width` columns).
-        unsafe { finish::<R>((t.epilogue, t.row0, t.at.ldc), o.acc0, o.acc1, j0, width, dst) };
+        // tile's rows' columns of `t.at` (this half's among them).
+        unsafe { finish::<R>((t.epilogue, t.row0, t.at), half, o.acc0, o.acc1, dst) };
     }
 }
 
@@ -261,9 +262,7 @@ unsafe fn last<const R: usize>(
     unsafe {
         let w = t.b.as_ptr().add((t.k / 2) * NR + 16 * half);
         let lo0 = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_loadu_si256(w.cast())));
-        let lo1 = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_loadu_si256(
-            w.add(8).cast(),
-        )));
+        let lo1 = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_loadu_si256(w.add(8).cast())));
         for i in 0..R {
             let x = _mm256_set1_ps(*t.a.as_ptr().add(i * t.lda + t.k - 1));
             acc0[i] = _mm256_fmadd_ps(x, lo0, acc0[i]);

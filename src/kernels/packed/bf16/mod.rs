@@ -14,7 +14,8 @@
 //!   too: a chunk of rows at a time, into a scratch on the stack (no allocation,
 //!   whichever thread runs the product), each chunk multiplied by every panel of the
 //!   thread's part.
-//! - AVX2 with FMA and no AVX-512 (the `avx2` tier): 6 rows × 16 columns, the panel's
+//! - AVX2 with FMA and no AVX-512 (the `avx2` and `avx2-vnni` tiers): 6 rows × 16
+//!   columns, the panel's
 //!   two halves one after the other, each pair **widened to f32 in registers** (module
 //!   `avx2`), multiplied by the left rows **kept in f32** and read in place, as the
 //!   f32 tile reads them; the chain's epilogue applied before the store (the f32
@@ -27,8 +28,10 @@
 //!   `portable`); the models keep such weights in f32 there
 //!   (`models::Precision::fast_here`).
 //!
-//! Why widen in registers rather than widen each panel into an f32 copy in cache and
-//! run the f32 tile over it: see module `avx2` (measured).
+//! On the AVX2 tier a part of many rows ([`WIDE_PANEL_ROWS`]) widens each panel once
+//! into an f32 copy on the stack and runs the f32 AVX2 tile over it instead (the same
+//! bits, with the epilogue): measured, the copy wins there and the registers win for
+//! fewer rows (see the constant).
 //!
 //! **Accuracy.** A product with the left operand rounded (`vdpbf16ps`, portable):
 //! each operand errs by at most 2⁻⁸ relative, the products are exact and the sums
@@ -48,11 +51,8 @@ use super::by_rows;
 use std::mem::MaybeUninit;
 
 use super::f32::{self, check_epilogue, NextPanel, AVX2_ROWS};
-use super::{
-    chunk_rows, with_stack, with_stack_uninit, Cols, Epilogue, Matrix, Out, Part, MR, NR,
-};
+use super::{chunk_rows, with_stack, with_stack_uninit, Cols, Epilogue, Matrix, Out, Part, MR, NR};
 use crate::kernels::{error, KernelError};
-
 
 /// `x` rounded to the nearest bf16 (ties to even); NaN stays a (quiet) NaN.
 pub(super) fn round(x: f32) -> u16 {
@@ -97,7 +97,6 @@ pub(super) fn pack(
     }
     Ok(data)
 }
-
 
 /// The loop that multiplies a part: one a tier (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,12 +186,25 @@ pub(super) fn part(
 }
 
 /// [`part`] on `kernel` (which this CPU must run: asserted).
-fn part_on(kernel: Kernel, g: Matrix<'_>, data: &[u32], epilogue: Epilogue<'_>, part: Part, out: Out) {
-    assert!(kernel.runs_here(), "the bf16 {kernel:?} tile cannot run here");
+fn part_on(
+    kernel: Kernel,
+    g: Matrix<'_>,
+    data: &[u32],
+    epilogue: Epilogue<'_>,
+    part: Part,
+    out: Out,
+) {
+    assert!(
+        kernel.runs_here(),
+        "the bf16 {kernel:?} tile cannot run here"
+    );
     match kernel {
         Kernel::Avx2 => in_f32(g, data, epilogue, part, out),
         Kernel::Portable | Kernel::Dpbf16 => {
-            assert!(epilogue.is_empty(), "the bf16 {kernel:?} tile takes no epilogue");
+            assert!(
+                epilogue.is_empty(),
+                "the bf16 {kernel:?} tile takes no epilogue"
+            );
             in_pairs(kernel, g, data, part, out)
         }
     }
@@ -381,7 +393,17 @@ fn walk(g: Matrix<'_>, base: usize, data: &[u32], epilogue: Epilogue<'_>, part: 
                 let wide = widen_panel(b, g.k, scratch);
                 let rows = (part.rows.0, part.rows.1 - part.rows.0);
                 let at = part.cols(pj);
-                f32::panel_on(f32::Isa::Avx2, g, wide, at, rows, epilogue, next, part.n, out);
+                f32::panel_on(
+                    f32::Isa::Avx2,
+                    g,
+                    wide,
+                    at,
+                    rows,
+                    epilogue,
+                    next,
+                    part.n,
+                    out,
+                );
             }
         });
     }

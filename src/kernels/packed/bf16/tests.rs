@@ -82,7 +82,15 @@ fn the_avx2_tile_gives_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
     }
     let mut rng = Rng::new(95);
     for m in (1..=13).chain([20]) {
-        for (k, n) in [(1, 1), (2, 7), (3, 33), (6, 16), (17, 32), (70, 95), (9, 20)] {
+        for (k, n) in [
+            (1, 1),
+            (2, 7),
+            (3, 33),
+            (6, 16),
+            (17, 32),
+            (70, 95),
+            (9, 20),
+        ] {
             let b: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
             let bl = Layout::contiguous(&[k, n]);
             let packed = PackedRhs::pack_bf16_in(&b, &bl, false).unwrap();
@@ -130,9 +138,8 @@ fn the_avx2_tile_gives_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
                     for threads in [1, 2] {
                         let mut out = vec![f32::NAN; m * n];
                         let par = Par { threads };
-                        let done =
-                            matmul_packed_epilogue(&a, al, &packed, epilogue, &mut out, par)
-                                .unwrap();
+                        let done = matmul_packed_epilogue(&a, al, &packed, epilogue, &mut out, par)
+                            .unwrap();
                         assert!(done, "{what}");
                         assert!(same_bits(&out, &want), "{what} threads {threads}");
                     }

@@ -10,7 +10,7 @@
 //! 1`, every activation of a model), four steps run per iteration with the steps'
 //! offsets in the addresses, so four steps spend three adds.
 
-use super::{Epilogue, Step, Tile, AVX2_ROWS};
+use super::{Cols, Epilogue, Step, Tile, AVX2_ROWS};
 use std::arch::asm;
 use std::arch::x86_64::*;
 
@@ -268,34 +268,33 @@ pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
                 _ => unreachable!("an AVX2 tile has 1 to 6 rows"),
             }
         }
-        let j0 = t.at.j0 + 16 * half;
         // SAFETY: the caller's contract: the epilogue's operands and `dst` hold the
-        // tile's rows' columns j0..j0 + width (of the whole panel; this half's are
-        // j0 + 16 * half.. for `width` columns).
-        unsafe { finish::<R>((t.epilogue, t.row0, t.at.ldc), o.acc0, o.acc1, j0, width, dst) };
+        // tile's rows' columns of `t.at` (this half's among them).
+        unsafe { finish::<R>((t.epilogue, t.row0, t.at), half, o.acc0, o.acc1, dst) };
     }
 }
 
-/// Applies `epilogue` to one half-panel's accumulators and stores them: columns
-/// `j0..j0 + width` (`width <= 16`) of the tile's `R` rows, the first of which is row
-/// `row0` of the product (which a [`Step::Rows`] is indexed by), at `ldc` elements
-/// from one to the next in `dst`. The bf16 tile (`packed::bf16::avx2`) ends with it
+/// Applies `epilogue` to the accumulators of half `half` of a panel and stores them:
+/// columns `j0 + 16 * half..` of `at` (at most 16, as many as the panel has there) of
+/// the tile's `R` rows, the first of which is row `row0` of the product (which a
+/// [`Step::Rows`] is indexed by). The bf16 tile (`packed::bf16::avx2`) ends with it
 /// too.
 ///
 /// # Safety
 ///
-/// As for [`tile`]: `dst` and every epilogue operand hold those columns of the tile's
-/// rows.
+/// As for [`tile`]: `dst` and every epilogue operand hold the columns `at` of the
+/// tile's rows, and the half holds columns (`16 * half < at.width`).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(in crate::kernels::packed) unsafe fn finish<const R: usize>(
-    (epilogue, row0, ldc): (Epilogue<'_>, usize, usize),
+    (epilogue, row0, at): (Epilogue<'_>, usize, Cols),
+    half: usize,
     mut acc0: [__m256; AVX2_ROWS],
     mut acc1: [__m256; AVX2_ROWS],
-    j0: usize,
-    width: usize,
     dst: *mut f32,
 ) {
+    let (j0, ldc) = (at.j0 + 16 * half, at.ldc);
+    let width = at.width.saturating_sub(16 * half).min(16);
     let full = width == 16;
     let (m0, m1) = lane_masks(width);
     // The two vectors of `width` values from `at` (masked, reading only the first

@@ -103,7 +103,17 @@ fn part_on(isa: Isa, g: Matrix<'_>, data: &[f32], epilogue: Epilogue<'_>, part: 
         let b = &data[pj * k * NR..(pj + 1) * k * NR];
         let next = b.as_ptr().wrapping_add(k * NR).cast::<u8>();
         let rows = (part.rows.0, part.rows.1 - part.rows.0);
-        panel_on(isa, g, b, part.cols(pj), rows, epilogue, (next, 2 * k), part.n, out);
+        panel_on(
+            isa,
+            g,
+            b,
+            part.cols(pj),
+            rows,
+            epilogue,
+            (next, 2 * k),
+            part.n,
+            out,
+        );
     }
 }
 
@@ -197,7 +207,13 @@ impl NextPanel {
     /// Row block `bi` of `blocks`' share of the next panel's `lines` cache lines,
     /// which start at `next` (a pointer only hinted at, never read: past the last
     /// panel it points nowhere), for a block of `steps` steps.
-    pub(super) fn share(next: *const u8, lines: usize, steps: usize, bi: usize, blocks: usize) -> NextPanel {
+    pub(super) fn share(
+        next: *const u8,
+        lines: usize,
+        steps: usize,
+        bi: usize,
+        blocks: usize,
+    ) -> NextPanel {
         let per = if blocks == 1 {
             lines.div_ceil(steps)
         } else {
@@ -310,7 +326,13 @@ pub(super) mod tests {
 
     /// `a · b` as a scalar loop that fuses each multiply-add, `p` in order from 0:
     /// the tiles' arithmetic exactly, so their results must have the same bits.
-    pub(in crate::kernels::packed) fn fused_in_order(a: &[f32], al: &Layout, b: &[f32], k: usize, n: usize) -> Vec<f32> {
+    pub(in crate::kernels::packed) fn fused_in_order(
+        a: &[f32],
+        al: &Layout,
+        b: &[f32],
+        k: usize,
+        n: usize,
+    ) -> Vec<f32> {
         let (m, rs, cs) = (al.dims[0], al.strides[0], al.strides[1]);
         let mut out = vec![0.0f32; m * n];
         for i in 0..m {
