@@ -210,7 +210,12 @@ mod precision_tests {
             Precision::Bf16.fast_here(),
             cpu::has_avx512_bf16() || (cpu::has_avx2() && !cpu::has_avx512())
         );
-        assert_eq!(Precision::Int8.fast_here(), cpu::has_avx512_vnni());
+        assert_eq!(
+            Precision::Int8.fast_here(),
+            cpu::has_avx512_vnni()
+                || cpu::has_avx_vnni()
+                || (cpu::has_avx2() && !cpu::has_avx512())
+        );
         assert_eq!(Precision::Bf16x3.fast_here(), cpu::has_amx_bf16());
         for p in [
             Precision::F32,
