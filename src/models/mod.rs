@@ -36,7 +36,7 @@ pub enum Precision {
     /// AVX2 tile that widens the weights to f32 in registers and multiplies the
     /// activations unrounded, in f32). Contract: minimum cosine to the f32 embeddings
     /// ≥ 0.9999. Tiers without one of these (`avx512` without AVX512_BF16, whose f32
-    /// tile beats the AVX2 bf16 one; `portable`; aarch64, no bf16 kernel yet) keep the
+    /// tile has twice the AVX2 bf16 one's multiply-adds a cycle (not timed); `portable`; aarch64, no bf16 kernel yet) keep the
     /// weights rounded to bf16 in f32 and multiply in f32 (f32's speed and memory,
     /// bf16's weights, the `avx2` tile's results), and say so once in the log
     /// ([`Precision::fast_here`]).

@@ -114,8 +114,9 @@ enum Kernel {
 impl Kernel {
     /// The kernel of the tier in use, or the portable loops when `simd` is false.
     /// The AVX2 tile runs where there is no AVX-512: on `avx512` without AVX512_BF16
-    /// the AVX-512 f32 tile is faster (module `avx2`), and the models keep bf16
-    /// weights in f32 there.
+    /// the models keep bf16 weights in f32 and run the AVX-512 f32 tile, which has
+    /// twice the AVX2 tile's multiply-adds a cycle (the rooflines in ARCHITECTURE.md;
+    /// the AVX2 bf16 tile was not timed against it).
     fn chosen(simd: bool) -> Kernel {
         use crate::kernels::cpu;
         if !simd {
