@@ -1,6 +1,6 @@
 //! Reduced-precision products at MiniLM-L6's shapes: the kernel over weights packed
 //! once (`PackedRhs`) in f32, in bf16 (AMX tiles where the CPU has AMX, else
-//! `vdpbf16ps`, AVX512_BF16), in int8 (a scale
+//! `vdpbf16ps`, AVX512_BF16; on the avx2 tier pairs widened to f32), in int8 (a scale
 //! per column, activations quantised per row inside the kernel, AVX512_VNNI) and in
 //! bf16x3 (three bf16 products on AMX tiles, f32 accuracy; portable loops without
 //! AMX), on one thread and on all.
@@ -135,5 +135,65 @@ fn bench_shapes(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench_pass, bench_shapes);
+/// `lowp_alternate`, run only when named (`cargo bench --bench lowp --
+/// lowp_alternate`): the f32 and bf16 passes over MiniLM's 24 weights alternated in
+/// one process, 21 rounds at 12, 28 and 896 rows (`LOWP_ROWS=12,96,...` for others),
+/// on one thread (its CPU time) and on all (wall time; `LOWP_SERIAL=1` skips it);
+/// prints each form's median GFLOP/s and the median of the rounds' bf16/f32 ratios.
+/// A busy machine's drift falls on both forms alike, which separate criterion runs do
+/// not give.
+fn bench_alternate(_c: &mut Criterion) {
+    if !std::env::args().any(|a| a.contains("lowp_alternate")) {
+        return;
+    }
+    let weights: Vec<Weight> = (0..6)
+        .flat_map(|layer| SHAPES.iter().map(move |&(k, n)| weight(k, n, layer)))
+        .collect();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let rows: Vec<usize> = std::env::var("LOWP_ROWS")
+        .ok()
+        .and_then(|v| v.split(',').map(|x| x.parse().ok()).collect())
+        .unwrap_or(vec![12, 28, 896]);
+    for rows in rows {
+        let a = data(rows * 1536);
+        let mut out = vec![0.0f32; rows * 1536];
+        let flops: usize = weights.iter().map(|w| 2 * rows * w.k * w.n).sum();
+        // Passes per sample: about 6 GFLOP (over 100 ms: the thread CPU time of
+        // `/proc/thread-self/schedstat` moves in scheduler ticks).
+        let reps = (6_000_000_000 / flops).max(1);
+        for (par_name, par) in [("serial", Par::serial()), ("all", Par::all())] {
+            if par.threads > 1 && std::env::var_os("LOWP_SERIAL").is_some() {
+                continue;
+            }
+            let mut rates = [Vec::new(), Vec::new()];
+            for _ in 0..21 {
+                for (slot, form) in [0, 1].into_iter().enumerate() {
+                    pass(&weights, rows, form, &a, &mut out, par);
+                    let (cpu, wall) = (thread_cpu_ns(), Instant::now());
+                    for _ in 0..reps {
+                        pass(&weights, rows, form, &a, &mut out, par);
+                    }
+                    let ns = match (par.threads, thread_cpu_ns() - cpu) {
+                        (1, ns) if ns > 0 => ns as f64,
+                        _ => wall.elapsed().as_nanos() as f64,
+                    };
+                    rates[slot].push((reps * flops) as f64 / ns);
+                }
+            }
+            let ratios = rates[1].iter().zip(&rates[0]).map(|(b, f)| b / f).collect();
+            println!(
+                "lowp_alternate rows {rows} {par_name}: f32 {:.1} GFLOP/s, bf16 {:.1} GFLOP/s, \
+                 bf16/f32 median of paired ratios {:.3}",
+                median(rates[0].clone()),
+                median(rates[1].clone()),
+                median(ratios)
+            );
+        }
+    }
+}
+
+criterion_group!(benches, bench_pass, bench_shapes, bench_alternate);
 criterion_main!(benches);

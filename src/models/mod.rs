@@ -32,11 +32,14 @@ pub enum Precision {
     #[default]
     F32,
     /// bfloat16 weights (half the memory; products on AMX tiles where the CPU has AMX,
-    /// AVX512_BF16 elsewhere). Contract: minimum cosine to the f32 embeddings ≥
-    /// 0.9999. Tiers without AVX512_BF16 (`avx2`, `avx512` without it, `portable`,
-    /// aarch64) have no bf16 product faster than f32's: there the model keeps the
-    /// weights rounded to bf16 in f32 and multiplies in f32 (f32's speed and memory,
-    /// bf16's weights), and says so once in the log ([`Precision::fast_here`]).
+    /// AVX512_BF16 elsewhere, and on the `avx2` tier (AVX2 with FMA, no AVX-512) an
+    /// AVX2 tile that widens the weights to f32 in registers and multiplies the
+    /// activations unrounded, in f32). Contract: minimum cosine to the f32 embeddings
+    /// ≥ 0.9999. Tiers without one of these (`avx512` without AVX512_BF16, whose f32
+    /// tile has twice the AVX2 bf16 one's multiply-adds a cycle (not timed); `portable`; aarch64, no bf16 kernel yet) keep the
+    /// weights rounded to bf16 in f32 and multiply in f32 (f32's speed and memory,
+    /// bf16's weights, the `avx2` tile's results), and say so once in the log
+    /// ([`Precision::fast_here`]).
     Bf16,
     /// 8-bit integer weights with one scale per output channel, activations quantised
     /// per row inside the product (a quarter of the memory; AVX512_VNNI products, and
@@ -71,7 +74,10 @@ impl Precision {
         match self {
             Precision::F32 => true,
             // AMX-BF16 comes with AVX512_BF16, AMX-INT8 with AVX512_VNNI.
-            Precision::Bf16 => cpu::has_avx512_bf16(),
+            // On the `avx2` tier the widening tile (`kernels::packed::bf16`): a pass over
+            // MiniLM's weights, one thread, against the AVX2 f32 tile: see
+            // ARCHITECTURE.md's tier table.
+            Precision::Bf16 => cpu::has_avx512_bf16() || (cpu::has_avx2() && !cpu::has_avx512()),
             // VNNI on zmm or ymm, or AVX2's `vpmaddubsw` tile where there is no AVX-512
             // (whose f32 tile the widened `vpmaddwd` int8 tile does not beat: a pass
             // over MiniLM's weights, one thread, 96.2 against 109.0 G/s at 28 rows, 88.4
@@ -200,13 +206,16 @@ mod precision_tests {
     fn a_precision_without_a_fast_product_here_keeps_f32_weights() {
         use crate::kernels::cpu;
         assert!(Precision::F32.fast_here());
-        assert_eq!(Precision::Bf16.fast_here(), cpu::has_avx512_bf16());
-        // int8: VNNI on zmm or ymm, or the AVX2 tile where there is no AVX-512 f32
-        // tile to lose to.
-        let int8 = cpu::has_avx512_vnni()
-            || cpu::has_avx_vnni()
-            || (cpu::has_avx2() && !cpu::has_avx512());
-        assert_eq!(Precision::Int8.fast_here(), int8);
+        assert_eq!(
+            Precision::Bf16.fast_here(),
+            cpu::has_avx512_bf16() || (cpu::has_avx2() && !cpu::has_avx512())
+        );
+        assert_eq!(
+            Precision::Int8.fast_here(),
+            cpu::has_avx512_vnni()
+                || cpu::has_avx_vnni()
+                || (cpu::has_avx2() && !cpu::has_avx512())
+        );
         assert_eq!(Precision::Bf16x3.fast_here(), cpu::has_amx_bf16());
         for p in [
             Precision::F32,

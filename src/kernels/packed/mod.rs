@@ -32,9 +32,10 @@
 //! sentence a call when its bf16 weights moved from `vdpbf16ps` pairs to tiles.)
 //!
 //! Packing in f32 needs AVX2 with FMA or AVX-512 ([`PackedRhs::pack`] gives `None`
-//! on the portable tier, and the caller uses `gemm` on the original operand); bf16 packs everywhere and runs portable
-//! loops where the CPU lacks AVX512_BF16 (or `STREAMFUSE_PORTABLE=1`, see
-//! `kernels::cpu`). `unsafe` is confined to the microkernels' loads and stores, whose
+//! on the portable tier, and the caller uses `gemm` on the original operand); bf16 packs everywhere, runs an
+//! AVX2 tile that widens the pairs to f32 (the left operand unrounded) on the AVX2
+//! tiers without AVX-512, and portable loops where the CPU has neither that nor
+//! AVX512_BF16 (or `STREAMFUSE_PORTABLE=1`, see `kernels::cpu`). `unsafe` is confined to the microkernels' loads and stores, whose
 //! bounds each tile checks once before its loop, and to the column split of one output
 //! between threads (disjoint columns).
 
@@ -575,17 +576,18 @@ impl Form<'_> {
     fn simd(self) -> bool {
         match self {
             Form::F32(_) => true,
-            Form::Bf16(_) => super::cpu::has_avx512_bf16(),
+            Form::Bf16(_) => bf16::simd(),
             Form::I8(_) => i8::simd(),
             Form::Tiles(_) => super::cpu::has_amx_bf16(),
         }
     }
 
-    /// Whether the form's tile applies an [`Epilogue`] (the f32 one, and the int8 one
-    /// of the AVX2 tiers).
+    /// Whether the form's tile applies an [`Epilogue`] (the f32 one, and the int8 and
+    /// bf16 ones of the AVX2 tiers).
     fn takes_epilogue(self) -> bool {
         match self {
             Form::F32(_) => true,
+            Form::Bf16(_) => bf16::takes_epilogue(self.simd()),
             Form::I8(w) => i8::takes_epilogue(w, self.simd()),
             _ => false,
         }
@@ -596,6 +598,7 @@ impl Form<'_> {
         match self {
             Form::Tiles(_) => tiles::ROWS,
             Form::F32(_) => f32::Isa::here().map_or(MR, f32::Isa::rows),
+            Form::Bf16(_) => bf16::tile_rows(),
             _ => MR,
         }
     }
@@ -748,7 +751,7 @@ fn split_columns(
     };
     match job.form {
         Form::F32(data) => f32::part(job.g, data, job.epilogue, part, out),
-        Form::Bf16(data) => bf16::part(job.g, data, part, job.simd, out),
+        Form::Bf16(data) => bf16::part(job.g, data, job.epilogue, part, job.simd, out),
         Form::I8(w) => i8::part(job.g, w, job.epilogue, part, job.simd, out),
         Form::Tiles(w) => tiles::part(job.g, w, part, job.simd, out),
     }
@@ -1048,11 +1051,12 @@ mod tests {
         let mut out1 = vec![f32::NAN; n];
         matmul_packed(&a, &row, &packed, &mut out1, Par::serial()).unwrap();
         assert_close(&out1, &want, 1e-5);
-        // The same in bf16 (the rows of `a` rounded per call): close to the product of
-        // the rounded operands.
+        // The same in bf16 (the rows of `a` rounded per call, except on the AVX2 tile):
+        // close to the product of the rounded operands.
         let packed16 = PackedRhs::pack_bf16(&b, &bl).unwrap();
         assert!(packed16.packs(&bb) && packed16.dtype() == DType::BF16);
-        let want16 = naive(&rounded(&a), &al, &rounded(&b), &bl);
+        let a16 = rounded_left(&a, packed16.form());
+        let want16 = naive(&a16, &al, &rounded(&b), &bl);
         let mut out = vec![f32::NAN; 3 * m * n];
         matmul_packed(&a, &al, &packed16, &mut out, Par { threads: 2 }).unwrap();
         assert_close(&out, &want16, 1e-5);
@@ -1087,6 +1091,15 @@ mod tests {
     /// The values of `x` rounded to bf16, as f32.
     fn rounded(x: &[f32]) -> Vec<f32> {
         x.iter().map(|&v| bf16::to_f32(bf16::round(v))).collect()
+    }
+
+    /// The left operand `a` as `form`'s instruction-set path multiplies it: rounded to
+    /// bf16 (AMX tiles, `vdpbf16ps`, the portable loops) or not (the AVX2 bf16 tile).
+    fn rounded_left(a: &[f32], form: Form<'_>) -> Vec<f32> {
+        match form {
+            Form::Bf16(_) if !bf16::rounds_left(form.simd()) => a.to_vec(),
+            _ => rounded(a),
+        }
     }
 
     #[test]
@@ -1144,10 +1157,11 @@ mod tests {
                 )
                 .unwrap();
                 assert_close(&portable, &want, 1e-5);
+                let tier_want = naive(&rounded_left(&a, form), &al, &rounded(&b), &bl);
                 for threads in [1, 2, 3] {
                     let mut out = vec![f32::NAN; m * n];
                     matmul_packed(&a, &al, &packed, &mut out, Par { threads }).unwrap();
-                    assert_close(&out, &want, 1e-5);
+                    assert_close(&out, &tier_want, 1e-5);
                     // The stated bound against the f32 product: 2 · 2⁻⁸ · Σ|a·b| (plus
                     // f32 rounding of the sums).
                     for i in 0..m {
@@ -1162,7 +1176,7 @@ mod tests {
                         }
                     }
                 }
-                if form.simd() {
+                if form.simd() && rounded_left(&a, form) != a {
                     // Both paths take the same exact products and sum them in f32 in
                     // nearly the same order: they agree to the last bit or two.
                     let mut simd = vec![f32::NAN; m * n];

@@ -10,7 +10,7 @@
 //! 1`, every activation of a model), four steps run per iteration with the steps'
 //! offsets in the addresses, so four steps spend three adds.
 
-use super::{Step, Tile, AVX2_ROWS};
+use super::{Cols, Epilogue, Step, Tile, AVX2_ROWS};
 use std::arch::asm;
 use std::arch::x86_64::*;
 
@@ -64,6 +64,8 @@ macro_rules! row {
         row!("ymm15", "{p3} + {lda} * 2", $da, "ymm10", "ymm11")
     };
 }
+// The bf16 tile (`packed::bf16::avx2`) multiplies its widened pairs with the same rows.
+pub(in crate::kernels::packed) use row;
 
 /// The multiplies of one step `$db` bytes on in the panel and `$da` bytes on in the
 /// left rows: the half-panel's two vectors, the hint for its line `L1_AHEAD` bytes on,
@@ -266,31 +268,33 @@ pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
                 _ => unreachable!("an AVX2 tile has 1 to 6 rows"),
             }
         }
-        let j0 = t.at.j0 + 16 * half;
         // SAFETY: the caller's contract: the epilogue's operands and `dst` hold the
-        // tile's rows' columns j0..j0 + width (of the whole panel; this half's are
-        // j0 + 16 * half.. for `width` columns).
-        unsafe { finish::<R>(t, o.acc0, o.acc1, j0, width, dst) };
+        // tile's rows' columns of `t.at` (this half's among them).
+        unsafe { finish::<R>((t.epilogue, t.row0, t.at), half, o.acc0, o.acc1, dst) };
     }
 }
 
-/// Applies the epilogue to one half-panel's accumulators and stores them: columns
-/// `j0..j0 + width` (`width <= 16`) of the tile's rows.
+/// Applies `epilogue` to the accumulators of half `half` of a panel and stores them:
+/// columns `j0 + 16 * half..` of `at` (at most 16, as many as the panel has there) of
+/// the tile's `R` rows, the first of which is row `row0` of the product (which a
+/// [`Step::Rows`] is indexed by). The bf16 tile (`packed::bf16::avx2`) ends with it
+/// too.
 ///
 /// # Safety
 ///
-/// As for [`tile`]: `dst` and every epilogue operand hold those columns of the tile's
-/// rows.
+/// As for [`tile`]: `dst` and every epilogue operand hold the columns `at` of the
+/// tile's rows, and the half holds columns (`16 * half < at.width`).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn finish<const R: usize>(
-    t: &Tile<'_>,
+pub(in crate::kernels::packed) unsafe fn finish<const R: usize>(
+    (epilogue, row0, at): (Epilogue<'_>, usize, Cols),
+    half: usize,
     mut acc0: [__m256; AVX2_ROWS],
     mut acc1: [__m256; AVX2_ROWS],
-    j0: usize,
-    width: usize,
     dst: *mut f32,
 ) {
+    let (j0, ldc) = (at.j0 + 16 * half, at.ldc);
+    let width = at.width.saturating_sub(16 * half).min(16);
     let full = width == 16;
     let (m0, m1) = lane_masks(width);
     // The two vectors of `width` values from `at` (masked, reading only the first
@@ -315,7 +319,7 @@ unsafe fn finish<const R: usize>(
             _mm256_add_ps(v, acc)
         }
     };
-    for step in t.epilogue {
+    for step in epilogue {
         match *step {
             Step::Columns { values, sum_first } => {
                 let (v0, v1) = load(values.as_ptr().wrapping_add(j0));
@@ -331,7 +335,7 @@ unsafe fn finish<const R: usize>(
                 sum_first,
             } => {
                 for i in 0..R {
-                    let at = offset + (t.row0 + i) * stride + j0;
+                    let at = offset + (row0 + i) * stride + j0;
                     let (v0, v1) = load(data.as_ptr().wrapping_add(at));
                     acc0[i] = add(acc0[i], v0, sum_first);
                     acc1[i] = add(acc1[i], v1, sum_first);
@@ -345,7 +349,7 @@ unsafe fn finish<const R: usize>(
         }
     }
     for i in 0..R {
-        let row = dst.wrapping_add(i * t.at.ldc + j0);
+        let row = dst.wrapping_add(i * ldc + j0);
         // SAFETY: the caller's contract: `dst` holds columns j0..j0 + width of the
         // tile's rows, which no one else touches; the masks write only the first
         // `width` lanes.

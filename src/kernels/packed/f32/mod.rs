@@ -23,7 +23,7 @@
 //! the program's, without its pass over the output.
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+pub(super) mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "aarch64")]
@@ -99,35 +99,64 @@ pub(super) fn part(g: Matrix<'_>, data: &[f32], epilogue: Epilogue<'_>, part: Pa
 /// block (so a panel stays in L2 while every row block reads it).
 fn part_on(isa: Isa, g: Matrix<'_>, data: &[f32], epilogue: Epilogue<'_>, part: Part, out: Out) {
     let k = g.k;
+    for pj in part.panels.0..part.panels.1 {
+        let b = &data[pj * k * NR..(pj + 1) * k * NR];
+        let next = b.as_ptr().wrapping_add(k * NR).cast::<u8>();
+        let rows = (part.rows.0, part.rows.1 - part.rows.0);
+        panel_on(
+            isa,
+            g,
+            b,
+            part.cols(pj),
+            rows,
+            epilogue,
+            (next, 2 * k),
+            part.n,
+            out,
+        );
+    }
+}
+
+/// The row blocks of one panel `b` (columns `at`) on `isa`'s tile: rows
+/// `first..first + count`, each block asking for its share of the `lines` cache
+/// lines of the next panel at `next`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn panel_on(
+    isa: Isa,
+    g: Matrix<'_>,
+    b: &[f32],
+    at: Cols,
+    (first, count): (usize, usize),
+    epilogue: Epilogue<'_>,
+    (next, lines): (*const u8, usize),
+    n: usize,
+    out: Out,
+) {
+    let k = g.k;
     let rows = isa.rows();
-    let blocks = (part.rows.1 - part.rows.0).div_ceil(rows);
+    let blocks = count.div_ceil(rows);
     // Each step of the AVX-512 tile reads the panel's two lines of a row of `k`; the
     // AVX2 tile reads one, twice as many steps.
     let steps = match isa {
         Isa::Avx2 => 2 * k,
         _ => k,
     };
-    for pj in part.panels.0..part.panels.1 {
-        let b = &data[pj * k * NR..(pj + 1) * k * NR];
-        let next = b.as_ptr().wrapping_add(k * NR).cast::<u8>();
-        let at = part.cols(pj);
-        let mut bi = 0;
-        Part::blocks_of(rows, part.rows.0, part.rows.1 - part.rows.0, |r0, h| {
-            let t = Tile {
-                a: &g.a[r0 * g.lda..],
-                lda: g.lda,
-                cs: g.cs,
-                k,
-                b,
-                at,
-                row0: r0,
-                epilogue,
-                next: NextPanel::share(next, 2 * k, steps, bi, blocks),
-            };
-            bi += 1;
-            tile(isa, &t, h, out.skip(r0 * part.n));
-        });
-    }
+    let mut bi = 0;
+    Part::blocks_of(rows, first, count, |r0, h| {
+        let t = Tile {
+            a: &g.a[r0 * g.lda..],
+            lda: g.lda,
+            cs: g.cs,
+            k,
+            b,
+            at,
+            row0: r0,
+            epilogue,
+            next: NextPanel::share(next, lines, steps, bi, blocks),
+        };
+        bi += 1;
+        tile(isa, &t, h, out.skip(r0 * n));
+    });
 }
 
 /// One tile's operands: rows of `a` (element `(i, p)` at `i * lda + p * cs`), the
@@ -165,17 +194,26 @@ struct Tile<'a> {
 #[derive(Clone, Copy)]
 // Read by the x86 tiles, the only ones so far.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-struct NextPanel {
-    at: *const u8,
-    per: usize,
-    steps: usize,
+pub(super) struct NextPanel {
+    /// The first line to ask for.
+    pub(super) at: *const u8,
+    /// Lines a step.
+    pub(super) per: usize,
+    /// Steps that ask for lines.
+    pub(super) steps: usize,
 }
 
 impl NextPanel {
     /// Row block `bi` of `blocks`' share of the next panel's `lines` cache lines,
     /// which start at `next` (a pointer only hinted at, never read: past the last
     /// panel it points nowhere), for a block of `steps` steps.
-    fn share(next: *const u8, lines: usize, steps: usize, bi: usize, blocks: usize) -> NextPanel {
+    pub(super) fn share(
+        next: *const u8,
+        lines: usize,
+        steps: usize,
+        bi: usize,
+        blocks: usize,
+    ) -> NextPanel {
         let per = if blocks == 1 {
             lines.div_ceil(steps)
         } else {
@@ -191,7 +229,7 @@ impl NextPanel {
 
     /// The share left after `done` steps.
     #[cfg(any(test, target_arch = "x86_64"))]
-    fn after(self, done: usize) -> NextPanel {
+    pub(super) fn after(self, done: usize) -> NextPanel {
         let done = done.min(self.steps);
         NextPanel {
             at: self.at.wrapping_add(done * self.per * 64),
@@ -217,6 +255,24 @@ impl NextPanel {
 #[cfg(target_arch = "x86_64")]
 const L1_AHEAD: usize = 1024;
 
+/// Asserts that every step of `epilogue` holds the columns `at` of the product's rows
+/// before `end` (the bounds a tile that applies it relies on).
+pub(super) fn check_epilogue(epilogue: Epilogue<'_>, at: Cols, end: usize) {
+    for step in epilogue {
+        match *step {
+            Step::Columns { values, .. } => assert!(values.len() >= at.j0 + at.width),
+            Step::Rows {
+                data,
+                offset,
+                stride,
+                ..
+            } => assert!(super::rows_end(offset + at.j0, stride, end, at.width)
+                .is_some_and(|e| e <= data.len())),
+            Step::Gelu => {}
+        }
+    }
+}
+
 /// `dst[i][j0..j0 + width] = a[i] · b` for the tile's `rows` rows, on `isa`.
 fn tile(isa: Isa, t: &Tile<'_>, rows: usize, dst: Out) {
     macro_rules! call {
@@ -236,19 +292,7 @@ fn checked<const R: usize>(isa: Isa, t: &Tile<'_>, dst: Out) {
     assert!(t.b.len() >= t.k * NR);
     assert!(t.k >= 1 && t.a.len() > (R - 1) * t.lda + (t.k - 1) * t.cs);
     assert!(dst.len >= (R - 1) * w.ldc + w.j0 + w.width);
-    for step in t.epilogue {
-        match *step {
-            Step::Columns { values, .. } => assert!(values.len() >= w.j0 + w.width),
-            Step::Rows {
-                data,
-                offset,
-                stride,
-                ..
-            } => assert!(super::rows_end(offset + w.j0, stride, t.row0 + R, w.width)
-                .is_some_and(|end| end <= data.len())),
-            Step::Gelu => {}
-        }
-    }
+    check_epilogue(t.epilogue, w, t.row0 + R);
     assert!(isa.runs(), "this CPU has no {isa:?} f32 tile");
     #[cfg(target_arch = "x86_64")]
     match isa {
@@ -271,7 +315,7 @@ fn checked<const R: usize>(isa: Isa, t: &Tile<'_>, dst: Out) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::{
         matmul_packed, matmul_packed_epilogue, pack_panels, PackedRhs, Panels, Step,
     };
@@ -282,7 +326,13 @@ mod tests {
 
     /// `a · b` as a scalar loop that fuses each multiply-add, `p` in order from 0:
     /// the tiles' arithmetic exactly, so their results must have the same bits.
-    fn fused_in_order(a: &[f32], al: &Layout, b: &[f32], k: usize, n: usize) -> Vec<f32> {
+    pub(in crate::kernels::packed) fn fused_in_order(
+        a: &[f32],
+        al: &Layout,
+        b: &[f32],
+        k: usize,
+        n: usize,
+    ) -> Vec<f32> {
         let (m, rs, cs) = (al.dims[0], al.strides[0], al.strides[1]);
         let mut out = vec![0.0f32; m * n];
         for i in 0..m {

@@ -1,0 +1,494 @@
+//! bf16 panels: the packed format, rounding, the walk of a part, and which tile runs.
+//!
+//! **Format.** A bf16 is the top half of an f32 (sign, the 8 exponent bits, 7 mantissa
+//! bits), so widening is exact (`bits << 16`) and a product of two bf16 is exact in
+//! f32. A panel holds [`NR`] columns of `ceil(k / 2)` **pairs**: the `u32` at `q * NR +
+//! j` holds rows `2q` (low half) and `2q + 1` (high half, zero past `k`) of column
+//! `j`, the operand layout of `vdpbf16ps`. Every tile reads this one format.
+//!
+//! **Tiles, by tier** ([`Kernel`]):
+//!
+//! - AVX512_BF16 (without AMX, whose tiles are module `tiles`'): `vdpbf16ps`, 14 × 32
+//!   (module `avx512`). It multiplies 16 pairs of bf16 from each operand and adds both
+//!   products of a pair into one f32 lane, so the **left operand is rounded to bf16**
+//!   too: a chunk of rows at a time, into a scratch on the stack (no allocation,
+//!   whichever thread runs the product), each chunk multiplied by every panel of the
+//!   thread's part.
+//! - AVX2 with FMA and no AVX-512 (the `avx2` and `avx2-vnni` tiers): 6 rows × 16
+//!   columns, the panel's
+//!   two halves one after the other, each pair **widened to f32 in registers** (module
+//!   `avx2`), multiplied by the left rows **kept in f32** and read in place, as the
+//!   f32 tile reads them; the chain's epilogue applied before the store (the f32
+//!   AVX2 tile's `finish`). Its sums are the f32 AVX2 tile's over the widened weight,
+//!   bit for bit (one fused multiply-add per element of `k`, in the order of `k`), so
+//!   the results are those of f32 weights rounded to bf16: what the model ran on this
+//!   tier before, at f32's speed.
+//! - elsewhere (`avx512` without AVX512_BF16, `portable`, aarch64): portable loops
+//!   over the pairs by the rounded left rows, in `vdpbf16ps`'s order (module
+//!   `portable`); the models keep such weights in f32 there
+//!   (`models::Precision::fast_here`).
+//!
+//! On the AVX2 tier a part of many rows ([`WIDE_PANEL_ROWS`]) widens each panel once
+//! into an f32 copy on the stack and runs the f32 AVX2 tile over it instead (the same
+//! bits, with the epilogue): measured, the copy wins there and the registers win for
+//! fewer rows (see the constant).
+//!
+//! **Accuracy.** A product with the left operand rounded (`vdpbf16ps`, portable):
+//! each operand errs by at most 2⁻⁸ relative, the products are exact and the sums
+//! f32, so a product of `k` terms stays within `2 · 2⁻⁸ · Σ|a·b|` (plus f32 rounding
+//! of the sums) of the f32 product. With the left operand kept in f32 (AVX2): within
+//! `2⁻⁸ · Σ|a·b|` plus the same. The tests hold both.
+
+mod portable;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+#[cfg(target_arch = "x86_64")]
+use super::by_rows;
+use std::mem::MaybeUninit;
+
+use super::f32::{self, check_epilogue, NextPanel, AVX2_ROWS};
+use super::{chunk_rows, with_stack, with_stack_uninit, Cols, Epilogue, Matrix, Out, Part, MR, NR};
+use crate::kernels::{error, KernelError};
+
+/// `x` rounded to the nearest bf16 (ties to even); NaN stays a (quiet) NaN.
+pub(super) fn round(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return ((b >> 16) | 0x40) as u16;
+    }
+    (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16
+}
+
+/// The f32 value of a bf16 (exact).
+pub(super) fn to_f32(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
+/// The pair of rows `lo` and `hi` of one column as a `vdpbf16ps` operand.
+fn pair(lo: f32, hi: f32) -> u32 {
+    round(lo) as u32 | (round(hi) as u32) << 16
+}
+
+/// The panels of the `[k, n]` matrix at `offset` with strides `(rs, cs)` in `src`
+/// (which the caller checked it fits), in bf16 pairs.
+pub(super) fn pack(
+    src: &[f32],
+    offset: usize,
+    (k, n, rs, cs): (usize, usize, usize, usize),
+) -> Result<Vec<u32>, KernelError> {
+    let kp = k.div_ceil(2);
+    let per_panel = kp
+        .checked_mul(NR)
+        .ok_or_else(|| error("pack_bf16", "the packed size overflows"))?;
+    let mut data = super::zeroed_pairs("pack_bf16", n.div_ceil(NR), per_panel)?;
+    for (pj, panel) in data.chunks_exact_mut(kp * NR).enumerate() {
+        let j0 = pj * NR;
+        for (q, row) in panel.chunks_exact_mut(NR).enumerate() {
+            for (jj, x) in row[..NR.min(n - j0)].iter_mut().enumerate() {
+                let at = offset + 2 * q * rs + (j0 + jj) * cs;
+                let hi = if 2 * q + 1 < k { src[at + rs] } else { 0.0 };
+                *x = pair(src[at], hi);
+            }
+        }
+    }
+    Ok(data)
+}
+
+/// The loop that multiplies a part: one a tier (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kernel {
+    /// Loops over the pairs by the rounded left rows, in the compiler's code for the
+    /// build target.
+    Portable,
+    /// The AVX2 + FMA tile: 6 rows × 16 columns, pairs widened in registers, the left
+    /// rows in f32, with the epilogue.
+    Avx2,
+    /// The `vdpbf16ps` tile (AVX512_BF16): 14 × 32, on the pairs as they are.
+    Dpbf16,
+}
+
+impl Kernel {
+    /// The kernel of the tier in use, or the portable loops when `simd` is false.
+    /// The AVX2 tile runs where there is no AVX-512: on `avx512` without AVX512_BF16
+    /// the models keep bf16 weights in f32 and run the AVX-512 f32 tile, which has
+    /// twice the AVX2 tile's multiply-adds a cycle (the rooflines in ARCHITECTURE.md;
+    /// the AVX2 bf16 tile was not timed against it).
+    fn chosen(simd: bool) -> Kernel {
+        use crate::kernels::cpu;
+        if !simd {
+            Kernel::Portable
+        } else if cpu::has_avx512_bf16() {
+            Kernel::Dpbf16
+        } else if cpu::has_avx2() && !cpu::has_avx512() {
+            Kernel::Avx2
+        } else {
+            Kernel::Portable
+        }
+    }
+
+    /// Whether this CPU has the instructions the kernel uses, whatever tier is forced:
+    /// what its `unsafe` calls rely on (asserted before them), and what the tests ask
+    /// before they run a kernel directly.
+    fn runs_here(self) -> bool {
+        use crate::kernels::cpu::{cpu_runs, has_avx512_bf16, Tier};
+        match self {
+            Kernel::Portable => true,
+            Kernel::Avx2 => cfg!(target_arch = "x86_64") && cpu_runs(Tier::Avx2),
+            Kernel::Dpbf16 => has_avx512_bf16(),
+        }
+    }
+}
+
+/// Whether the tier in use runs a vector tile for bf16 (see [`Kernel`]).
+pub(super) fn simd() -> bool {
+    Kernel::chosen(true) != Kernel::Portable
+}
+
+/// Whether the tile [`part`] runs (for `simd`) applies an [`Epilogue`]: the AVX2 one.
+pub(super) fn takes_epilogue(simd: bool) -> bool {
+    Kernel::chosen(simd) == Kernel::Avx2
+}
+
+/// The rows of one tile of the tier in use (a split by rows cuts at multiples of it).
+pub(super) fn tile_rows() -> usize {
+    match Kernel::chosen(simd()) {
+        Kernel::Avx2 => AVX2_ROWS,
+        _ => MR,
+    }
+}
+
+/// Whether the path [`part`] runs for `simd` rounds the left operand to bf16 (all
+/// but the AVX2 tile's), for the tests' reference.
+#[cfg(test)]
+pub(super) fn rounds_left(simd: bool) -> bool {
+    Kernel::chosen(simd) != Kernel::Avx2
+}
+
+/// Most elements of the stack scratch that holds one chunk of rows, in bf16 pairs or
+/// (strided rows copied for the AVX2 tile) in f32: 64 KiB.
+const SCRATCH: usize = 16 << 10;
+
+/// Computes `part` of the product of `g` by the bf16 panels `data`, followed by
+/// `epilogue` (which must be empty unless [`takes_epilogue`]), on the tile of the
+/// tier in use when `simd` (else the portable loops).
+pub(super) fn part(
+    g: Matrix<'_>,
+    data: &[u32],
+    epilogue: Epilogue<'_>,
+    part: Part,
+    simd: bool,
+    out: Out,
+) {
+    part_on(Kernel::chosen(simd), g, data, epilogue, part, out)
+}
+
+/// [`part`] on `kernel` (which this CPU must run: asserted).
+fn part_on(
+    kernel: Kernel,
+    g: Matrix<'_>,
+    data: &[u32],
+    epilogue: Epilogue<'_>,
+    part: Part,
+    out: Out,
+) {
+    assert!(
+        kernel.runs_here(),
+        "the bf16 {kernel:?} tile cannot run here"
+    );
+    match kernel {
+        Kernel::Avx2 => in_f32(g, data, epilogue, part, out),
+        Kernel::Portable | Kernel::Dpbf16 => {
+            assert!(
+                epilogue.is_empty(),
+                "the bf16 {kernel:?} tile takes no epilogue"
+            );
+            in_pairs(kernel, g, data, part, out)
+        }
+    }
+}
+
+/// [`part`] for the tiles that read the left rows as pairs: a chunk of rows at a time
+/// (as many as the stack scratch holds, whole tiles), each chunk rounded to bf16 once
+/// and multiplied by every panel of the part.
+fn in_pairs(kernel: Kernel, g: Matrix<'_>, data: &[u32], part: Part, out: Out) {
+    let kp = g.k.div_ceil(2);
+    let (first, end) = part.rows;
+    let chunk = chunk_rows(end - first, kp, SCRATCH);
+    with_stack(chunk * kp, |scratch: &mut [u32]| {
+        let mut c0 = first;
+        while c0 < end {
+            let rows = chunk.min(end - c0);
+            let buf = &mut scratch[..rows * kp];
+            for (i, dst) in buf.chunks_exact_mut(kp).enumerate() {
+                round_row(g, c0 + i, kernel, dst);
+            }
+            let buf = &*buf;
+            for pj in part.panels.0..part.panels.1 {
+                let b = &data[pj * kp * NR..(pj + 1) * kp * NR];
+                let at = part.cols(pj);
+                Part::blocks(c0, rows, |r0, h| {
+                    let t = Tile {
+                        a: &buf[(r0 - c0) * kp..(r0 - c0 + h) * kp],
+                        kp,
+                        b,
+                        at,
+                    };
+                    tile(&t, h, kernel, out.skip(r0 * part.n));
+                });
+            }
+            c0 += rows;
+        }
+    });
+}
+
+/// Rounds row `i` of `g` to bf16 pairs in `dst` (`ceil(k / 2)` of them).
+fn round_row(g: Matrix<'_>, i: usize, kernel: Kernel, dst: &mut [u32]) {
+    let row = &g.a[i * g.lda..];
+    #[cfg(target_arch = "x86_64")]
+    if g.cs == 1 && kernel == Kernel::Dpbf16 {
+        assert!(crate::kernels::cpu::has_avx512_bf16() && dst.len() == g.k.div_ceil(2));
+        // SAFETY: the CPU has AVX512_BF16 (asserted); the row's k elements are
+        // `row[..k]` (cs == 1, and `g.a` ends at the last element of the last row, so
+        // every row has k elements), and `dst` holds ceil(k / 2) pairs (asserted).
+        unsafe { avx512::round_row(&row[..g.k], dst) };
+        return;
+    }
+    let _ = kernel;
+    for (q, x) in dst.iter_mut().enumerate() {
+        let hi = if 2 * q + 1 < g.k {
+            row[(2 * q + 1) * g.cs]
+        } else {
+            0.0
+        };
+        *x = pair(row[2 * q * g.cs], hi);
+    }
+}
+
+/// One tile's operands on the pairs: rows of bf16 pairs (`kp` each, contiguous) and
+/// the panel `b` (`kp` rows of [`NR`] pairs).
+struct Tile<'a> {
+    a: &'a [u32],
+    kp: usize,
+    b: &'a [u32],
+    at: Cols,
+}
+
+/// `dst[i][j0..j0 + width] = a[i] · b` for the tile's `rows` rows, on `kernel` (the
+/// portable loops or `vdpbf16ps`).
+fn tile(t: &Tile<'_>, rows: usize, kernel: Kernel, dst: Out) {
+    let w = t.at;
+    // The bounds every access below relies on, checked once.
+    assert!((1..=MR).contains(&rows) && w.width >= 1 && w.width <= NR);
+    assert!(t.kp >= 1 && t.b.len() >= t.kp * NR && t.a.len() >= rows * t.kp);
+    assert!(dst.len >= (rows - 1) * w.ldc + w.j0 + w.width);
+    #[cfg(target_arch = "x86_64")]
+    if kernel == Kernel::Dpbf16 {
+        assert!(crate::kernels::cpu::has_avx512_bf16());
+        macro_rules! call {
+            ($r:literal) => {
+                // SAFETY: AVX512_BF16 is present (asserted) and the asserts above are
+                // the bounds `avx512::tile` documents; this tile's elements of `dst`
+                // are written by no one else (see `Out`).
+                unsafe { avx512::tile::<$r>(t, dst.ptr) }
+            };
+        }
+        return by_rows!(rows, call!());
+    }
+    let _ = kernel;
+    portable::tile(t, rows, dst)
+}
+
+/// [`part`] on the AVX2 tile, whose left rows are f32 with contiguous elements: read
+/// in place when they are (every activation of a model), else copied so a chunk at a
+/// time (as many rows as the stack scratch holds).
+fn in_f32(g: Matrix<'_>, data: &[u32], epilogue: Epilogue<'_>, part: Part, out: Out) {
+    if g.cs == 1 {
+        return walk(g, 0, data, epilogue, part, out);
+    }
+    let (first, end) = part.rows;
+    let chunk = chunk_rows(end - first, g.k, SCRATCH);
+    let copy = |scratch: &mut [f32]| {
+        let mut c0 = first;
+        while c0 < end {
+            let rows = chunk.min(end - c0);
+            let buf = &mut scratch[..rows * g.k];
+            for (i, row) in buf.chunks_exact_mut(g.k).enumerate() {
+                for (p, x) in row.iter_mut().enumerate() {
+                    *x = g.a[(c0 + i) * g.lda + p * g.cs];
+                }
+            }
+            let rows_g = Matrix {
+                a: buf,
+                lda: g.k,
+                cs: 1,
+                k: g.k,
+            };
+            let part = Part {
+                rows: (c0, c0 + rows),
+                ..part
+            };
+            walk(rows_g, c0, data, epilogue, part, out);
+            c0 += rows;
+        }
+    };
+    if chunk * g.k <= STACK_MOST {
+        with_stack(chunk * g.k, copy)
+    } else {
+        // A row longer than the stack scratch (k beyond 256 Ki): on the heap.
+        copy(&mut vec![0.0f32; g.k])
+    }
+}
+
+/// The most elements [`with_stack`] holds.
+const STACK_MOST: usize = 256 << 10;
+
+/// Parts of at least this many rows widen each panel into an f32 copy on the stack
+/// once and run the f32 AVX2 tile over it (the same bits); shorter ones widen in
+/// registers, block by block. A pass over MiniLM's 24 weights on one thread of this
+/// project's Skylake-SP forced to `avx2` (`benches/lowp.rs`, `lowp_alternate`: 21
+/// rounds alternated with the f32 tile in one process, medians of the paired
+/// bf16/f32 ratios), in registers against the panel copied: 12 rows 1.47 against
+/// 0.99, 28 rows 1.22 against 1.03, 96 rows 1.08 against 1.05, 192 rows 1.02 against
+/// 1.06, 896 rows 1.01 against 1.06. Few rows wait on the panel's stream, which the
+/// tile overlaps with its multiplies and a copy does not; many rows pay the tile's
+/// widening once per block of 6 (8 more instructions per 24 FMAs, and the core
+/// issues about 4 a cycle), the copy once per panel.
+// (Fewer in the tests, so that both ways run on their shapes.)
+const WIDE_PANEL_ROWS: usize = if cfg!(test) { 9 } else { 128 };
+
+/// Widens the panel `b` (`ceil(k / 2) * NR` pairs) into the first `k * NR` elements
+/// of `scratch`, as f32: row `p` of the panel at `p * NR`, as `PackedRhs::pack` lays
+/// out an f32 panel.
+fn widen_panel<'s>(b: &[u32], k: usize, scratch: &'s mut [MaybeUninit<u32>]) -> &'s [f32] {
+    assert!(b.len() >= k.div_ceil(2) * NR && scratch.len() >= k * NR);
+    assert!(Kernel::Avx2.runs_here(), "this CPU has no AVX2 bf16 tile");
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the CPU has AVX2 (asserted), `b` holds the ceil(k / 2) * NR pairs and
+    // `scratch` the k * NR elements `avx2::widen_panel` reads and writes (asserted).
+    unsafe {
+        avx2::widen_panel(b.as_ptr(), k, scratch.as_mut_ptr().cast())
+    };
+    // SAFETY: the first k * NR elements of `scratch` were all written above (rows
+    // 0..k of the panel's NR columns), and an initialised u32 has the layout of an
+    // f32 and any bits are a valid f32. (Tests fill the scratch with NaN pairs first,
+    // so an element missed shows as a NaN result.)
+    unsafe { std::slice::from_raw_parts(scratch.as_ptr().cast::<f32>(), k * NR) }
+}
+
+/// The AVX2 tile over `part`, whose rows start at row `base` of the product in `g`
+/// (elements contiguous): panel by panel, and in each panel row block by row block (so
+/// a panel stays in L2 while every row block reads it), each block asking for its
+/// share of the next panel (`f32::NextPanel`), as the f32 tile's walk does. From
+/// [`WIDE_PANEL_ROWS`] rows on, each panel is widened into a copy first.
+fn walk(g: Matrix<'_>, base: usize, data: &[u32], epilogue: Epilogue<'_>, part: Part, out: Out) {
+    let kp = g.k.div_ceil(2);
+    if part.rows.1 - part.rows.0 >= WIDE_PANEL_ROWS && base == 0 && g.k * NR <= STACK_MOST {
+        return with_stack_uninit(g.k * NR, |scratch| {
+            for pj in part.panels.0..part.panels.1 {
+                let b = &data[pj * kp * NR..(pj + 1) * kp * NR];
+                let next = (b.as_ptr().wrapping_add(kp * NR).cast::<u8>(), 2 * kp);
+                let wide = widen_panel(b, g.k, scratch);
+                let rows = (part.rows.0, part.rows.1 - part.rows.0);
+                let at = part.cols(pj);
+                f32::panel_on(
+                    f32::Isa::Avx2,
+                    g,
+                    wide,
+                    at,
+                    rows,
+                    epilogue,
+                    next,
+                    part.n,
+                    out,
+                );
+            }
+        });
+    }
+    let (first, count) = (part.rows.0, part.rows.1 - part.rows.0);
+    let blocks = count.div_ceil(AVX2_ROWS);
+    for pj in part.panels.0..part.panels.1 {
+        let b = &data[pj * kp * NR..(pj + 1) * kp * NR];
+        let next = b.as_ptr().wrapping_add(kp * NR).cast::<u8>();
+        let at = part.cols(pj);
+        let mut bi = 0;
+        Part::blocks_of(AVX2_ROWS, first, count, |r0, h| {
+            // A step of the tile reads one line of a half-panel: 2kp lines, 2kp steps.
+            let next = NextPanel::share(next, 2 * kp, 2 * kp, bi, blocks);
+            let t = Wide {
+                a: &g.a[(r0 - base) * g.lda..],
+                lda: g.lda,
+                k: g.k,
+                b,
+                at,
+                row0: r0,
+                epilogue,
+                next,
+            };
+            bi += 1;
+            wide_tile(&t, h, out.skip(r0 * part.n));
+        });
+    }
+}
+
+/// One AVX2 tile's operands: rows of `a` (element `(i, p)` at `i * lda + p`), the
+/// panel `b` (`ceil(k / 2)` rows of [`NR`] pairs), where the results go (`at`; the
+/// tile's first row is row `row0` of the product, which the epilogue's residuals are
+/// indexed by), what happens to them before, and the next panel's share.
+struct Wide<'a> {
+    a: &'a [f32],
+    lda: usize,
+    k: usize,
+    b: &'a [u32],
+    at: Cols,
+    row0: usize,
+    epilogue: Epilogue<'a>,
+    // Read by the x86 tile only.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    next: NextPanel,
+}
+
+/// `dst[i][j0..j0 + width] = (a[i] · b)`, then the epilogue, for the tile's `rows`
+/// rows on the AVX2 tile.
+fn wide_tile(t: &Wide<'_>, rows: usize, dst: Out) {
+    macro_rules! call {
+        ($r:literal) => {
+            checked::<$r>(t, dst)
+        };
+    }
+    match rows {
+        1 => call!(1),
+        2 => call!(2),
+        3 => call!(3),
+        4 => call!(4),
+        5 => call!(5),
+        6 => call!(6),
+        _ => unreachable!("an AVX2 block holds 1 to 6 rows"),
+    }
+}
+
+/// Checks the bounds the AVX2 tile relies on, then runs it for `R` rows.
+fn checked<const R: usize>(t: &Wide<'_>, dst: Out) {
+    let w = t.at;
+    assert!(R >= 1 && R <= AVX2_ROWS && w.width >= 1 && w.width <= NR);
+    assert!(t.k >= 1 && t.b.len() >= t.k.div_ceil(2) * NR);
+    assert!(t.a.len() > (R - 1) * t.lda + (t.k - 1));
+    assert!(dst.len >= (R - 1) * w.ldc + w.j0 + w.width);
+    check_epilogue(t.epilogue, w, t.row0 + R);
+    assert!(Kernel::Avx2.runs_here(), "this CPU has no AVX2 bf16 tile");
+    // SAFETY: the CPU has AVX2 and FMA (asserted), the asserts above are the bounds
+    // `avx2::tile` documents, and this tile's elements of `dst` are written by no one
+    // else (see `Out`).
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        avx2::tile::<R>(t, dst.ptr)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("the AVX2 bf16 tile runs on x86_64 only")
+}
+
+#[cfg(test)]
+mod tests;

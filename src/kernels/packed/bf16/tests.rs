@@ -1,0 +1,248 @@
+//! Tests of the bf16 walk and the AVX2 tile: the tile's bits against fused
+//! multiply-adds on the widened weight (with every epilogue), run directly whenever
+//! this CPU has AVX2 and through `matmul_packed` on the tier in use; its error bound
+//! against the f32 product; non-finite rows.
+
+use super::super::f32::tests::fused_in_order;
+use super::super::{matmul_packed, matmul_packed_epilogue, PackedRhs, Panels, Step};
+use super::*;
+use crate::kernels::testutil::*;
+use crate::kernels::Par;
+use crate::Layout;
+
+/// The product of the matrix `al` reads from `a` by `packed` (bf16 pairs), followed
+/// by `epilogue`, on the AVX2 tile, in four parts as two threads would split it (the
+/// first and last rows, by the first and last panels), so tiles start at rows and
+/// panels other than the first.
+fn direct(a: &[f32], al: &Layout, packed: &PackedRhs, epilogue: Epilogue<'_>) -> Vec<f32> {
+    let (m, k, n) = (al.dims[0], al.dims[1], packed.n);
+    let lda = if m > 1 { al.strides[0] } else { 0 };
+    let cs = if k > 1 { al.strides[1] } else { 1 };
+    let g = Matrix {
+        a: &a[al.offset..al.offset + (m - 1) * lda + (k - 1) * cs + 1],
+        lda,
+        cs,
+        k,
+    };
+    let Panels::Bf16(data) = &packed.panels else {
+        panic!("a bf16 matrix in pairs")
+    };
+    let mut dst = vec![f32::NAN; m * n];
+    let out = Out::new(&mut dst);
+    let (rm, panels) = (m / 2, n.div_ceil(NR));
+    let pm = panels / 2;
+    for rows in [(0, rm), (rm, m)] {
+        for panels in [(0, pm), (pm, panels)] {
+            let part = Part { rows, panels, n };
+            part_on(Kernel::Avx2, g, data, epilogue, part, out);
+        }
+    }
+    dst
+}
+
+/// `product` (`[m, n]`) followed by `epilogue`, element by element in scalar code.
+fn then(product: &[f32], n: usize, epilogue: Epilogue<'_>) -> Vec<f32> {
+    product
+        .iter()
+        .enumerate()
+        .map(|(e, &x)| {
+            let (i, j) = (e / n, e % n);
+            epilogue.iter().fold(x, |acc, s| s.apply_scalar(acc, i, j))
+        })
+        .collect()
+}
+
+/// Whether `got` and `want` agree bit for bit, any NaN matching any NaN (which NaN an
+/// operation on NaNs or infinities gives is not kept).
+fn same_or_nan(got: &[f32], want: &[f32]) -> bool {
+    got.len() == want.len()
+        && got
+            .iter()
+            .zip(want)
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+}
+
+/// Whether the tier in use multiplies bf16 weights on the AVX2 tile.
+fn tier_runs_avx2() -> bool {
+    Kernel::chosen(simd()) == Kernel::Avx2
+}
+
+/// Every row count a tile can have and beyond (1..=13: one to three blocks, uneven
+/// ones), ragged `k` (odd: the last pair's low half alone; one; two) and `n`
+/// (narrower than one half-panel, than two, several panels), left operands with
+/// contiguous, padded (at an offset) and transposed rows, and every epilogue kind
+/// (a bias, a residual, GELU, the adds' operands in both orders): the AVX2 tile gives
+/// the bits of fused multiply-adds in the order of `k` over the widened weight (the f32
+/// AVX2 tile's arithmetic), then the steps; so does the tier's path with one and two
+/// threads where it runs this tile. A residual too short is an error.
+#[test]
+fn the_avx2_tile_gives_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
+    if !Kernel::Avx2.runs_here() {
+        return;
+    }
+    let mut rng = Rng::new(95);
+    for m in (1..=13).chain([20]) {
+        for (k, n) in [
+            (1, 1),
+            (2, 7),
+            (3, 33),
+            (6, 16),
+            (17, 32),
+            (70, 95),
+            (9, 20),
+        ] {
+            let b: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
+            let bl = Layout::contiguous(&[k, n]);
+            let packed = PackedRhs::pack_bf16_in(&b, &bl, false).unwrap();
+            let w = packed.unpack().unwrap();
+            // Some values large enough for GELU's tails.
+            let a: Vec<f32> = (0..m * (k + 5) + 3).map(|_| rng.f32() * 6.0).collect();
+            let layouts = [
+                Layout::contiguous(&[m, k]),
+                Layout {
+                    dims: vec![m, k].into(),
+                    strides: vec![k + 5, 1].into(),
+                    offset: 3,
+                },
+                Layout::contiguous(&[k, m]).permute(&[1, 0]),
+            ];
+            let bias: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
+            let (offset, stride) = (7, n + 3);
+            let res: Vec<f32> = (0..offset + m * stride).map(|_| rng.f32()).collect();
+            let rows = |sum_first| Step::Rows {
+                data: &res,
+                offset,
+                stride,
+                sum_first,
+            };
+            let columns = |sum_first| Step::Columns {
+                values: &bias,
+                sum_first,
+            };
+            let epilogues: [&[Step<'_>]; 4] = [
+                &[],
+                &[columns(true)],
+                &[columns(false), Step::Gelu],
+                &[columns(true), rows(false), Step::Gelu, rows(true)],
+            ];
+            for al in &layouts {
+                let product = fused_in_order(&a, al, &w, k, n);
+                for (e, epilogue) in epilogues.into_iter().enumerate() {
+                    let want = then(&product, n, epilogue);
+                    let out = direct(&a, al, &packed, epilogue);
+                    let what = format!("m {m} k {k} n {n} layout {al:?} epilogue {e}");
+                    assert!(same_bits(&out, &want), "{what}");
+                    if !tier_runs_avx2() {
+                        continue;
+                    }
+                    for threads in [1, 2] {
+                        let mut out = vec![f32::NAN; m * n];
+                        let par = Par { threads };
+                        let done = matmul_packed_epilogue(&a, al, &packed, epilogue, &mut out, par)
+                            .unwrap();
+                        assert!(done, "{what}");
+                        assert!(same_bits(&out, &want), "{what} threads {threads}");
+                    }
+                }
+            }
+            if tier_runs_avx2() {
+                let short = [Step::Rows {
+                    data: &res[..offset + (m - 1) * stride + n - 1],
+                    offset,
+                    stride,
+                    sum_first: true,
+                }];
+                let al = &layouts[0];
+                let mut out = vec![0.0f32; m * n];
+                let err = matmul_packed_epilogue(&a, al, &packed, &short, &mut out, Par::serial())
+                    .unwrap_err();
+                assert!(err.to_string().contains("a residual of"), "{err}");
+            }
+        }
+    }
+}
+
+/// The stated bound: with the left operand in f32 and the weight rounded to bf16,
+/// the AVX2 tile's product stays within `2⁻⁸ · Σ|a·b|` of the exact one, plus the f32
+/// sums' rounding (`k · 2⁻²⁴ · Σ|a·b|`), at MiniLM's `k`.
+#[test]
+fn the_avx2_tile_stays_within_half_the_bound_of_rounding_both_operands() {
+    if !Kernel::Avx2.runs_here() {
+        return;
+    }
+    let mut rng = Rng::new(96);
+    let (m, k, n) = (7, 384, 40);
+    let a: Vec<f32> = (0..m * k).map(|_| rng.f32() * 4.0 - 2.0).collect();
+    let b: Vec<f32> = (0..k * n).map(|_| rng.f32() - 0.5).collect();
+    let (al, bl) = (Layout::contiguous(&[m, k]), Layout::contiguous(&[k, n]));
+    let packed = PackedRhs::pack_bf16_in(&b, &bl, false).unwrap();
+    let out = direct(&a, &al, &packed, &[]);
+    let mut worst = 0.0f64;
+    for i in 0..m {
+        for j in 0..n {
+            let terms = (0..k).map(|p| a[i * k + p] as f64 * b[p * n + j] as f64);
+            let exact: f64 = terms.clone().sum();
+            let mag: f64 = terms.map(f64::abs).sum();
+            let err = (out[i * n + j] as f64 - exact).abs();
+            let bound = (2f64.powi(-8) + k as f64 * 2f64.powi(-24)) * mag;
+            assert!(err <= bound, "({i}, {j}): {err} > {bound}");
+            worst = worst.max(err / mag);
+        }
+    }
+    // Random weights' rounding errors cancel: far inside the bound.
+    assert!(worst < 2f64.powi(-10), "{worst}");
+}
+
+/// A row holding a NaN, or an infinity, gives NaNs or infinities in that row only, as
+/// the f32 tile's arithmetic does (any NaN for any NaN); the other rows are exact to
+/// the bit. On the tile directly and on the tier's path, one and two threads.
+#[test]
+fn non_finite_rows_stay_in_their_rows() {
+    let mut rng = Rng::new(97);
+    let (m, k, n) = (9, 21, 40);
+    let b: Vec<f32> = (0..k * n).map(|_| rng.f32() - 0.5).collect();
+    let bl = Layout::contiguous(&[k, n]);
+    let packed = PackedRhs::pack_bf16_in(&b, &bl, false).unwrap();
+    let w = packed.unpack().unwrap();
+    let mut a: Vec<f32> = (0..m * k).map(|_| rng.f32()).collect();
+    a[k + 4] = f32::NAN;
+    a[4 * k + 20] = f32::INFINITY; // the odd k's last element: the tail step
+    a[7 * k] = f32::NEG_INFINITY;
+    let al = Layout::contiguous(&[m, k]);
+    let want = fused_in_order(&a, &al, &w, k, n);
+    for (i, row) in want.chunks(n).enumerate() {
+        let finite = row.iter().all(|x| x.is_finite());
+        assert_eq!(finite, ![1, 4, 7].contains(&i), "row {i}");
+    }
+    assert!(want[n..2 * n].iter().all(|x| x.is_nan()));
+    if Kernel::Avx2.runs_here() {
+        assert!(same_or_nan(&direct(&a, &al, &packed, &[]), &want));
+    }
+    for threads in [1, 2] {
+        let mut out = vec![0.0f32; m * n];
+        matmul_packed(&a, &al, &packed, &mut out, Par { threads }).unwrap();
+        if tier_runs_avx2() {
+            assert!(same_or_nan(&out, &want), "threads {threads}");
+        }
+        for (i, row) in out.chunks(n).enumerate() {
+            let finite = row.iter().all(|x| x.is_finite());
+            assert_eq!(finite, ![1, 4, 7].contains(&i), "row {i} threads {threads}");
+        }
+    }
+}
+
+/// The widening controls: the low half of each pair moved to the top, the high half
+/// kept, zeros below, in every lane.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_widening_controls_move_each_half_to_the_top() {
+    let c = &avx2::controls();
+    for lane in 0..2 {
+        for d in 0..4 {
+            let at = 16 * lane + 4 * d;
+            let base = (4 * d) as u8;
+            assert_eq!(c[at..at + 4], [0x80, 0x80, base, base + 1]);
+            assert_eq!(c[32 + at..32 + at + 4], [0x80, 0x80, base + 2, base + 3]);
+        }
+    }
+}
