@@ -967,6 +967,76 @@ mod tests {
         (a, al, b, bl)
     }
 
+    /// The operands of the epilogues the tiles are held to, for an `m × n` product: a
+    /// bias of `n` columns and a residual of `m` rows `n + 3` apart from `offset`.
+    pub(super) struct EpilogueOperands {
+        pub(super) bias: Vec<f32>,
+        pub(super) res: Vec<f32>,
+        pub(super) offset: usize,
+        pub(super) stride: usize,
+    }
+
+    impl EpilogueOperands {
+        /// Random operands from `rng` (the bias first, then the residual).
+        pub(super) fn new(rng: &mut Rng, m: usize, n: usize, offset: usize) -> Self {
+            let bias: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
+            let stride = n + 3;
+            let res: Vec<f32> = (0..offset + m * stride).map(|_| rng.f32()).collect();
+            EpilogueOperands {
+                bias,
+                res,
+                offset,
+                stride,
+            }
+        }
+
+        /// The residual as a step.
+        pub(super) fn rows(&self, sum_first: bool) -> Step<'_> {
+            Step::Rows {
+                data: &self.res,
+                offset: self.offset,
+                stride: self.stride,
+                sum_first,
+            }
+        }
+
+        /// The bias as a step.
+        pub(super) fn columns(&self, sum_first: bool) -> Step<'_> {
+            Step::Columns {
+                values: &self.bias,
+                sum_first,
+            }
+        }
+
+        /// A bias added (the sum first); a bias added the other way round, then GELU;
+        /// a bias, a residual, GELU and the residual again (as MiniLM's chains, with
+        /// both orders of the operands).
+        pub(super) fn epilogues(&self) -> [Vec<Step<'_>>; 3] {
+            [
+                vec![self.columns(true)],
+                vec![self.columns(false), Step::Gelu],
+                vec![
+                    self.columns(true),
+                    self.rows(false),
+                    Step::Gelu,
+                    self.rows(true),
+                ],
+            ]
+        }
+    }
+
+    /// `product` (`[m, n]`) followed by `epilogue`, element by element in scalar code.
+    pub(super) fn then(product: &[f32], n: usize, epilogue: Epilogue<'_>) -> Vec<f32> {
+        product
+            .iter()
+            .enumerate()
+            .map(|(e, &x)| {
+                let (i, j) = (e / n, e % n);
+                epilogue.iter().fold(x, |acc, s| s.apply_scalar(acc, i, j))
+            })
+            .collect()
+    }
+
     pub(super) fn naive(a: &[f32], al: &Layout, b: &[f32], bl: &Layout) -> Vec<f32> {
         let r = al.dims.len();
         let (m, k, n) = (al.dims[r - 2], al.dims[r - 1], bl.dims[1]);

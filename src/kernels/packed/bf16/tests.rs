@@ -4,6 +4,7 @@
 //! against the f32 product; non-finite rows.
 
 use super::super::f32::tests::fused_in_order;
+use super::super::tests::{then, EpilogueOperands};
 use super::super::{matmul_packed, matmul_packed_epilogue, PackedRhs, Panels, Step};
 use super::*;
 use crate::kernels::testutil::*;
@@ -38,18 +39,6 @@ fn direct(a: &[f32], al: &Layout, packed: &PackedRhs, epilogue: Epilogue<'_>) ->
         }
     }
     dst
-}
-
-/// `product` (`[m, n]`) followed by `epilogue`, element by element in scalar code.
-fn then(product: &[f32], n: usize, epilogue: Epilogue<'_>) -> Vec<f32> {
-    product
-        .iter()
-        .enumerate()
-        .map(|(e, &x)| {
-            let (i, j) = (e / n, e % n);
-            epilogue.iter().fold(x, |acc, s| s.apply_scalar(acc, i, j))
-        })
-        .collect()
 }
 
 /// Whether `got` and `want` agree bit for bit, any NaN matching any NaN (which NaN an
@@ -106,25 +95,10 @@ fn the_avx2_tile_gives_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
                 },
                 Layout::contiguous(&[k, m]).permute(&[1, 0]),
             ];
-            let bias: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
-            let (offset, stride) = (7, n + 3);
-            let res: Vec<f32> = (0..offset + m * stride).map(|_| rng.f32()).collect();
-            let rows = |sum_first| Step::Rows {
-                data: &res,
-                offset,
-                stride,
-                sum_first,
-            };
-            let columns = |sum_first| Step::Columns {
-                values: &bias,
-                sum_first,
-            };
-            let epilogues: [&[Step<'_>]; 4] = [
-                &[],
-                &[columns(true)],
-                &[columns(false), Step::Gelu],
-                &[columns(true), rows(false), Step::Gelu, rows(true)],
-            ];
+            let ops = EpilogueOperands::new(&mut rng, m, n, 7);
+            let (offset, stride) = (ops.offset, ops.stride);
+            let [bias, bias_gelu, minilm] = ops.epilogues();
+            let epilogues: [&[Step<'_>]; 4] = [&[], &bias, &bias_gelu, &minilm];
             for al in &layouts {
                 let product = fused_in_order(&a, al, &w, k, n);
                 for (e, epilogue) in epilogues.into_iter().enumerate() {
@@ -147,7 +121,7 @@ fn the_avx2_tile_gives_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
             }
             if tier_runs_avx2() {
                 let short = [Step::Rows {
-                    data: &res[..offset + (m - 1) * stride + n - 1],
+                    data: &ops.res[..offset + (m - 1) * stride + n - 1],
                     offset,
                     stride,
                     sum_first: true,

@@ -455,34 +455,12 @@ pub(super) mod tests {
                 // Some values large enough for GELU's tails.
                 let a: Vec<f32> = (0..m * k).map(|_| rng.f32() * 6.0).collect();
                 let al = Layout::contiguous(&[m, k]);
-                let bias: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
-                let (offset, stride) = (7, n + 3);
-                let res: Vec<f32> = (0..offset + m * stride).map(|_| rng.f32()).collect();
-                let rows = |sum_first| Step::Rows {
-                    data: &res,
-                    offset,
-                    stride,
-                    sum_first,
-                };
-                let columns = |sum_first| Step::Columns {
-                    values: &bias,
-                    sum_first,
-                };
-                let epilogues: [&[Step<'_>]; 3] = [
-                    &[columns(true)],
-                    &[columns(false), Step::Gelu],
-                    &[columns(true), rows(false), Step::Gelu, rows(true)],
-                ];
+                let ops = super::super::tests::EpilogueOperands::new(&mut rng, m, n, 7);
+                let (offset, stride) = (ops.offset, ops.stride);
+                let epilogues = ops.epilogues();
                 let product = fused_in_order(&a, &al, &b, k, n);
-                for (e, epilogue) in epilogues.into_iter().enumerate() {
-                    let want: Vec<f32> = product
-                        .iter()
-                        .enumerate()
-                        .map(|(e, &x)| {
-                            let (i, j) = (e / n, e % n);
-                            epilogue.iter().fold(x, |acc, s| s.apply_scalar(acc, i, j))
-                        })
-                        .collect();
+                for (e, epilogue) in epilogues.iter().enumerate() {
+                    let want = super::super::tests::then(&product, n, epilogue);
                     for isa in isas() {
                         let out = direct(isa, &a, &al, &packed, epilogue);
                         let same = same_bits(&out, &want);
@@ -503,7 +481,7 @@ pub(super) mod tests {
                     }
                 }
                 let short = [Step::Rows {
-                    data: &res[..offset + (m - 1) * stride + n - 1],
+                    data: &ops.res[..offset + (m - 1) * stride + n - 1],
                     offset,
                     stride,
                     sum_first: true,

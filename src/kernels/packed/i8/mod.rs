@@ -1143,32 +1143,11 @@ mod tests {
             let al = Layout::contiguous(&[m, k]);
             let w: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
             let wl = Layout::contiguous(&[k, n]);
-            let bias: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
-            let (offset, stride) = (5, n + 3);
-            let res: Vec<f32> = (0..offset + m * stride).map(|_| rng.f32()).collect();
-            let rows = |sum_first| Step::Rows {
-                data: &res,
-                offset,
-                stride,
-                sum_first,
-            };
-            let columns = |sum_first| Step::Columns {
-                values: &bias,
-                sum_first,
-            };
-            let epilogues: [&[Step<'_>]; 3] = [
-                &[columns(true)],
-                &[columns(false), Step::Gelu],
-                &[columns(true), rows(false), Step::Gelu, rows(true)],
-            ];
+            let ops = super::super::tests::EpilogueOperands::new(&mut rng, m, n, 5);
+            let epilogues = ops.epilogues();
             // The portable product by `q`, then each step in scalar code.
             let want = |q: &PackedI8, epilogue: &[Step<'_>]| -> Vec<f32> {
-                let product = product_on(Path::Portable, &a, &al, q);
-                let at = |e: usize, x: f32| {
-                    let (i, j) = (e / n, e % n);
-                    epilogue.iter().fold(x, |acc, s| s.apply_scalar(acc, i, j))
-                };
-                product.iter().enumerate().map(|(e, &x)| at(e, x)).collect()
+                super::super::tests::then(&product_on(Path::Portable, &a, &al, q), n, epilogue)
             };
             let same = |got: &[f32], want: &[f32]| {
                 got.iter()
@@ -1183,7 +1162,7 @@ mod tests {
             let Panels::I8(q) = &rhs.panels else {
                 unreachable!("pack_i8 packs int8")
             };
-            for (e, epilogue) in epilogues.into_iter().enumerate() {
+            for (e, epilogue) in epilogues.iter().enumerate() {
                 if Path::Avx2.runs() {
                     let got = product_then(Path::Avx2, &a, &al, &narrow, epilogue);
                     assert!(
