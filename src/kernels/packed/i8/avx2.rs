@@ -45,10 +45,11 @@
 //! (`(acc - shift) as f32 · sw[g, j]`, summed over the groups, times `sa[i]`), so the
 //! bits are the portable tile's.
 
-use super::super::Step;
+use super::super::f32::avx2::finish;
+use super::super::f32::AVX2_ROWS;
+use super::super::Cols;
 use super::quantize::Bytes;
 use super::{Tile, NR, QUAD, ZERO};
-use crate::kernels::math::gelu_v256;
 use std::arch::x86_64::*;
 
 /// What a [`Dot`]'s sums hold beyond `Σ qa · q`, taken off at the conversion.
@@ -243,76 +244,41 @@ unsafe fn convert<const H: usize>(
 }
 
 /// Stores `f · sa[i]` for `t`'s `H` rows (row `i`'s columns `8c..8c + 8` in
-/// `f[i][c]`), each value taken through `t.epilogue` first, to `t.width` columns.
+/// `f[i][c]`), each value taken through `t.epilogue` first, to `t.width` columns: by
+/// the f32 AVX2 tile's `finish`, one 16-column half of the panel at a time, so the
+/// epilogue's bits are the f32 tile's.
 ///
 /// # Safety
 ///
-/// The CPU has AVX2 and FMA; `t.sa` holds `H`; `1 <= t.width <= NR`; `dst` is valid
-/// for writes of `t.at + (H - 1) * t.ldc + t.width` elements, of which nobody else
-/// reads or writes the tile's meanwhile; every operand of `t.epilogue` holds the
-/// tile's rows' columns `t.j0..t.j0 + t.width` (rows `t.row0..t.row0 + H` of a
-/// [`Step::Rows`]).
+/// The CPU has AVX2 and FMA; `t.sa` holds `H`; `H <= AVX2_ROWS`; `1 <= t.width <= NR`;
+/// `dst` is valid for writes of `t.at + (H - 1) * t.ldc + t.width` elements, of which
+/// nobody else reads or writes the tile's meanwhile; every operand of `t.epilogue`
+/// holds the tile's rows' columns `t.j0..t.j0 + t.width` (rows `t.row0..t.row0 + H` of
+/// a `Step::Rows`).
 #[inline(always)]
 unsafe fn store<const H: usize>(f: &[[__m256; 4]; H], t: &Tile<'_>, dst: *mut f32) {
-    // SAFETY: the caller's contract; row i's columns are at at + i * ldc.., inside
-    // `dst`, and an epilogue operand's at its row's j0..; a vector is read or written
-    // whole only when all its 8 columns are below `width`, else masked to those that
-    // are.
-    unsafe {
-        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let masks: [__m256i; 4] = std::array::from_fn(|c| {
-            _mm256_cmpgt_epi32(_mm256_set1_epi32(t.width as i32 - 8 * c as i32), lane)
-        });
-        let whole = |c: usize| t.width >= 8 * (c + 1);
-        let load = |at: *const f32, c: usize| {
-            if whole(c) {
-                _mm256_loadu_ps(at.wrapping_add(8 * c))
-            } else {
-                _mm256_maskload_ps(at.wrapping_add(8 * c), masks[c])
-            }
-        };
-        let add = |sum: __m256, v: __m256, sum_first: bool| {
-            if sum_first {
-                _mm256_add_ps(sum, v)
-            } else {
-                _mm256_add_ps(v, sum)
-            }
-        };
+    let at = Cols {
+        j0: t.j0,
+        width: t.width,
+        ldc: t.ldc,
+    };
+    // `finish` writes row i's columns at `i * ldc + j0` from its `dst`, so it gets ours
+    // moved by `at - j0` (wrapping: only the sum it forms is used).
+    let rows = dst.wrapping_add(t.at).wrapping_sub(t.j0);
+    for half in 0..2 {
+        if 16 * half >= t.width {
+            break;
+        }
+        let mut acc = [[_mm256_setzero_ps(); AVX2_ROWS]; 2];
         for (i, f) in f.iter().enumerate() {
             let sa = _mm256_set1_ps(t.sa[i]);
-            let mut v = f.map(|f| _mm256_mul_ps(f, sa));
-            for step in t.epilogue {
-                match *step {
-                    Step::Columns { values, sum_first } => {
-                        let at = values.as_ptr().wrapping_add(t.j0);
-                        for (c, v) in v.iter_mut().enumerate() {
-                            *v = add(*v, load(at, c), sum_first);
-                        }
-                    }
-                    Step::Rows {
-                        data,
-                        offset,
-                        stride,
-                        sum_first,
-                    } => {
-                        let row = offset + (t.row0 + i) * stride + t.j0;
-                        let at = data.as_ptr().wrapping_add(row);
-                        for (c, v) in v.iter_mut().enumerate() {
-                            *v = add(*v, load(at, c), sum_first);
-                        }
-                    }
-                    Step::Gelu => v = gelu_v256(v),
-                }
-            }
-            let row = dst.add(t.at + i * t.ldc);
-            for (c, &v) in v.iter().enumerate() {
-                if whole(c) {
-                    _mm256_storeu_ps(row.add(8 * c), v);
-                } else if t.width > 8 * c {
-                    _mm256_maskstore_ps(row.add(8 * c), masks[c], v);
-                }
-            }
+            acc[0][i] = _mm256_mul_ps(f[2 * half], sa);
+            acc[1][i] = _mm256_mul_ps(f[2 * half + 1], sa);
         }
+        // SAFETY: the caller's contract, which is `finish`'s for these `H` rows: the
+        // CPU has AVX2 and FMA, `rows` holds columns `at` of the tile's rows, as every
+        // epilogue operand does, and the half holds columns (checked above).
+        unsafe { finish::<H>((t.epilogue, t.row0, at), half, acc[0], acc[1], rows) };
     }
 }
 
