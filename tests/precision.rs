@@ -14,11 +14,18 @@ fn bf16(x: f64) -> f64 {
 }
 
 /// The left operand of a product by bf16 weights as the tier in use multiplies it:
-/// rounded to bf16 (AMX, `vdpbf16ps`, the portable loops), or kept in f32 on the AVX2
-/// tiers (whose tile widens the weights to f32).
+/// rounded to bf16 (AMX, `vdpbf16ps`, the portable loops), or kept in f32 by the tiles
+/// that widen the weights to f32 (the AVX2 tiers, and AVX-512 without AVX512_BF16).
 fn bf16_left(x: &Ref) -> Ref {
     use streamfuse::cpu::{tier, Tier};
-    if matches!(tier(), Tier::Avx2 | Tier::Avx2Vnni) {
+    let widens = match tier() {
+        Tier::Avx2 | Tier::Avx2Vnni | Tier::Avx512 => true,
+        // The avx512-vnni tier includes AVX512_BF16 where the CPU has it.
+        #[cfg(target_arch = "x86_64")]
+        Tier::Avx512Vnni => !std::arch::is_x86_feature_detected!("avx512bf16"),
+        _ => false,
+    };
+    if widens {
         x.clone()
     } else {
         x.map(bf16)

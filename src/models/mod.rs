@@ -35,11 +35,11 @@ pub enum Precision {
     /// AVX512_BF16 elsewhere, and on the `avx2` tier (AVX2 with FMA, no AVX-512) an
     /// AVX2 tile that widens the weights to f32 in registers and multiplies the
     /// activations unrounded, in f32). Contract: minimum cosine to the f32 embeddings
-    /// ≥ 0.9999. Tiers without one of these (`avx512` without AVX512_BF16, whose f32
-    /// tile has twice the AVX2 bf16 one's multiply-adds a cycle (not timed); `portable`; aarch64, no bf16 kernel yet) keep the
-    /// weights rounded to bf16 in f32 and multiply in f32 (f32's speed and memory,
-    /// bf16's weights, the `avx2` tile's results), and say so once in the log
-    /// ([`Precision::fast_here`]).
+    /// ≥ 0.9999. Tiers without one of these keep the weights rounded to bf16 in f32
+    /// and multiply in f32 (f32's speed and memory, bf16's weights), and say so once in
+    /// the log ([`Precision::fast_here`]): `avx512` without AVX512_BF16 (its bf16
+    /// panels, widened into an f32 copy for the AVX-512 f32 tile, ran MiniLM 6–11%
+    /// slower than f32 weights), `portable`, and aarch64 (no bf16 kernel yet).
     Bf16,
     /// 8-bit integer weights with one scale per output channel, activations quantised
     /// per row inside the product (a quarter of the memory; AVX512_VNNI products, and
@@ -77,6 +77,11 @@ impl Precision {
             // On the `avx2` tier the widening tile (`kernels::packed::bf16`): a pass over
             // MiniLM's weights, one thread, against the AVX2 f32 tile: see
             // ARCHITECTURE.md's tier table.
+            // Not on `avx512` without AVX512_BF16: its bf16 path (each panel widened into
+            // an f32 copy for the AVX-512 f32 tile) is slower than f32 weights there.
+            // all-MiniLM-L6-v2 on the Skylake-SP, alternated 5 times: batches of 32
+            // 253.5 against 269.7 sentences/s, one sentence a call p50 6.40 against
+            // 5.80 ms.
             Precision::Bf16 => cpu::has_avx512_bf16() || (cpu::has_avx2() && !cpu::has_avx512()),
             // VNNI on zmm or ymm, or AVX2's `vpmaddubsw` tile where there is no AVX-512
             // (whose f32 tile the widened `vpmaddwd` int8 tile does not beat: a pass

@@ -23,10 +23,16 @@
 //!   bit for bit (one fused multiply-add per element of `k`, in the order of `k`), so
 //!   the results are those of f32 weights rounded to bf16: what the model ran on this
 //!   tier before, at f32's speed.
-//! - elsewhere (`avx512` without AVX512_BF16, `portable`, aarch64): portable loops
-//!   over the pairs by the rounded left rows, in `vdpbf16ps`'s order (module
-//!   `portable`); the models keep such weights in f32 there
-//!   (`models::Precision::fast_here`).
+//! - AVX-512 without AVX512_BF16 (the `avx512` tier: Skylake-SP, Cascade Lake, Zen 4
+//!   without it): each panel **widened once into an f32 copy** on the stack, then the
+//!   f32 AVX-512 tile (14 × 32) over it with the chain's epilogue, the left rows in
+//!   f32. The results are the f32 AVX-512 tile's over the widened weight, bit for bit:
+//!   those of f32 weights rounded to bf16. The weight streams in half the bytes and the
+//!   widening costs two instructions per 16 weights, once per panel, beside 14 rows of
+//!   fused multiply-adds on each.
+//! - elsewhere (`portable`, aarch64): portable loops over the pairs by the rounded
+//!   left rows, in `vdpbf16ps`'s order (module `portable`); the models keep such
+//!   weights in f32 there (`models::Precision::fast_here`).
 //!
 //! On the AVX2 tier a part of many rows ([`WIDE_PANEL_ROWS`]) widens each panel once
 //! into an f32 copy on the stack and runs the f32 AVX2 tile over it instead (the same
@@ -109,21 +115,22 @@ enum Kernel {
     Avx2,
     /// The `vdpbf16ps` tile (AVX512_BF16): 14 × 32, on the pairs as they are.
     Dpbf16,
+    /// AVX-512F without AVX512_BF16: each panel widened into an f32 copy, then the f32
+    /// AVX-512 tile (14 × 32) with the epilogue, the left rows in f32.
+    Widened512,
 }
 
 impl Kernel {
     /// The kernel of the tier in use, or the portable loops when `simd` is false.
-    /// The AVX2 tile runs where there is no AVX-512: on `avx512` without AVX512_BF16
-    /// the models keep bf16 weights in f32 and run the AVX-512 f32 tile, which has
-    /// twice the AVX2 tile's multiply-adds a cycle (the rooflines in ARCHITECTURE.md;
-    /// the AVX2 bf16 tile was not timed against it).
     fn chosen(simd: bool) -> Kernel {
         use crate::kernels::cpu;
         if !simd {
             Kernel::Portable
         } else if cpu::has_avx512_bf16() {
             Kernel::Dpbf16
-        } else if cpu::has_avx2() && !cpu::has_avx512() {
+        } else if cpu::has_avx512() {
+            Kernel::Widened512
+        } else if cpu::has_avx2() {
             Kernel::Avx2
         } else {
             Kernel::Portable
@@ -139,6 +146,7 @@ impl Kernel {
             Kernel::Portable => true,
             Kernel::Avx2 => cfg!(target_arch = "x86_64") && cpu_runs(Tier::Avx2),
             Kernel::Dpbf16 => has_avx512_bf16(),
+            Kernel::Widened512 => cfg!(target_arch = "x86_64") && cpu_runs(Tier::Avx512),
         }
     }
 }
@@ -148,24 +156,25 @@ pub(super) fn simd() -> bool {
     Kernel::chosen(true) != Kernel::Portable
 }
 
-/// Whether the tile [`part`] runs (for `simd`) applies an [`Epilogue`]: the AVX2 one.
+/// Whether the tile [`part`] runs (for `simd`) applies an [`Epilogue`]: those that
+/// keep the left rows in f32 (the AVX2 tile and the widened AVX-512 one).
 pub(super) fn takes_epilogue(simd: bool) -> bool {
-    Kernel::chosen(simd) == Kernel::Avx2
+    matches!(Kernel::chosen(simd), Kernel::Avx2 | Kernel::Widened512)
 }
 
 /// The rows of one tile of the tier in use (a split by rows cuts at multiples of it).
 pub(super) fn tile_rows() -> usize {
     match Kernel::chosen(simd()) {
         Kernel::Avx2 => AVX2_ROWS,
-        _ => MR,
+        Kernel::Portable | Kernel::Dpbf16 | Kernel::Widened512 => MR,
     }
 }
 
 /// Whether the path [`part`] runs for `simd` rounds the left operand to bf16 (all
-/// but the AVX2 tile's), for the tests' reference.
+/// but those that take an epilogue), for the tests' reference.
 #[cfg(test)]
 pub(super) fn rounds_left(simd: bool) -> bool {
-    Kernel::chosen(simd) != Kernel::Avx2
+    !takes_epilogue(simd)
 }
 
 /// Most elements of the stack scratch that holds one chunk of rows, in bf16 pairs or
@@ -200,7 +209,7 @@ fn part_on(
         "the bf16 {kernel:?} tile cannot run here"
     );
     match kernel {
-        Kernel::Avx2 => in_f32(g, data, epilogue, part, out),
+        Kernel::Avx2 | Kernel::Widened512 => in_f32(kernel, g, data, epilogue, part, out),
         Kernel::Portable | Kernel::Dpbf16 => {
             assert!(
                 epilogue.is_empty(),
@@ -302,12 +311,25 @@ fn tile(t: &Tile<'_>, rows: usize, kernel: Kernel, dst: Out) {
     portable::tile(t, rows, dst)
 }
 
-/// [`part`] on the AVX2 tile, whose left rows are f32 with contiguous elements: read
-/// in place when they are (every activation of a model), else copied so a chunk at a
-/// time (as many rows as the stack scratch holds).
-fn in_f32(g: Matrix<'_>, data: &[u32], epilogue: Epilogue<'_>, part: Part, out: Out) {
+/// [`part`] on a tile whose left rows are f32 with contiguous elements (`kernel`: the
+/// AVX2 one or the widened AVX-512 one): read in place when they are (every
+/// activation of a model), else copied so a chunk at a time (as many rows as the stack
+/// scratch holds).
+fn in_f32(
+    kernel: Kernel,
+    g: Matrix<'_>,
+    data: &[u32],
+    epilogue: Epilogue<'_>,
+    part: Part,
+    out: Out,
+) {
+    // The tile's walk over rows of `g` that are rows `base..` of the product.
+    let walk = |g: Matrix<'_>, base: usize, part: Part| match kernel {
+        Kernel::Widened512 => walk_widened(f32::Isa::Avx512, g, base, data, epilogue, part, out),
+        _ => walk(g, base, data, epilogue, part, out),
+    };
     if g.cs == 1 {
-        return walk(g, 0, data, epilogue, part, out);
+        return walk(g, 0, part);
     }
     let (first, end) = part.rows;
     let chunk = chunk_rows(end - first, g.k, SCRATCH);
@@ -331,7 +353,7 @@ fn in_f32(g: Matrix<'_>, data: &[u32], epilogue: Epilogue<'_>, part: Part, out: 
                 rows: (c0, c0 + rows),
                 ..part
             };
-            walk(rows_g, c0, data, epilogue, part, out);
+            walk(rows_g, c0, part);
             c0 += rows;
         }
     };
@@ -383,30 +405,12 @@ fn widen_panel<'s>(b: &[u32], k: usize, scratch: &'s mut [MaybeUninit<u32>]) -> 
 /// (elements contiguous): panel by panel, and in each panel row block by row block (so
 /// a panel stays in L2 while every row block reads it), each block asking for its
 /// share of the next panel (`f32::NextPanel`), as the f32 tile's walk does. From
-/// [`WIDE_PANEL_ROWS`] rows on, each panel is widened into a copy first.
+/// [`WIDE_PANEL_ROWS`] rows on, each panel is widened into a copy first
+/// ([`walk_widened`]).
 fn walk(g: Matrix<'_>, base: usize, data: &[u32], epilogue: Epilogue<'_>, part: Part, out: Out) {
     let kp = g.k.div_ceil(2);
-    if part.rows.1 - part.rows.0 >= WIDE_PANEL_ROWS && base == 0 && g.k * NR <= STACK_MOST {
-        return with_stack_uninit(g.k * NR, |scratch| {
-            for pj in part.panels.0..part.panels.1 {
-                let b = &data[pj * kp * NR..(pj + 1) * kp * NR];
-                let next = (b.as_ptr().wrapping_add(kp * NR).cast::<u8>(), 2 * kp);
-                let wide = widen_panel(b, g.k, scratch);
-                let rows = (part.rows.0, part.rows.1 - part.rows.0);
-                let at = part.cols(pj);
-                f32::panel_on(
-                    f32::Isa::Avx2,
-                    g,
-                    wide,
-                    at,
-                    rows,
-                    epilogue,
-                    next,
-                    part.n,
-                    out,
-                );
-            }
-        });
+    if part.rows.1 - part.rows.0 >= WIDE_PANEL_ROWS {
+        return walk_widened(f32::Isa::Avx2, g, base, data, epilogue, part, out);
     }
     let (first, count) = (part.rows.0, part.rows.1 - part.rows.0);
     let blocks = count.div_ceil(AVX2_ROWS);
@@ -431,6 +435,38 @@ fn walk(g: Matrix<'_>, base: usize, data: &[u32], epilogue: Epilogue<'_>, part: 
             bi += 1;
             wide_tile(&t, h, out.skip(r0 * part.n));
         });
+    }
+}
+
+/// `part` panel by panel, each widened into an f32 copy (on the stack; on the heap for
+/// a `k` beyond [`STACK_MOST`] / [`NR`], 8192) and multiplied by `isa`'s f32 tile with
+/// the epilogue, each row block asking for its share of the next bf16 panel. `g`'s
+/// first row is row `base` of the product. The results are the f32 tile's over the
+/// widened weight, bit for bit.
+fn walk_widened(
+    isa: f32::Isa,
+    g: Matrix<'_>,
+    base: usize,
+    data: &[u32],
+    epilogue: Epilogue<'_>,
+    part: Part,
+    out: Out,
+) {
+    let kp = g.k.div_ceil(2);
+    let panels = |scratch: &mut [MaybeUninit<u32>]| {
+        for pj in part.panels.0..part.panels.1 {
+            let b = &data[pj * kp * NR..(pj + 1) * kp * NR];
+            let next = (b.as_ptr().wrapping_add(kp * NR).cast::<u8>(), 2 * kp);
+            let wide = widen_panel(b, g.k, scratch);
+            let rows = (part.rows.0, part.rows.1 - part.rows.0);
+            let at = part.cols(pj);
+            f32::panel_on(isa, (g, base), wide, at, rows, epilogue, next, part.n, out);
+        }
+    };
+    if g.k * NR <= STACK_MOST {
+        with_stack_uninit(g.k * NR, panels)
+    } else {
+        panels(&mut vec![MaybeUninit::new(0); g.k * NR])
     }
 }
 

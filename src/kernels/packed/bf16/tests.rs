@@ -1,7 +1,8 @@
-//! Tests of the bf16 walk and the AVX2 tile: the tile's bits against fused
+//! Tests of the bf16 walk and the tiles that keep the left rows in f32 (the AVX2 tile,
+//! and the AVX-512 f32 tile over widened panels): their bits against fused
 //! multiply-adds on the widened weight (with every epilogue), run directly whenever
-//! this CPU has AVX2 and through `matmul_packed` on the tier in use; its error bound
-//! against the f32 product; non-finite rows.
+//! this CPU has their instructions and through `matmul_packed` on the tier in use;
+//! their error bound against the f32 product; non-finite rows.
 
 use super::super::f32::tests::fused_in_order;
 use super::super::tests::{then, EpilogueOperands};
@@ -12,10 +13,16 @@ use crate::kernels::Par;
 use crate::Layout;
 
 /// The product of the matrix `al` reads from `a` by `packed` (bf16 pairs), followed
-/// by `epilogue`, on the AVX2 tile, in four parts as two threads would split it (the
-/// first and last rows, by the first and last panels), so tiles start at rows and
-/// panels other than the first.
-fn direct(a: &[f32], al: &Layout, packed: &PackedRhs, epilogue: Epilogue<'_>) -> Vec<f32> {
+/// by `epilogue`, on `kernel`, in four parts as two threads would split it (the first
+/// and last rows, by the first and last panels), so tiles start at rows and panels
+/// other than the first.
+fn direct(
+    kernel: Kernel,
+    a: &[f32],
+    al: &Layout,
+    packed: &PackedRhs,
+    epilogue: Epilogue<'_>,
+) -> Vec<f32> {
     let (m, k, n) = (al.dims[0], al.dims[1], packed.n);
     let lda = if m > 1 { al.strides[0] } else { 0 };
     let cs = if k > 1 { al.strides[1] } else { 1 };
@@ -35,7 +42,7 @@ fn direct(a: &[f32], al: &Layout, packed: &PackedRhs, epilogue: Epilogue<'_>) ->
     for rows in [(0, rm), (rm, m)] {
         for panels in [(0, pm), (pm, panels)] {
             let part = Part { rows, panels, n };
-            part_on(Kernel::Avx2, g, data, epilogue, part, out);
+            part_on(kernel, g, data, epilogue, part, out);
         }
     }
     dst
@@ -51,24 +58,38 @@ fn same_or_nan(got: &[f32], want: &[f32]) -> bool {
             .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
 }
 
-/// Whether the tier in use multiplies bf16 weights on the AVX2 tile.
-fn tier_runs_avx2() -> bool {
-    Kernel::chosen(simd()) == Kernel::Avx2
+/// The kernels that keep the left rows in f32 (their results are the f32 tiles' over
+/// the widened weight) which this CPU runs.
+fn f32_kernels_here() -> impl Iterator<Item = Kernel> {
+    [Kernel::Avx2, Kernel::Widened512]
+        .into_iter()
+        .filter(|k| k.runs_here())
+}
+
+/// Whether the tier in use multiplies bf16 weights on `kernel`.
+fn tier_runs(kernel: Kernel) -> bool {
+    Kernel::chosen(simd()) == kernel
 }
 
 /// Every row count a tile can have and beyond (1..=13: one to three blocks, uneven
 /// ones), ragged `k` (odd: the last pair's low half alone; one; two) and `n`
 /// (narrower than one half-panel, than two, several panels), left operands with
 /// contiguous, padded (at an offset) and transposed rows, and every epilogue kind
-/// (a bias, a residual, GELU, the adds' operands in both orders): the AVX2 tile gives
-/// the bits of fused multiply-adds in the order of `k` over the widened weight (the f32
-/// AVX2 tile's arithmetic), then the steps; so does the tier's path with one and two
-/// threads where it runs this tile. A residual too short is an error.
+/// (a bias, a residual, GELU, the adds' operands in both orders): the AVX2 tile and the
+/// widened AVX-512 path give the bits of fused multiply-adds in the order of `k` over
+/// the widened weight (the f32 tiles' arithmetic), then the steps; so does the tier's
+/// path with one and two threads where it runs one of them. A residual too short is an
+/// error.
 #[test]
-fn the_avx2_tile_gives_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
-    if !Kernel::Avx2.runs_here() {
-        return;
+fn the_f32_tiles_give_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
+    for kernel in f32_kernels_here() {
+        bits_of_fused_multiply_adds(kernel);
     }
+}
+
+/// [`the_f32_tiles_give_the_bits_of_fused_multiply_adds_on_the_widened_weight`] on
+/// `kernel`.
+fn bits_of_fused_multiply_adds(kernel: Kernel) {
     let mut rng = Rng::new(95);
     for m in (1..=13).chain([20]) {
         for (k, n) in [
@@ -103,10 +124,10 @@ fn the_avx2_tile_gives_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
                 let product = fused_in_order(&a, al, &w, k, n);
                 for (e, epilogue) in epilogues.into_iter().enumerate() {
                     let want = then(&product, n, epilogue);
-                    let out = direct(&a, al, &packed, epilogue);
-                    let what = format!("m {m} k {k} n {n} layout {al:?} epilogue {e}");
+                    let out = direct(kernel, &a, al, &packed, epilogue);
+                    let what = format!("{kernel:?}: m {m} k {k} n {n} layout {al:?} epilogue {e}");
                     assert!(same_bits(&out, &want), "{what}");
-                    if !tier_runs_avx2() {
+                    if !tier_runs(kernel) {
                         continue;
                     }
                     for threads in [1, 2] {
@@ -119,7 +140,7 @@ fn the_avx2_tile_gives_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
                     }
                 }
             }
-            if tier_runs_avx2() {
+            if tier_runs(kernel) {
                 let short = [Step::Rows {
                     data: &ops.res[..offset + (m - 1) * stride + n - 1],
                     offset,
@@ -137,20 +158,25 @@ fn the_avx2_tile_gives_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
 }
 
 /// The stated bound: with the left operand in f32 and the weight rounded to bf16,
-/// the AVX2 tile's product stays within `2⁻⁸ · Σ|a·b|` of the exact one, plus the f32
-/// sums' rounding (`k · 2⁻²⁴ · Σ|a·b|`), at MiniLM's `k`.
+/// the product of the tiles that keep the left rows in f32 stays within `2⁻⁸ · Σ|a·b|`
+/// of the exact one, plus the f32 sums' rounding (`k · 2⁻²⁴ · Σ|a·b|`), at MiniLM's
+/// `k`.
 #[test]
-fn the_avx2_tile_stays_within_half_the_bound_of_rounding_both_operands() {
-    if !Kernel::Avx2.runs_here() {
-        return;
+fn the_f32_tiles_stay_within_half_the_bound_of_rounding_both_operands() {
+    for kernel in f32_kernels_here() {
+        within_half_the_bound(kernel);
     }
+}
+
+/// [`the_f32_tiles_stay_within_half_the_bound_of_rounding_both_operands`] on `kernel`.
+fn within_half_the_bound(kernel: Kernel) {
     let mut rng = Rng::new(96);
     let (m, k, n) = (7, 384, 40);
     let a: Vec<f32> = (0..m * k).map(|_| rng.f32() * 4.0 - 2.0).collect();
     let b: Vec<f32> = (0..k * n).map(|_| rng.f32() - 0.5).collect();
     let (al, bl) = (Layout::contiguous(&[m, k]), Layout::contiguous(&[k, n]));
     let packed = PackedRhs::pack_bf16_in(&b, &bl, false).unwrap();
-    let out = direct(&a, &al, &packed, &[]);
+    let out = direct(kernel, &a, &al, &packed, &[]);
     let mut worst = 0.0f64;
     for i in 0..m {
         for j in 0..n {
@@ -189,13 +215,14 @@ fn non_finite_rows_stay_in_their_rows() {
         assert_eq!(finite, ![1, 4, 7].contains(&i), "row {i}");
     }
     assert!(want[n..2 * n].iter().all(|x| x.is_nan()));
-    if Kernel::Avx2.runs_here() {
-        assert!(same_or_nan(&direct(&a, &al, &packed, &[]), &want));
+    for kernel in f32_kernels_here() {
+        let got = direct(kernel, &a, &al, &packed, &[]);
+        assert!(same_or_nan(&got, &want), "{kernel:?}");
     }
     for threads in [1, 2] {
         let mut out = vec![0.0f32; m * n];
         matmul_packed(&a, &al, &packed, &mut out, Par { threads }).unwrap();
-        if tier_runs_avx2() {
+        if f32_kernels_here().any(tier_runs) {
             assert!(same_or_nan(&out, &want), "threads {threads}");
         }
         for (i, row) in out.chunks(n).enumerate() {
@@ -217,6 +244,27 @@ fn the_widening_controls_move_each_half_to_the_top() {
             let base = (4 * d) as u8;
             assert_eq!(c[at..at + 4], [0x80, 0x80, base, base + 1]);
             assert_eq!(c[32 + at..32 + at + 4], [0x80, 0x80, base + 2, base + 3]);
+        }
+    }
+}
+
+/// A `k` whose widened panel is larger than the stack copy holds (`STACK_MOST` / `NR`
+/// rows) takes a copy on the heap: the same bits, on every kernel that widens panels,
+/// with a part of one row (the AVX-512 path) and of many (the AVX2 one).
+#[test]
+fn a_panel_too_tall_for_the_stack_copy_is_widened_on_the_heap() {
+    let mut rng = Rng::new(98);
+    let (k, n) = (STACK_MOST / NR + 3, 40);
+    let b: Vec<f32> = (0..k * n).map(|_| rng.f32() - 0.5).collect();
+    let packed = PackedRhs::pack_bf16_in(&b, &Layout::contiguous(&[k, n]), false).unwrap();
+    let w = packed.unpack().unwrap();
+    for m in [2, WIDE_PANEL_ROWS * 2] {
+        let a: Vec<f32> = (0..m * k).map(|_| rng.f32() - 0.5).collect();
+        let al = Layout::contiguous(&[m, k]);
+        let want = fused_in_order(&a, &al, &w, k, n);
+        for kernel in f32_kernels_here() {
+            let got = direct(kernel, &a, &al, &packed, &[]);
+            assert!(same_bits(&got, &want), "{kernel:?} m {m}");
         }
     }
 }

@@ -105,7 +105,7 @@ fn part_on(isa: Isa, g: Matrix<'_>, data: &[f32], epilogue: Epilogue<'_>, part: 
         let rows = (part.rows.0, part.rows.1 - part.rows.0);
         panel_on(
             isa,
-            g,
+            (g, 0),
             b,
             part.cols(pj),
             rows,
@@ -118,12 +118,12 @@ fn part_on(isa: Isa, g: Matrix<'_>, data: &[f32], epilogue: Epilogue<'_>, part: 
 }
 
 /// The row blocks of one panel `b` (columns `at`) on `isa`'s tile: rows
-/// `first..first + count`, each block asking for its share of the `lines` cache
-/// lines of the next panel at `next`.
+/// `first..first + count` of the product, whose row `base` is `g`'s first, each block
+/// asking for its share of the `lines` cache lines of the next panel at `next`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn panel_on(
     isa: Isa,
-    g: Matrix<'_>,
+    (g, base): (Matrix<'_>, usize),
     b: &[f32],
     at: Cols,
     (first, count): (usize, usize),
@@ -144,7 +144,7 @@ pub(super) fn panel_on(
     let mut bi = 0;
     Part::blocks_of(rows, first, count, |r0, h| {
         let t = Tile {
-            a: &g.a[r0 * g.lda..],
+            a: &g.a[(r0 - base) * g.lda..],
             lda: g.lda,
             cs: g.cs,
             k,
