@@ -28,9 +28,15 @@ use super::EmbedError;
 use crate::models::{BertClassifier, Precision};
 
 /// How a cross-encoder's logit becomes the score it reports (sentence-transformers'
-/// `CrossEncoder.predict`); read from the folder's config as the module docs say.
-/// Each is increasing, so the order of documents is the logits' order whatever the
-/// activation.
+/// `CrossEncoder.predict`). Each is increasing, so the order of documents is the
+/// logits' order whatever the activation.
+///
+/// It is read from the folder's config.json by sentence-transformers' own rule:
+/// `sentence_transformers.activation_fn` (what v4 and later save), else
+/// `sbert_ce_default_activation_function` (what earlier versions saved), else sigmoid
+/// for a model with one label (identity for more). The names are torch's
+/// (`torch.nn.modules.activation.Sigmoid`, `torch.nn.modules.linear.Identity`,
+/// `torch.nn.modules.activation.Tanh`); a folder naming another is refused by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScoreActivation {
     /// `1 / (1 + e^-x)`: scores in (0, 1); the default for one label.

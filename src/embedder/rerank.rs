@@ -54,8 +54,9 @@ impl Scores {
 ///
 /// It loads a sentence-transformers CrossEncoder folder (a
 /// `BertForSequenceClassification` with one label: config.json, model.safetensors,
-/// tokenizer.json; the rules for its activation and longest pair are
-/// [`ScoreActivation`]'s module's). Each (query, document) pair is one sequence with
+/// tokenizer.json; tokenizer_config.json and sentence_bert_config.json when present;
+/// the rule for its activation is [`ScoreActivation`]'s, the longest pair
+/// [`Reranker::max_tokens`]). Each (query, document) pair is one sequence with
 /// token types; the pairs of all callers go into ragged batches of up to
 /// [`EmbedderSettings::max_batch_tokens`] tokens on the reranker's own worker threads,
 /// as the [`Embedder`](super::Embedder)'s texts do (the same batcher). `Reranker` is
@@ -189,7 +190,11 @@ impl Reranker {
         self.activation
     }
 
-    /// The most tokens a pair keeps, special tokens included.
+    /// The most tokens a pair keeps, special tokens included: the least of the model's
+    /// `max_position_embeddings`, sentence_bert_config.json's `max_seq_length` and
+    /// tokenizer_config.json's `model_max_length` (the length transformers' tokenizer
+    /// cuts to when the CrossEncoder is given none; a value that is not a positive
+    /// whole number, such as the 1e30 written when it is unknown, is ignored).
     pub fn max_tokens(&self) -> usize {
         self.max_tokens
     }
