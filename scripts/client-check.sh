@@ -11,10 +11,14 @@
 # Checks: GET /v1/models through the client; embeddings with the client's default
 # (base64) and with encoding_format="float", equal to the last bit; one string and a
 # list; `dimensions` (length, unit norm, the renormalised prefix of the full vector);
-# token ids as input; a bad request is the client's BadRequestError naming the field.
+# token ids as input; a bad request is the client's BadRequestError naming the field;
+# POST /v1/rerank through plain HTTP (urllib): sorted, top_n, return_documents, and the
+# scores transformers computed for the reranker fixture (tests/data/tiny-reranker,
+# served with --reranker), within 1e-5.
 #
 # Installs under target/client-check/: a virtual environment with openai and numpy.
-# STREAMFUSE_MODEL_DIR or target/models/all-MiniLM-L6-v2 is the model served.
+# STREAMFUSE_MODEL_DIR or target/models/all-MiniLM-L6-v2 is the model served;
+# RERANKER (default tests/data/tiny-reranker) the reranker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +39,8 @@ if [ -z "$url" ]; then
     url=http://127.0.0.1:$port
     model=()
     [ -z "${STREAMFUSE_MODEL_DIR:-}" ] || model=(--model "$STREAMFUSE_MODEL_DIR")
-    target/release/examples/serve --bind "127.0.0.1:$port" "${model[@]}" >"$dir/serve.log" 2>&1 &
+    target/release/examples/serve --bind "127.0.0.1:$port" "${model[@]}" \
+        --reranker "${RERANKER:-tests/data/tiny-reranker}" >"$dir/serve.log" 2>&1 &
     server=$!
     trap 'kill $server 2>/dev/null || true' EXIT
     for _ in $(seq 600); do
@@ -47,7 +52,10 @@ fi
 echo "== server: $url (openai $("$venv/bin/python" -c 'import openai; print(openai.__version__)'))"
 
 "$venv/bin/python" - "$url" <<'EOF'
+import json
 import sys
+import urllib.error
+import urllib.request
 
 import numpy as np
 import openai
@@ -63,8 +71,9 @@ def check(name, ok, detail=""):
     print(f"{'ok' if ok else 'FAIL'}  {name}" + (f": {detail}" if detail and not ok else ""))
 
 
+# The embedding model, then the reranker when one is served.
 models = client.models.list().data
-check("models.list names the served model", len(models) == 1, str(models))
+check("models.list names the served models", len(models) in (1, 2), str(models))
 name = models[0].id if models else "model"
 
 texts = ["The cat sits outside", "A man is playing guitar", "Rust is a language"]
@@ -103,6 +112,42 @@ for bad, field in [({"dimensions": 1000}, "dimensions"),
         check(f"{bad} is refused", False, "answered 200")
     except openai.BadRequestError as e:
         check(f"{bad} is a BadRequestError naming it", field in str(e), str(e))
+
+
+# /v1/rerank through plain HTTP, as Cohere's and Jina's clients post it.
+def rerank(body):
+    req = urllib.request.Request(sys.argv[1] + "/v1/rerank", data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+with open("tests/data/tiny-reranker-reference.json") as f:
+    group = json.load(f)["queries"][0]
+docs = [p["document"] for p in group["pairs"]]
+status, body = rerank({"query": group["query"], "documents": docs})
+if status == 404:
+    print(f"skip  /v1/rerank: the server has no reranker ({body['error']['message']})")
+else:
+    results = body.get("results", [])
+    got = [r["relevance_score"] for r in results]
+    check("/v1/rerank answers every document, sorted", status == 200 and len(results) == len(docs)
+          and got == sorted(got, reverse=True), f"{status} {body}")
+    want = {i: p["score"] for i, p in enumerate(group["pairs"])}
+    diff = max((abs(r["relevance_score"] - want[r["index"]]) for r in results), default=1)
+    check("/v1/rerank scores are transformers' (fixture) within 1e-5", diff <= 1e-5,
+          f"max difference {diff} (is the reranker tests/data/tiny-reranker?)")
+    status, body = rerank({"query": group["query"], "documents": docs, "top_n": 2,
+                           "return_documents": True})
+    top = body.get("results", [])
+    check("/v1/rerank top_n=2 with return_documents", status == 200 and len(top) == 2
+          and all(r["document"]["text"] == docs[r["index"]] for r in top), str(body))
+    status, body = rerank({"query": "", "documents": docs})
+    check("/v1/rerank with an empty query is a 400 naming it",
+          status == 400 and "query" in body["error"]["message"], f"{status} {body}")
 
 sys.exit(1 if failed else 0)
 EOF

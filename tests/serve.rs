@@ -2,7 +2,8 @@
 //! on a real socket, answered by a real HTTP client (hyper, `examples/common/http.rs`):
 //! the OpenAI response shape and values, what OpenAI's official client sends (base64
 //! by default, `dimensions`, token ids), `/v1/models`, `/health`, the 4xx paths with
-//! their JSON error bodies, and a graceful shutdown.
+//! their JSON error bodies, and a graceful shutdown; the rerank routes (Cohere's and
+//! TEI's shapes) over the reranker fixture, against transformers' scores.
 #![cfg(feature = "text")]
 
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
-use streamfuse::embedder::{Embedder, EmbedderSettings};
+use streamfuse::embedder::{Embedder, EmbedderSettings, Reranker};
 
 #[path = "../examples/common/fetch.rs"]
 mod fetch;
@@ -62,19 +63,9 @@ fn the_server_answers_a_real_http_client() {
     );
     let texts = ["The cat sits outside", "A man is playing guitar"];
     let want = embedder.embed_counted(&texts).unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let host = listener.local_addr().unwrap().to_string();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    runtime().block_on(async {
         let router = server::router(Arc::clone(&embedder), "all-MiniLM-L6-v2");
-        let serving = tokio::spawn(server::serve(listener, router, async {
-            let _ = stopped.await;
-        }));
+        let (host, stop, serving) = start(router).await;
         let mut c = http::Conn::connect(&host).await.unwrap();
 
         // A list of texts: OpenAI's shape, the embedder's values.
@@ -252,5 +243,355 @@ fn the_server_answers_a_real_http_client() {
             .expect("the server stops")
             .unwrap()
             .unwrap();
+    });
+}
+
+/// The reranker fixture (`scripts/gen-reranker-fixture.py`): a small random
+/// `BertForSequenceClassification` CrossEncoder folder, and transformers' values.
+fn rerank_fixture() -> (std::path::PathBuf, Value) {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let reference = std::fs::read_to_string(data.join("tiny-reranker-reference.json")).unwrap();
+    (
+        data.join("tiny-reranker"),
+        serde_json::from_str(&reference).unwrap(),
+    )
+}
+
+/// A runtime of two threads for a test's server and client.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// POSTs `body` to `path` as JSON.
+async fn post_json(
+    c: &mut http::Conn,
+    path: &str,
+    body: Value,
+) -> (StatusCode, hyper::body::Bytes) {
+    c.request(Method::POST, path, body.to_string().into_bytes())
+        .await
+        .unwrap()
+}
+
+/// Starts `router` on a loopback port; returns its address and what stops it.
+async fn start(
+    router: axum::Router,
+) -> (
+    String,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server::serve(listener, router, async {
+        let _ = stopped.await;
+    }));
+    (host, stop, serving)
+}
+
+#[test]
+fn the_rerank_routes_answer_in_cohere_and_tei_shapes() {
+    let (dir, reference) = rerank_fixture();
+    let settings = EmbedderSettings {
+        workers: 1,
+        max_wait: Duration::ZERO,
+        ..Default::default()
+    };
+    // The cross-encoder's encoder serves embeddings too: no other model is needed.
+    let embedder = Arc::new(Embedder::load_with(&dir, settings.clone()).unwrap());
+    let reranker = Arc::new(Reranker::load_with(&dir, settings).unwrap());
+    let group = &reference["queries"][0];
+    let query = group["query"].as_str().unwrap();
+    let pairs = group["pairs"].as_array().unwrap();
+    let docs: Vec<&str> = pairs
+        .iter()
+        .map(|p| p["document"].as_str().unwrap())
+        .collect();
+    let logits: Vec<f64> = pairs.iter().map(|p| p["logit"].as_f64().unwrap()).collect();
+    let scores: Vec<f64> = pairs.iter().map(|p| p["score"].as_f64().unwrap()).collect();
+    let tokens: usize = pairs
+        .iter()
+        .map(|p| p["input_ids"].as_array().unwrap().len())
+        .sum();
+    let mut order: Vec<usize> = (0..docs.len()).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+
+    runtime().block_on(async {
+        let router = server::router_with(
+            Arc::clone(&embedder),
+            "tiny-encoder",
+            Some((Arc::clone(&reranker), "tiny-reranker")),
+        );
+        let (host, stop, serving) = start(router).await;
+        let mut c = http::Conn::connect(&host).await.unwrap();
+
+        // Cohere / Jina: every document, sorted, transformers' scores.
+        let (status, resp) = post_json(
+            &mut c,
+            "/v1/rerank",
+            json!({"query": query, "documents": docs, "model": "tiny-reranker"}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&resp));
+        let v: Value = serde_json::from_slice(&resp).unwrap();
+        assert_eq!(v["model"], "tiny-reranker");
+        assert_eq!(v["usage"]["total_tokens"], tokens);
+        let results = v["results"].as_array().unwrap();
+        let got: Vec<usize> = results
+            .iter()
+            .map(|r| r["index"].as_u64().unwrap() as usize)
+            .collect();
+        assert_eq!(
+            got, order,
+            "sorted most relevant first, as transformers' logits are"
+        );
+        for r in results {
+            let i = r["index"].as_u64().unwrap() as usize;
+            let s = r["relevance_score"].as_f64().unwrap();
+            assert!(
+                (s - scores[i]).abs() <= 1e-5,
+                "document {i}: {s} against {}",
+                scores[i]
+            );
+            assert!(
+                r.get("document").is_none(),
+                "return_documents is false by default"
+            );
+        }
+        // top_n, return_documents, documents as {"text"} objects.
+        let objects: Vec<Value> = docs.iter().map(|d| json!({"text": d})).collect();
+        let (status, resp) = post_json(
+            &mut c,
+            "/v1/rerank",
+            json!({"query": query, "documents": objects, "top_n": 2, "return_documents": true}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&resp));
+        let v: Value = serde_json::from_slice(&resp).unwrap();
+        let results = v["results"].as_array().unwrap();
+        assert_eq!(results.len(), 2);
+        for (r, &i) in results.iter().zip(&order) {
+            assert_eq!(r["index"], i);
+            assert_eq!(r["document"]["text"], docs[i]);
+        }
+        let (_, resp) = post_json(
+            &mut c,
+            "/v1/rerank",
+            json!({"query": query, "documents": docs, "top_n": 99}),
+        )
+        .await;
+        let v: Value = serde_json::from_slice(&resp).unwrap();
+        assert_eq!(v["results"].as_array().unwrap().len(), docs.len());
+
+        // Text Embeddings Inference: a sorted array, the logit's sigmoid or the logit.
+        let (status, resp) =
+            post_json(&mut c, "/rerank", json!({"query": query, "texts": docs})).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&resp));
+        let ranks: Value = serde_json::from_slice(&resp).unwrap();
+        let ranks = ranks.as_array().expect("an array");
+        let got: Vec<usize> = ranks
+            .iter()
+            .map(|r| r["index"].as_u64().unwrap() as usize)
+            .collect();
+        assert_eq!(got, order);
+        for r in ranks {
+            let i = r["index"].as_u64().unwrap() as usize;
+            assert!(
+                (r["score"].as_f64().unwrap() - scores[i]).abs() <= 1e-5,
+                "{r}"
+            );
+            assert!(r.get("text").is_none());
+        }
+        let (status, resp) = post_json(
+            &mut c,
+            "/rerank",
+            json!({"query": query, "texts": docs, "raw_scores": true, "return_text": true,
+                   "truncate": true, "truncation_direction": "Right"}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&resp));
+        for r in serde_json::from_slice::<Value>(&resp)
+            .unwrap()
+            .as_array()
+            .unwrap()
+        {
+            let i = r["index"].as_u64().unwrap() as usize;
+            assert!(
+                (r["score"].as_f64().unwrap() - logits[i]).abs() <= 1e-5,
+                "{r}"
+            );
+            assert_eq!(r["text"], docs[i]);
+        }
+        // truncate: false refuses a pair over the model's length; left cuts it.
+        let long_group = &reference["queries"][1];
+        let long_query = long_group["query"].as_str().unwrap();
+        let long_doc = long_group["pairs"][0]["document"].as_str().unwrap();
+        let (status, resp) = post_json(
+            &mut c,
+            "/rerank",
+            json!({"query": long_query, "texts": [long_doc], "truncate": false}),
+        )
+        .await;
+        let m = error_message(status, &resp, StatusCode::BAD_REQUEST);
+        assert!(
+            m.contains("`texts`") && m.contains("more than the model's 64"),
+            "{m}"
+        );
+        let (status, resp) = post_json(
+            &mut c,
+            "/rerank",
+            json!({"query": long_query, "texts": [long_doc], "truncation_direction": "left"}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&resp));
+
+        // Bad requests: 400 with OpenAI's error body naming the field.
+        let many: Vec<&str> = vec!["d"; Reranker::MAX_DOCUMENTS + 1];
+        for (path, body, what) in [
+            (
+                "/v1/rerank",
+                json!({"documents": ["a"]}),
+                "missing field `query`",
+            ),
+            (
+                "/v1/rerank",
+                json!({"query": "  ", "documents": ["a"]}),
+                "`query`: the query is empty",
+            ),
+            (
+                "/v1/rerank",
+                json!({"query": 3, "documents": ["a"]}),
+                "`query` must be a string",
+            ),
+            (
+                "/v1/rerank",
+                json!({"query": "q"}),
+                "missing field `documents`",
+            ),
+            (
+                "/v1/rerank",
+                json!({"query": "q", "documents": []}),
+                "no documents",
+            ),
+            (
+                "/v1/rerank",
+                json!({"query": "q", "documents": "a"}),
+                "`documents` must be a list",
+            ),
+            (
+                "/v1/rerank",
+                json!({"query": "q", "documents": ["a", 5]}),
+                "`documents[1]` must be a string",
+            ),
+            (
+                "/v1/rerank",
+                json!({"query": "q", "documents": [{"txt": "a"}]}),
+                "`text` string",
+            ),
+            (
+                "/v1/rerank",
+                json!({"query": "q", "documents": many}),
+                "at most 2048",
+            ),
+            (
+                "/v1/rerank",
+                json!({"query": "q", "documents": ["a"], "top_n": 0}),
+                "`top_n` must be",
+            ),
+            (
+                "/v1/rerank",
+                json!({"query": "q", "documents": ["a"], "top_n": -1}),
+                "`top_n` must be",
+            ),
+            (
+                "/v1/rerank",
+                json!({"query": "q", "documents": ["a"], "return_documents": "yes"}),
+                "`return_documents` must be",
+            ),
+            (
+                "/v1/rerank",
+                json!({"query": "q", "documents": ["a"], "model": 1}),
+                "`model` must be a string",
+            ),
+            ("/v1/rerank", json!(["q"]), "JSON object"),
+            (
+                "/rerank",
+                json!({"query": "q", "documents": ["a"]}),
+                "missing field `texts`",
+            ),
+            (
+                "/rerank",
+                json!({"query": "q", "texts": [{"text": "a"}]}),
+                "`texts[0]` must be a string",
+            ),
+            (
+                "/rerank",
+                json!({"query": "q", "texts": ["a"], "raw_scores": 1}),
+                "`raw_scores` must be",
+            ),
+            (
+                "/rerank",
+                json!({"query": "q", "texts": ["a"], "truncation_direction": "up"}),
+                "`truncation_direction` must be",
+            ),
+            ("/rerank", json!({"query": "", "texts": ["a"]}), "`query`"),
+        ] {
+            let (status, resp) = post_json(&mut c, path, body.clone()).await;
+            let m = error_message(status, &resp, StatusCode::BAD_REQUEST);
+            assert!(m.contains(what), "{path} {body}: {m} (wanted {what})");
+        }
+        let (status, resp) = c
+            .request(Method::POST, "/v1/rerank", b"{not json".to_vec())
+            .await
+            .unwrap();
+        let m = error_message(status, &resp, StatusCode::BAD_REQUEST);
+        assert!(m.contains("not valid JSON"), "{m}");
+        let (status, resp) = c.request(Method::GET, "/v1/rerank", vec![]).await.unwrap();
+        error_message(status, &resp, StatusCode::METHOD_NOT_ALLOWED);
+
+        // Both models are listed.
+        let (status, resp) = c.request(Method::GET, "/v1/models", vec![]).await.unwrap();
+        assert_eq!(status, StatusCode::OK);
+        let v: Value = serde_json::from_slice(&resp).unwrap();
+        let ids: Vec<&str> = v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["tiny-encoder", "tiny-reranker"]);
+        let (status, _) = c
+            .request(Method::GET, "/v1/models/tiny-reranker", vec![])
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK);
+        drop(c);
+        stop.send(()).unwrap();
+        serving.await.unwrap().unwrap();
+
+        // Without a reranker the routes say how to load one.
+        let (host, stop, serving) =
+            start(server::router(Arc::clone(&embedder), "tiny-encoder")).await;
+        let mut c = http::Conn::connect(&host).await.unwrap();
+        for path in ["/v1/rerank", "/rerank"] {
+            let body = json!({"query": "q", "documents": ["a"], "texts": ["a"]});
+            let (status, resp) = c
+                .request(Method::POST, path, body.to_string().into_bytes())
+                .await
+                .unwrap();
+            let m = error_message(status, &resp, StatusCode::NOT_FOUND);
+            assert!(
+                m.contains("no reranker is loaded") && m.contains("--reranker"),
+                "{m}"
+            );
+        }
+        drop(c);
+        stop.send(()).unwrap();
+        serving.await.unwrap().unwrap();
     });
 }

@@ -1,7 +1,8 @@
 //! The embeddings HTTP API over a shared [`Embedder`], in OpenAI's shapes, as an axum
-//! router: `POST /v1/embeddings`, `GET /v1/models` and `GET /health`. Shared by
-//! `examples/serve.rs` (the server) and `tests/serve.rs` (which answers it with a real
-//! HTTP client).
+//! router: `POST /v1/embeddings`, `GET /v1/models` and `GET /health`; with a
+//! [`Reranker`], also `POST /v1/rerank` (Cohere's and Jina's shape) and `POST /rerank`
+//! (Text Embeddings Inference's), in `rerank.rs`. Shared by `examples/serve.rs` (the
+//! server) and `tests/serve.rs` (which answers it with a real HTTP client).
 //!
 //! `/v1/embeddings` takes what OpenAI's embeddings API takes: `input` as a string, a
 //! list of strings, a list of token ids or a list of lists of them (ids of the served
@@ -31,7 +32,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
-use streamfuse::embedder::{EmbedError, Embedder, Embeddings};
+use streamfuse::embedder::{Embedder, Embeddings, Reranker};
+
+#[path = "rerank.rs"]
+mod rerank;
 
 /// The largest request body accepted (1 MiB); larger ones get 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -44,24 +48,48 @@ struct App {
     embedder: Arc<Embedder>,
     /// The name answered in `model` (the model folder's name).
     model: Arc<str>,
+    /// The cross-encoder of the rerank routes, when one is loaded.
+    reranker: Option<Arc<Reranker>>,
+    /// Its name (its folder's), answered in `model` and listed by `/v1/models`.
+    reranker_name: Arc<str>,
 }
 
-/// The API's routes over `embedder`; `model` is the name given back in responses.
+/// The API's routes over `embedder`; `model` is the name given back in responses. The
+/// rerank routes answer 404 (no reranker loaded).
 pub fn router(embedder: Arc<Embedder>, model: &str) -> Router {
+    router_with(embedder, model, None)
+}
+
+/// [`router`], with the rerank routes served by `reranker` (the reranker and its
+/// model name) when given.
+pub fn router_with(
+    embedder: Arc<Embedder>,
+    model: &str,
+    reranker: Option<(Arc<Reranker>, &str)>,
+) -> Router {
+    let (reranker, reranker_name) = match reranker {
+        Some((r, name)) => (Some(r), name.into()),
+        None => (None, "".into()),
+    };
     let app = App {
         embedder,
         model: model.into(),
+        reranker,
+        reranker_name,
+    };
+    let post_only = |path: &'static str| {
+        move || async move { error(StatusCode::METHOD_NOT_ALLOWED, format!("{path} takes POST")) }
     };
     Router::new()
         .route(
             "/v1/embeddings",
-            post(embeddings).fallback(|| async {
-                error(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    "/v1/embeddings takes POST".into(),
-                )
-            }),
+            post(embeddings).fallback(post_only("/v1/embeddings")),
         )
+        .route(
+            "/v1/rerank",
+            post(rerank::cohere).fallback(post_only("/v1/rerank")),
+        )
+        .route("/rerank", post(rerank::tei).fallback(post_only("/rerank")))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(one_model))
         .route(
@@ -71,7 +99,8 @@ pub fn router(embedder: Arc<Embedder>, model: &str) -> Router {
         .fallback(|| async {
             error(
                 StatusCode::NOT_FOUND,
-                "no such route; the API is POST /v1/embeddings, GET /v1/models and GET /health"
+                "no such route; the API is POST /v1/embeddings, POST /v1/rerank, POST \
+                 /rerank, GET /v1/models and GET /health"
                     .into(),
             )
         })
@@ -367,9 +396,7 @@ async fn embeddings(State(app): State<App>, body: Result<Bytes, BytesRejection>)
             embeddings_body(&app, &request, &emb),
         )
             .into_response(),
-        Ok(Err(e @ (EmbedError::EmptyText { .. } | EmbedError::Tokenize { .. }))) => {
-            bad_request(format!("`input`: {e}"))
-        }
+        Ok(Err(e)) if e.is_input_error() => bad_request(format!("`input`: {e}")),
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Err(_) => error(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -378,27 +405,38 @@ async fn embeddings(State(app): State<App>, body: Result<Bytes, BytesRejection>)
     }
 }
 
-/// The served model as OpenAI's model object.
-fn model_object(app: &App) -> Value {
-    json!({"id": &*app.model, "object": "model", "created": 0, "owned_by": "streamfuse"})
+/// A served model as OpenAI's model object.
+fn model_object(id: &str) -> Value {
+    json!({"id": id, "object": "model", "created": 0, "owned_by": "streamfuse"})
 }
 
-/// `GET /v1/models`: the models served (one).
+/// The names of the served models: the embedder's, then the reranker's when loaded.
+fn served(app: &App) -> Vec<&str> {
+    let mut names = vec![&*app.model];
+    if app.reranker.is_some() {
+        names.push(&*app.reranker_name);
+    }
+    names
+}
+
+/// `GET /v1/models`: the models served.
 async fn models(State(app): State<App>) -> Response {
-    json_response(
-        StatusCode::OK,
-        &json!({"object": "list", "data": [model_object(&app)]}),
-    )
+    let data: Vec<Value> = served(&app).into_iter().map(model_object).collect();
+    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
 }
 
-/// `GET /v1/models/{id}`: the served model, or a 404 naming what is served.
+/// `GET /v1/models/{id}`: a served model, or a 404 naming what is served.
 async fn one_model(State(app): State<App>, Path(id): Path<String>) -> Response {
-    if id == *app.model {
-        json_response(StatusCode::OK, &model_object(&app))
+    let names = served(&app);
+    if names.contains(&id.as_str()) {
+        json_response(StatusCode::OK, &model_object(&id))
     } else {
         error(
             StatusCode::NOT_FOUND,
-            format!("no model `{id}`; this server serves `{}`", app.model),
+            format!(
+                "no model `{id}`; this server serves `{}`",
+                names.join("` and `")
+            ),
         )
     }
 }

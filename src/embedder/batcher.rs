@@ -1,6 +1,10 @@
-//! Dynamic batching: the queue of sequences waiting to be embedded, the worker threads
+//! Dynamic batching: the queue of sequences waiting for the model, the worker threads
 //! that take them in ragged batches up to a token budget, and the bookkeeping that
-//! sends each request its answer when its last sequence is done.
+//! sends each request its answer when its last sequence is done. The same batcher
+//! serves the [`Embedder`](super::Embedder) (a sequence is a text, its answer a
+//! pooled vector) and the [`Reranker`](super::Reranker) (a sequence is a query and
+//! document pair with its token types, its answer the classifier's logits): [`Net`]
+//! is the forward pass a batch runs.
 //!
 //! The unit of work is one text's token sequence, not a request: a request of eight
 //! texts may be spread over several batches (and workers), and a batch holds
@@ -17,19 +21,46 @@
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
 use super::{EmbedError, EmbedderSettings, Embeddings};
 use crate::models::bert::{Packing, Pooling};
-use crate::models::BertModel;
+use crate::models::{BertClassifier, BertModel};
+
+/// The forward pass the workers run on a batch.
+pub(super) enum Net {
+    /// Sentence embeddings: the encoder, then `pooling` and L2 normalisation.
+    Embed(BertModel, Pooling),
+    /// A classifier's logits for each sequence, with its token types.
+    Classify(BertClassifier),
+}
+
+impl Net {
+    /// The encoder.
+    pub(super) fn model(&self) -> &BertModel {
+        match self {
+            Net::Embed(model, _) => model,
+            Net::Classify(c) => c.model(),
+        }
+    }
+
+    /// One ragged forward pass: a vector (or the logits) per sequence, in order.
+    fn run(&self, seqs: &[&[u32]], types: &[&[u32]]) -> crate::Result<Vec<Vec<f32>>> {
+        match self {
+            Net::Embed(model, pooling) => model.embed_packed(seqs, *pooling, Packing::Bucketed),
+            Net::Classify(c) => c.classify_packed(seqs, types, Packing::Bucketed),
+        }
+    }
+}
 
 /// What a request's caller is called with, once.
 pub(super) type Done = Box<dyn FnOnce(Result<Embeddings, EmbedError>) + Send>;
 
 /// One request: its vectors as they come back, and its caller.
-pub(super) struct Request {
+struct Request {
     state: Mutex<RequestState>,
 }
 
@@ -43,7 +74,7 @@ struct RequestState {
 }
 
 impl Request {
-    pub(super) fn new(texts: usize, tokens: usize, done: Done) -> Arc<Request> {
+    fn new(texts: usize, tokens: usize, done: Done) -> Arc<Request> {
         Arc::new(Request {
             state: Mutex::new(RequestState {
                 vectors: vec![Vec::new(); texts],
@@ -89,12 +120,14 @@ impl Request {
 }
 
 /// One text's tokens and where its vector goes.
-pub(super) struct Item {
-    pub(super) ids: Vec<u32>,
-    pub(super) request: Arc<Request>,
-    pub(super) index: usize,
+struct Item {
+    ids: Vec<u32>,
+    /// The tokens' types; empty when all are 0 (a text to embed).
+    types: Vec<u32>,
+    request: Arc<Request>,
+    index: usize,
     /// Tokens of the whole request (the same for each of its items).
-    pub(super) request_tokens: usize,
+    request_tokens: usize,
 }
 
 struct Queue {
@@ -108,20 +141,90 @@ struct Queue {
     dirty: bool,
 }
 
-/// What the workers share with the [`Embedder`](super::Embedder).
+/// What the workers share with the [`Embedder`](super::Embedder) or
+/// [`Reranker`](super::Reranker) that owns them.
 pub(super) struct Batcher {
-    model: BertModel,
-    pooling: Pooling,
+    net: Net,
     settings: EmbedderSettings,
     queue: Mutex<Queue>,
     ready: Condvar,
 }
 
+/// A [`Batcher`] and its worker threads: dropping it lets the workers finish what is
+/// queued and joins them.
+pub(super) struct Workers {
+    batcher: Arc<Batcher>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl Workers {
+    /// Checks `settings` against the longest sequence (`max_tokens`) and starts
+    /// `settings.workers` threads named `{name}-{i}` running batches of `net`.
+    pub(super) fn start(
+        net: Net,
+        settings: EmbedderSettings,
+        max_tokens: usize,
+        name: &str,
+    ) -> Result<Workers, EmbedError> {
+        if settings.workers == 0 {
+            return Err(EmbedError::Settings("workers must be at least 1".into()));
+        }
+        if settings.max_batch_tokens < max_tokens {
+            return Err(EmbedError::Settings(format!(
+                "max_batch_tokens {} is below the model's longest sequence, {max_tokens} tokens",
+                settings.max_batch_tokens
+            )));
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let kernel_threads = match settings.kernel_threads {
+            0 => (cores / settings.workers).max(1),
+            n => n,
+        };
+        let mut workers = Workers {
+            batcher: Arc::new(Batcher::new(net, settings)),
+            handles: Vec::new(),
+        };
+        for i in 0..workers.batcher.settings.workers {
+            let b = Arc::clone(&workers.batcher);
+            let spawned = std::thread::Builder::new()
+                .name(format!("{name}-{i}"))
+                .spawn(move || b.work(kernel_threads));
+            match spawned {
+                Ok(h) => workers.handles.push(h),
+                // Dropping `workers` stops and joins the ones started.
+                Err(e) => {
+                    return Err(EmbedError::Workers(format!(
+                        "cannot start worker thread {i}: {e}"
+                    )))
+                }
+            }
+        }
+        Ok(workers)
+    }
+
+    /// The batcher the workers take their work from.
+    pub(super) fn batcher(&self) -> &Batcher {
+        &self.batcher
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.batcher.shut_down();
+        let me = std::thread::current().id();
+        for h in self.handles.drain(..) {
+            // A last handle dropped inside a callback runs on a worker: not itself.
+            if h.thread().id() != me {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
 impl Batcher {
-    pub(super) fn new(model: BertModel, pooling: Pooling, settings: EmbedderSettings) -> Batcher {
+    fn new(net: Net, settings: EmbedderSettings) -> Batcher {
         Batcher {
-            model,
-            pooling,
+            net,
             settings,
             queue: Mutex::new(Queue {
                 items: VecDeque::new(),
@@ -134,20 +237,41 @@ impl Batcher {
         }
     }
 
-    pub(super) fn model(&self) -> &BertModel {
-        &self.model
+    /// The forward pass the batches run.
+    pub(super) fn net(&self) -> &Net {
+        &self.net
     }
 
+    /// The settings the workers run with.
     pub(super) fn settings(&self) -> &EmbedderSettings {
         &self.settings
     }
 
-    pub(super) fn pooling(&self) -> Pooling {
-        self.pooling
+    /// Queues one request: its sequences (checked by the caller) with their token
+    /// types (`types` empty, or one list per sequence, empty when all are 0); `done`
+    /// gets the answer once the last is back, or right away for no sequences.
+    pub(super) fn submit(&self, seqs: Vec<Vec<u32>>, types: Vec<Vec<u32>>, done: Done) {
+        let tokens = seqs.iter().map(Vec::len).sum();
+        if seqs.is_empty() {
+            done(Ok(Embeddings {
+                vectors: Vec::new(),
+                tokens: 0,
+            }));
+            return;
+        }
+        let request = Request::new(seqs.len(), tokens, done);
+        let mut types = types.into_iter();
+        self.push(seqs.into_iter().enumerate().map(|(index, ids)| Item {
+            ids,
+            types: types.next().unwrap_or_default(),
+            request: Arc::clone(&request),
+            index,
+            request_tokens: tokens,
+        }));
     }
 
     /// Queues a request's sequences (all at once, so they stay together in line).
-    pub(super) fn push(&self, items: impl IntoIterator<Item = Item>) {
+    fn push(&self, items: impl IntoIterator<Item = Item>) {
         let mut q = self.queue.lock();
         for item in items {
             q.tokens += item.ids.len();
@@ -158,13 +282,13 @@ impl Batcher {
     }
 
     /// Tells the workers to finish what is queued and stop.
-    pub(super) fn shut_down(&self) {
+    fn shut_down(&self) {
         self.queue.lock().shutdown = true;
         self.ready.notify_all();
     }
 
     /// A worker's life: batches until shut down and the queue is empty.
-    pub(super) fn work(&self, kernel_threads: usize) {
+    fn work(&self, kernel_threads: usize) {
         crate::set_kernel_threads(kernel_threads);
         while let Some(batch) = self.next_batch() {
             self.run(batch);
@@ -240,7 +364,8 @@ impl Batcher {
     /// Runs one batch and answers its sequences; on failure, runs each alone.
     fn run(&self, batch: Vec<Item>) {
         let seqs: Vec<&[u32]> = batch.iter().map(|i| i.ids.as_slice()).collect();
-        match self.embed(&seqs) {
+        let types: Vec<&[u32]> = batch.iter().map(|i| i.types.as_slice()).collect();
+        match self.embed(&seqs, &types) {
             Ok(vectors) => {
                 for (item, v) in batch.iter().zip(vectors) {
                     item.request.finish(item.index, Ok(v));
@@ -253,7 +378,9 @@ impl Batcher {
                     batch.len()
                 );
                 for item in &batch {
-                    let one = self.embed(&[&item.ids]).map(|mut v| v.remove(0));
+                    let one = self
+                        .embed(&[&item.ids], &[&item.types])
+                        .map(|mut v| v.remove(0));
                     item.request.finish(item.index, one);
                 }
             }
@@ -261,7 +388,7 @@ impl Batcher {
     }
 
     /// One packed forward pass, its errors and panics as [`EmbedError::Model`].
-    fn embed(&self, seqs: &[&[u32]]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    fn embed(&self, seqs: &[&[u32]], types: &[&[u32]]) -> Result<Vec<Vec<f32>>, EmbedError> {
         #[cfg(test)]
         if seqs.iter().any(|s| s.contains(&tests::POISON)) {
             return Err(EmbedError::Model(crate::Error::Kernel {
@@ -269,11 +396,7 @@ impl Batcher {
                 msg: "a poisoned sequence (test)".into(),
             }));
         }
-        let run = || {
-            self.model
-                .embed_packed(seqs, self.pooling, Packing::Bucketed)
-        };
-        match catch_unwind(AssertUnwindSafe(run)) {
+        match catch_unwind(AssertUnwindSafe(|| self.net.run(seqs, types))) {
             Ok(Ok(v)) if v.len() == seqs.len() => Ok(v),
             Ok(Ok(v)) => Err(EmbedError::Model(crate::Error::Internal {
                 msg: format!("embedder: {} vectors for {} sequences", v.len(), seqs.len()),
@@ -308,10 +431,8 @@ pub(super) mod tests {
     use std::path::Path;
     use std::time::Duration;
 
-    use safetensors::tensor::TensorView;
-    use safetensors::Dtype;
-
     use super::*;
+    use crate::models::bert::testing;
     use crate::models::BertConfig;
 
     /// A token whose batch fails (`Batcher::embed` under test).
@@ -325,54 +446,8 @@ pub(super) mod tests {
                 "max_position_embeddings": 32, "type_vocab_size": 2}"#,
         )
         .unwrap();
-        let (h, i) = (8, 16);
-        let mut shapes: Vec<(String, Vec<usize>)> = vec![
-            ("embeddings.word_embeddings.weight".into(), vec![20, h]),
-            ("embeddings.position_embeddings.weight".into(), vec![32, h]),
-            ("embeddings.token_type_embeddings.weight".into(), vec![2, h]),
-            ("embeddings.LayerNorm.weight".into(), vec![h]),
-            ("embeddings.LayerNorm.bias".into(), vec![h]),
-        ];
-        let p = "encoder.layer.0.";
-        for (name, shape) in [
-            ("attention.self.query.weight", vec![h, h]),
-            ("attention.self.query.bias", vec![h]),
-            ("attention.self.key.weight", vec![h, h]),
-            ("attention.self.key.bias", vec![h]),
-            ("attention.self.value.weight", vec![h, h]),
-            ("attention.self.value.bias", vec![h]),
-            ("attention.output.dense.weight", vec![h, h]),
-            ("attention.output.dense.bias", vec![h]),
-            ("attention.output.LayerNorm.weight", vec![h]),
-            ("attention.output.LayerNorm.bias", vec![h]),
-            ("intermediate.dense.weight", vec![i, h]),
-            ("intermediate.dense.bias", vec![i]),
-            ("output.dense.weight", vec![h, i]),
-            ("output.dense.bias", vec![h]),
-            ("output.LayerNorm.weight", vec![h]),
-            ("output.LayerNorm.bias", vec![h]),
-        ] {
-            shapes.push((format!("{p}{name}"), shape));
-        }
-        let mut seed = 1u32;
-        let data: Vec<Vec<u8>> = shapes
-            .iter()
-            .map(|(_, shape)| {
-                (0..shape.iter().product::<usize>())
-                    .flat_map(|_| {
-                        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                        ((seed >> 8) as f32 / (1 << 24) as f32 - 0.5).to_le_bytes()
-                    })
-                    .collect()
-            })
-            .collect();
-        let views = shapes.iter().zip(&data).map(|((name, shape), bytes)| {
-            (
-                name.clone(),
-                TensorView::new(Dtype::F32, shape.clone(), bytes).unwrap(),
-            )
-        });
-        let bytes = safetensors::serialize(views, None).unwrap();
+        let weights = testing::filled(testing::encoder_shapes("", 20, 8, 16, 32), 1);
+        let bytes = testing::safetensors_file(&weights);
         BertModel::from_safetensors(cfg, &bytes, Path::new("tiny.safetensors")).unwrap()
     }
 
@@ -382,19 +457,15 @@ pub(super) mod tests {
         settings: EmbedderSettings,
         requests: &[Vec<Vec<u32>>],
     ) -> Vec<Result<Embeddings, EmbedError>> {
-        let b = Arc::new(Batcher::new(tiny_model(), Pooling::Mean, settings));
+        let b = Arc::new(Batcher::new(
+            Net::Embed(tiny_model(), Pooling::Mean),
+            settings,
+        ));
         let (tx, rx) = std::sync::mpsc::channel();
         for (r, seqs) in requests.iter().enumerate() {
             let tx = tx.clone();
-            let tokens = seqs.iter().map(Vec::len).sum();
             let done: Done = Box::new(move |a| tx.send((r, a)).unwrap());
-            let request = Request::new(seqs.len(), tokens, done);
-            b.push(seqs.iter().enumerate().map(|(index, ids)| Item {
-                ids: ids.clone(),
-                request: Arc::clone(&request),
-                index,
-                request_tokens: tokens,
-            }));
+            b.submit(seqs.clone(), Vec::new(), done);
         }
         b.shut_down();
         let worker = {

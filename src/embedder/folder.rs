@@ -1,11 +1,12 @@
 //! Reading a sentence-transformers model folder: the BERT weights and config, the
 //! tokenizer set up as sentence-transformers runs it (no padding, truncation at the
 //! model's `max_seq_length`), and the pooling mode. Every failure names the file and
-//! what was wrong with it.
+//! what was wrong with it. The helpers a cross-encoder folder also needs (the JSON
+//! files, the tokenizer, the model's errors) are here too.
 
 use std::path::{Path, PathBuf};
 
-use tokenizers::{Tokenizer, TruncationParams};
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams};
 
 use super::EmbedError;
 use crate::models::bert::Pooling;
@@ -20,7 +21,8 @@ pub(super) struct Folder {
     pub(super) max_tokens: usize,
 }
 
-fn load_error(path: &Path, msg: impl Into<String>) -> EmbedError {
+/// A [`EmbedError::Load`] naming `path`.
+pub(super) fn load_error(path: &Path, msg: impl Into<String>) -> EmbedError {
     EmbedError::Load {
         path: path.to_path_buf(),
         msg: msg.into(),
@@ -28,7 +30,7 @@ fn load_error(path: &Path, msg: impl Into<String>) -> EmbedError {
 }
 
 /// A JSON file of the folder, or `None` when it does not exist.
-fn read_json(path: &Path) -> Result<Option<serde_json::Value>, EmbedError> {
+pub(super) fn read_json(path: &Path) -> Result<Option<serde_json::Value>, EmbedError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -41,46 +43,14 @@ fn read_json(path: &Path) -> Result<Option<serde_json::Value>, EmbedError> {
 
 impl Folder {
     pub(super) fn load(dir: &Path, precision: Precision) -> Result<Folder, EmbedError> {
-        if !dir.is_dir() {
-            return Err(load_error(
-                dir,
-                "not a folder; expected a sentence-transformers model folder with \
-                 config.json, model.safetensors and tokenizer.json",
-            ));
-        }
-        let model = BertModel::load_as(dir, precision).map_err(|e| match e {
-            ModelError::Io { path, error } => load_error(&path, format!("cannot read it: {error}")),
-            ModelError::Format { path, msg } => load_error(&path, msg),
-            ModelError::Tensor(e) => load_error(dir, format!("building a weight: {e}")),
-        })?;
+        check_dir(dir, "a sentence-transformers model folder")?;
+        let model = BertModel::load_as(dir, precision).map_err(|e| model_error(dir, e))?;
         let cfg = model.config();
         let max_tokens = max_seq_length(dir)?
             .unwrap_or(cfg.max_position_embeddings)
             .min(cfg.max_position_embeddings);
-        let path = dir.join("tokenizer.json");
-        if !path.is_file() {
-            return Err(load_error(&path, "missing"));
-        }
-        let mut tokenizer =
-            Tokenizer::from_file(&path).map_err(|e| load_error(&path, format!("{e}")))?;
-        let vocab = tokenizer.get_vocab_size(true);
-        if vocab > cfg.vocab_size {
-            return Err(load_error(
-                &path,
-                format!(
-                    "the tokenizer has {vocab} tokens but the model's vocabulary (config.json) \
-                     has {}: they are not from the same model",
-                    cfg.vocab_size
-                ),
-            ));
-        }
-        tokenizer.with_padding(None);
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: max_tokens,
-                ..Default::default()
-            }))
-            .map_err(|e| load_error(&path, format!("cannot set truncation: {e}")))?;
+        let mut tokenizer = load_tokenizer(dir, cfg.vocab_size)?;
+        truncate(&mut tokenizer, dir, max_tokens, TruncationDirection::Right)?;
         Ok(Folder {
             pooling: pooling(dir)?,
             model,
@@ -90,8 +60,80 @@ impl Folder {
     }
 }
 
+/// An error unless `dir` is a folder (`what` says which kind is expected).
+pub(super) fn check_dir(dir: &Path, what: &str) -> Result<(), EmbedError> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    Err(load_error(
+        dir,
+        format!(
+            "not a folder; expected {what} with config.json, model.safetensors and tokenizer.json"
+        ),
+    ))
+}
+
+/// A model's loading error as [`EmbedError::Load`], naming the file.
+pub(super) fn model_error(dir: &Path, e: ModelError) -> EmbedError {
+    match e {
+        ModelError::Io { path, error } => load_error(&path, format!("cannot read it: {error}")),
+        ModelError::Format { path, msg } => load_error(&path, msg),
+        ModelError::Tensor(e) => load_error(dir, format!("building a weight: {e}")),
+    }
+}
+
+/// The folder's `tokenizer.json`, checked against the model's vocabulary of `vocab`
+/// ids, without padding or truncation.
+pub(super) fn load_tokenizer(dir: &Path, vocab: usize) -> Result<Tokenizer, EmbedError> {
+    let path = dir.join("tokenizer.json");
+    if !path.is_file() {
+        return Err(load_error(&path, "missing"));
+    }
+    let mut tokenizer =
+        Tokenizer::from_file(&path).map_err(|e| load_error(&path, format!("{e}")))?;
+    let size = tokenizer.get_vocab_size(true);
+    if size > vocab {
+        return Err(load_error(
+            &path,
+            format!(
+                "the tokenizer has {size} tokens but the model's vocabulary (config.json) \
+                 has {vocab}: they are not from the same model"
+            ),
+        ));
+    }
+    tokenizer.with_padding(None);
+    tokenizer
+        .with_truncation(None)
+        .map_err(|e| load_error(&path, format!("cannot turn truncation off: {e}")))?;
+    Ok(tokenizer)
+}
+
+/// Sets `tokenizer` to cut what it encodes to `max_tokens` (special tokens included)
+/// from `direction`'s end; a pair loses tokens from its longer sequence first, as
+/// Hugging Face's `truncation=True` does.
+pub(super) fn truncate(
+    tokenizer: &mut Tokenizer,
+    dir: &Path,
+    max_tokens: usize,
+    direction: TruncationDirection,
+) -> Result<(), EmbedError> {
+    tokenizer
+        .with_truncation(Some(TruncationParams {
+            max_length: max_tokens,
+            direction,
+            ..Default::default()
+        }))
+        .map(|_| ())
+        .map_err(|e| {
+            load_error(
+                &dir.join("tokenizer.json"),
+                format!("cannot set truncation: {e}"),
+            )
+        })
+}
+
 /// `max_seq_length` of `sentence_bert_config.json`, when the folder has one.
-fn max_seq_length(dir: &Path) -> Result<Option<usize>, EmbedError> {
+pub(super) fn max_seq_length(dir: &Path) -> Result<Option<usize>, EmbedError> {
     let path = dir.join("sentence_bert_config.json");
     let Some(v) = read_json(&path)? else {
         return Ok(None);

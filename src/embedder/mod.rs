@@ -1,13 +1,17 @@
-//! Serving sentence embeddings from text: [`Embedder`] loads a sentence-transformers
-//! model folder once and embeds texts submitted from any number of threads, batching
-//! them dynamically on worker threads of its own.
+//! Serving sentence embeddings and reranking from text: [`Embedder`] loads a
+//! sentence-transformers model folder once and embeds texts submitted from any number
+//! of threads, batching them dynamically on worker threads of its own; [`Reranker`]
+//! does the same for a cross-encoder folder, scoring (query, document) pairs.
 //!
-//! This module owns the path from text to vector: reading the folder (`folder.rs`:
-//! weights, config, tokenizer, pooling mode, `max_seq_length`), tokenising on the
-//! submitting thread, and the dynamic batcher (`batcher.rs`: the queue, the workers,
-//! each with its own stream, and the answer of each request). The forward pass itself
-//! is the model's ([`BertModel::embed_packed`]): each batch is ragged, its sequences
-//! packed one after another with no padding.
+//! This module owns the path from text to vector or score: reading the folders
+//! (`folder.rs`: weights, config, tokenizer, pooling mode, `max_seq_length`;
+//! `cross_encoder.rs`: a cross-encoder's head, its activation and its pair
+//! tokenizer), tokenising on the submitting thread, and the dynamic batcher
+//! (`batcher.rs`: the queue, the workers, each with its own stream, and the answer of
+//! each request), which both share. The forward passes themselves are the model's
+//! ([`BertModel::embed_packed`],
+//! [`BertClassifier::classify_packed`](crate::models::BertClassifier::classify_packed)): each batch is
+//! ragged, its sequences packed one after another with no padding.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -22,19 +26,22 @@
 //! ```
 
 mod batcher;
+mod cross_encoder;
 mod folder;
+mod rerank;
+
+pub use cross_encoder::ScoreActivation;
+pub use rerank::{Reranker, Scores, Truncation};
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokenizers::Tokenizer;
 
 use crate::models::bert::Pooling;
 use crate::models::{BertModel, Precision};
-use batcher::{Batcher, Done, Item, Request};
+use batcher::{Done, Net, Workers};
 
 /// How an [`Embedder`] batches and spreads its work. `Default` gives sensible values
 /// for a server; each field says what it trades.
@@ -112,6 +119,43 @@ pub enum EmbedError {
     Model(crate::Error),
     /// The worker threads could not be started.
     Workers(String),
+    /// A rerank request's query is empty or only whitespace.
+    EmptyQuery,
+    /// A rerank request has no documents.
+    NoDocuments,
+    /// A rerank request has more documents than [`Reranker::MAX_DOCUMENTS`].
+    TooManyDocuments {
+        /// Documents in the request.
+        count: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// Pair `index` (query and document) is longer than the model takes and the
+    /// request asked not to truncate ([`Truncation::Refuse`]).
+    TooLong {
+        /// Its position in the request.
+        index: usize,
+        /// Its tokens, special tokens included.
+        tokens: usize,
+        /// The most the model takes.
+        max: usize,
+    },
+}
+
+impl EmbedError {
+    /// Whether the request itself was at fault (empty or bad input, a 4xx for a
+    /// server), rather than the model, the folder or the machine.
+    pub fn is_input_error(&self) -> bool {
+        matches!(
+            self,
+            EmbedError::EmptyText { .. }
+                | EmbedError::Tokenize { .. }
+                | EmbedError::EmptyQuery
+                | EmbedError::NoDocuments
+                | EmbedError::TooManyDocuments { .. }
+                | EmbedError::TooLong { .. }
+        )
+    }
 }
 
 impl fmt::Display for EmbedError {
@@ -123,8 +167,23 @@ impl fmt::Display for EmbedError {
                 write!(f, "text {index} is empty; every text needs some content")
             }
             EmbedError::Tokenize { index, msg } => write!(f, "text {index}: {msg}"),
-            EmbedError::Model(e) => write!(f, "embedding failed: {e}"),
+            EmbedError::Model(e) => write!(f, "the forward pass failed: {e}"),
             EmbedError::Workers(msg) => write!(f, "embedder workers: {msg}"),
+            EmbedError::EmptyQuery => {
+                write!(f, "the query is empty; a query needs some content")
+            }
+            EmbedError::NoDocuments => write!(f, "no documents to rank; give at least one"),
+            EmbedError::TooManyDocuments { count, max } => {
+                write!(
+                    f,
+                    "{count} documents; at most {max} are ranked in one request"
+                )
+            }
+            EmbedError::TooLong { index, tokens, max } => write!(
+                f,
+                "document {index}: the query and document make {tokens} tokens, more than \
+                 the model's {max}; shorten them or allow truncation"
+            ),
         }
     }
 }
@@ -162,10 +221,10 @@ pub struct Embeddings {
 /// are run again one by one so only the request whose text fails gets the error.
 /// Dropping the last handle lets the workers finish what is queued and joins them.
 pub struct Embedder {
-    batcher: Arc<Batcher>,
+    workers: Workers,
     tokenizer: Tokenizer,
+    pooling: Pooling,
     max_tokens: usize,
-    workers: Vec<JoinHandle<()>>,
 }
 
 impl Embedder {
@@ -182,42 +241,12 @@ impl Embedder {
         settings: EmbedderSettings,
     ) -> Result<Embedder, EmbedError> {
         let f = folder::Folder::load(dir.as_ref(), settings.precision)?;
-        if settings.workers == 0 {
-            return Err(EmbedError::Settings("workers must be at least 1".into()));
-        }
-        if settings.max_batch_tokens < f.max_tokens {
-            return Err(EmbedError::Settings(format!(
-                "max_batch_tokens {} is below the model's longest text, {} tokens",
-                settings.max_batch_tokens, f.max_tokens
-            )));
-        }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let kernel_threads = match settings.kernel_threads {
-            0 => (cores / settings.workers).max(1),
-            n => n,
-        };
-        let batcher = Arc::new(Batcher::new(f.model, f.pooling, settings));
-        let mut workers = Vec::new();
-        for i in 0..batcher.settings().workers {
-            let b = Arc::clone(&batcher);
-            let spawned = std::thread::Builder::new()
-                .name(format!("streamfuse-embed-{i}"))
-                .spawn(move || b.work(kernel_threads));
-            match spawned {
-                Ok(h) => workers.push(h),
-                Err(e) => {
-                    batcher.shut_down();
-                    return Err(EmbedError::Workers(format!(
-                        "cannot start worker thread {i}: {e}"
-                    )));
-                }
-            }
-        }
+        let net = Net::Embed(f.model, f.pooling);
         Ok(Embedder {
-            batcher,
+            workers: Workers::start(net, settings, f.max_tokens, "streamfuse-embed")?,
             tokenizer: f.tokenizer,
+            pooling: f.pooling,
             max_tokens: f.max_tokens,
-            workers,
         })
     }
 
@@ -229,12 +258,7 @@ impl Embedder {
 
     /// [`Embedder::embed`], with the number of tokens the texts made.
     pub fn embed_counted<S: AsRef<str>>(&self, texts: &[S]) -> Result<Embeddings, EmbedError> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.submit(texts, move |r| {
-            let _ = tx.send(r);
-        })?;
-        rx.recv()
-            .unwrap_or_else(|_| Err(EmbedError::Workers("the request was lost".into())))
+        wait_for(|done| self.submit(texts, done))
     }
 
     /// Queues `texts` and returns at once; `done` is called, on a worker thread, with
@@ -275,40 +299,10 @@ impl Embedder {
     ) -> Result<(), EmbedError> {
         let vocab = self.model().config().vocab_size;
         for (index, s) in seqs.iter().enumerate() {
-            if s.is_empty() || s.len() > self.max_tokens {
-                return Err(EmbedError::Tokenize {
-                    index,
-                    msg: format!(
-                        "{} tokens; a sequence needs 1 to {}",
-                        s.len(),
-                        self.max_tokens
-                    ),
-                });
-            }
-            if let Some(bad) = s.iter().find(|&&t| t as usize >= vocab) {
-                return Err(EmbedError::Tokenize {
-                    index,
-                    msg: format!("token id {bad} is outside the model's vocabulary of {vocab}"),
-                });
-            }
-        }
-        let tokens = seqs.iter().map(Vec::len).sum();
-        if seqs.is_empty() {
-            done(Ok(Embeddings {
-                vectors: Vec::new(),
-                tokens: 0,
-            }));
-            return Ok(());
+            check_ids(index, s, self.max_tokens, vocab)?;
         }
         let done: Done = Box::new(done);
-        let request = Request::new(seqs.len(), tokens, done);
-        self.batcher
-            .push(seqs.into_iter().enumerate().map(|(index, ids)| Item {
-                ids,
-                request: Arc::clone(&request),
-                index,
-                request_tokens: tokens,
-            }));
+        self.workers.batcher().submit(seqs, Vec::new(), done);
         Ok(())
     }
 
@@ -325,17 +319,17 @@ impl Embedder {
 
     /// The settings the embedder runs with.
     pub fn settings(&self) -> &EmbedderSettings {
-        self.batcher.settings()
+        self.workers.batcher().settings()
     }
 
     /// The model, for callers that also want [`BertModel::embed`] and the like.
     pub fn model(&self) -> &BertModel {
-        self.batcher.model()
+        self.workers.batcher().net().model()
     }
 
     /// The pooling mode read from the folder.
     pub fn pooling(&self) -> Pooling {
-        self.batcher.pooling()
+        self.pooling
     }
 
     /// The folder's tokenizer, set up as the embedder uses it (truncation at
@@ -345,15 +339,32 @@ impl Embedder {
     }
 }
 
-impl Drop for Embedder {
-    fn drop(&mut self) {
-        self.batcher.shut_down();
-        let me = std::thread::current().id();
-        for h in self.workers.drain(..) {
-            // A last handle dropped inside a callback runs on a worker: not itself.
-            if h.thread().id() != me {
-                let _ = h.join();
-            }
-        }
+/// Calls `submit` with a callback and blocks until the callback has the answer.
+fn wait_for<T: Send + 'static>(
+    submit: impl FnOnce(Box<dyn FnOnce(Result<T, EmbedError>) + Send>) -> Result<(), EmbedError>,
+) -> Result<T, EmbedError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    submit(Box::new(move |r| {
+        let _ = tx.send(r);
+    }))?;
+    rx.recv()
+        .unwrap_or_else(|_| Err(EmbedError::Workers("the request was lost".into())))
+}
+
+/// Checks a tokenised sequence of request position `index`: 1 to `max_tokens` ids,
+/// each below `vocab`.
+fn check_ids(index: usize, ids: &[u32], max_tokens: usize, vocab: usize) -> Result<(), EmbedError> {
+    if ids.is_empty() || ids.len() > max_tokens {
+        return Err(EmbedError::Tokenize {
+            index,
+            msg: format!("{} tokens; a sequence needs 1 to {max_tokens}", ids.len()),
+        });
     }
+    if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+        return Err(EmbedError::Tokenize {
+            index,
+            msg: format!("token id {bad} is outside the model's vocabulary of {vocab}"),
+        });
+    }
+    Ok(())
 }

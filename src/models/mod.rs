@@ -4,7 +4,8 @@
 //! [`bert`] owns the BERT encoder (the architecture of the sentence-transformers model
 //! all-MiniLM-L6-v2): its config, its weights loaded from a safetensors file, its
 //! forward pass with mean pooling and L2 normalisation, and length-sorted batching over
-//! one or many streams. The library loads a model folder it is given; finding or
+//! one or many streams, and its sequence-classification head (`BertClassifier`, the
+//! cross-encoder rerankers' architecture). The library loads a model folder it is given; finding or
 //! fetching one is the examples' job (`examples/common/fetch.rs`). Models use nothing
 //! but the public tensor API, so every engine improvement (fusion, plan cache, memory
 //! planning) speeds them up without changing them.
@@ -13,7 +14,7 @@ pub mod accuracy;
 pub mod bert;
 
 pub use accuracy::{agreement, Agreement};
-pub use bert::{BertConfig, BertModel, EmbedOptions};
+pub use bert::{BertClassifier, BertConfig, BertModel, EmbedOptions};
 
 use std::fmt;
 use std::path::PathBuf;

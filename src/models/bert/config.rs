@@ -30,6 +30,11 @@ pub struct BertConfig {
     pub hidden_act: String,
     /// Token id used to pad sequences in a batch.
     pub pad_token_id: u32,
+    /// Outputs of a sequence-classification head ([`BertClassifier`](super::BertClassifier)):
+    /// the length of `id2label`, else the `num_labels` field, else 2, as Hugging Face's
+    /// `PretrainedConfig` has it (a cross-encoder reranker has 1). An encoder alone
+    /// does not use it.
+    pub num_labels: usize,
 }
 
 impl BertConfig {
@@ -77,6 +82,14 @@ impl BertConfig {
                 .get("pad_token_id")
                 .and_then(|x| x.as_u64())
                 .unwrap_or(0) as u32,
+            num_labels: match (obj.get("id2label"), obj.get("num_labels")) {
+                (Some(labels), _) => labels
+                    .as_object()
+                    .ok_or_else(|| "field `id2label` must be an object".to_string())?
+                    .len(),
+                (None, Some(_)) => usize_field("num_labels")?,
+                (None, None) => 2,
+            },
         };
         if let Some(kind) = obj.get("position_embedding_type").and_then(|x| x.as_str()) {
             if kind != "absolute" {
@@ -178,6 +191,30 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.head_dim(), 32);
         assert_eq!(cfg.layer_norm_eps, 1e-12);
+        assert_eq!(cfg.num_labels, 2, "Hugging Face's default");
+    }
+
+    #[test]
+    fn labels_come_from_id2label_then_num_labels() {
+        let base = r#""vocab_size": 10, "hidden_size": 4, "num_hidden_layers": 1,
+                "num_attention_heads": 2, "intermediate_size": 8,
+                "max_position_embeddings": 8"#;
+        let cfg = |extra: &str| BertConfig::from_json(&format!("{{{base}{extra}}}"));
+        assert_eq!(
+            cfg(r#", "id2label": {"0": "LABEL_0"}"#).unwrap().num_labels,
+            1
+        );
+        assert_eq!(
+            cfg(r#", "id2label": {"0": "a", "1": "b", "2": "c"}, "num_labels": 1"#)
+                .unwrap()
+                .num_labels,
+            3
+        );
+        assert_eq!(cfg(r#", "num_labels": 1"#).unwrap().num_labels, 1);
+        let e = cfg(r#", "id2label": []"#).unwrap_err();
+        assert!(e.contains("id2label"), "{e}");
+        // No labels is the classifier's error, not the encoder's.
+        assert_eq!(cfg(r#", "id2label": {}"#).unwrap().num_labels, 0);
     }
 
     #[test]

@@ -11,21 +11,27 @@
 //! on one stream or split over several threads that share one copy of the weights.
 //! `packed` runs a ragged batch with no padding at all ([`BertModel::embed_packed`]:
 //! sequences packed along the tokens, attention per sequence), what a server batching
-//! unrelated requests needs.
+//! unrelated requests needs. `classify` puts a sequence-classification head on the
+//! encoder ([`BertClassifier`]: `BertForSequenceClassification`, a cross-encoder
+//! reranker), over ragged batches of sequences with token types.
 //!
 //! Weights are converted once, at load, into the layout the forward pass multiplies
 //! with: linear weights transposed to `[in, out]`, the query, key and value
 //! projections joined into one `[hidden, 3 * hidden]` matrix (with the attention
 //! scale `1/sqrt(head_dim)` folded into the query part), and the position and token
-//! type embeddings added into one table. Each weight is one contiguous `Vec<f32>`
+//! type embeddings added into one table (a row per position and token type). Each weight is one contiguous `Vec<f32>`
 //! made straight from the file's bytes; the file's bytes are dropped after loading.
 
+mod classify;
 mod config;
 mod embed;
 mod encoder;
 mod packed;
+#[cfg(test)]
+pub(crate) mod testing;
 mod weights;
 
+pub use classify::BertClassifier;
 pub use config::BertConfig;
 pub use embed::{length_sorted_batches, EmbedOptions};
 pub use packed::{Packing, Pooling};
@@ -64,7 +70,9 @@ pub struct BertModel {
     act: Activation,
     /// `[vocab, hidden]`.
     word_emb: Tensor,
-    /// `[max_positions, hidden]`: position embeddings plus the type-0 embedding.
+    /// `[type_vocab_size * max_positions, hidden]`: row `t * max_positions + p` is
+    /// position `p`'s embedding plus token type `t`'s (the first `max_positions` rows,
+    /// type 0, are what a sequence without token types reads).
     pos_type_emb: Tensor,
     emb_ln_w: Tensor,
     emb_ln_b: Tensor,

@@ -52,6 +52,23 @@ pub(crate) fn bucket_tokens(total: usize) -> usize {
     total.div_ceil(step) * step
 }
 
+/// A ragged batch laid out for one forward pass ([`BertModel::pack`]).
+pub(super) struct Packed {
+    /// Token ids `[total]` (u32), filler included.
+    ids: Tensor,
+    /// Each token's row of the position-type table `[total]` (u32):
+    /// `type * max_position_embeddings + position`.
+    rows: Tensor,
+    /// The sequences' offsets `[n_offsets]` (u32, from 0 to `total`; the filler and
+    /// empty sequences pad it to a bucket).
+    offsets: Tensor,
+    /// The row each real sequence starts at.
+    pub(super) starts: Vec<u32>,
+    /// Sequences the batch is shaped for (`offsets` has one more entry): the real
+    /// ones, then filler.
+    pub(super) slots: usize,
+}
+
 impl BertModel {
     /// Embeddings of `seqs` (token ids, each 1 to `max_position_embeddings` long and
     /// below `vocab_size`) from one ragged forward pass: no padding, attention per
@@ -64,12 +81,39 @@ impl BertModel {
         pooling: Pooling,
         packing: Packing,
     ) -> Result<Vec<Vec<f32>>> {
-        let op = "bert_embed_packed";
         if seqs.is_empty() {
             return Ok(Vec::new());
         }
+        let packed = self.pack("bert_embed_packed", seqs, &[], packing)?;
+        let states = self.encode_packed(&packed)?.to_vec::<f32>()?;
+        let h = self.dim();
+        let mut at = 0;
+        Ok(seqs
+            .iter()
+            .map(|s| {
+                let rows = &states[at * h..(at + s.len()) * h];
+                at += s.len();
+                pool(rows, h, pooling)
+            })
+            .collect())
+    }
+
+    /// `seqs` packed one after another for [`BertModel::encode_packed`], after checking
+    /// them (errors name `op`). `types` is empty (every token of type 0) or holds each
+    /// sequence's token types: an empty list (all 0) or one type below
+    /// `type_vocab_size` per token.
+    pub(super) fn pack(
+        &self,
+        op: &'static str,
+        seqs: &[&[u32]],
+        types: &[&[u32]],
+        packing: Packing,
+    ) -> Result<Packed> {
         for (i, s) in seqs.iter().enumerate() {
             self.check_sequence(op, i, s)?;
+        }
+        if !types.is_empty() {
+            self.check_types(op, seqs, types)?;
         }
         let real: usize = seqs.iter().map(|s| s.len()).sum();
         let (total, n_offsets) = match packing {
@@ -86,49 +130,80 @@ impl BertModel {
                 msg: format!("a packed batch of {total} tokens is more than u32 offsets hold"),
             });
         }
+        let positions = self.config.max_position_embeddings as u32;
         let mut ids = Vec::with_capacity(total);
-        let mut positions = Vec::with_capacity(total);
+        let mut rows = Vec::with_capacity(total);
         let mut offsets = Vec::with_capacity(n_offsets);
         offsets.push(0u32);
-        for s in seqs {
+        for (i, s) in seqs.iter().enumerate() {
             ids.extend_from_slice(s);
-            positions.extend(0..s.len() as u32);
+            match types.get(i).filter(|t| !t.is_empty()) {
+                Some(t) => rows.extend(t.iter().zip(0..).map(|(&t, p)| t * positions + p)),
+                None => rows.extend(0..s.len() as u32),
+            }
             offsets.push(ids.len() as u32);
         }
+        let starts = offsets[..seqs.len()].to_vec();
         // Filler: pad tokens at position 0, one sequence of their own.
         ids.resize(total, self.config.pad_token_id);
-        positions.resize(total, 0);
+        rows.resize(total, 0);
         offsets.resize(n_offsets, total as u32);
-
-        let hidden = self.encode_packed(
-            &Tensor::from_vec(ids, &[total])?,
-            &Tensor::from_vec(positions, &[total])?,
-            &Tensor::from_vec(offsets, &[n_offsets])?,
-        )?;
-        let states = hidden.to_vec::<f32>()?;
-        let h = self.dim();
-        let mut at = 0;
-        Ok(seqs
-            .iter()
-            .map(|s| {
-                let rows = &states[at * h..(at + s.len()) * h];
-                at += s.len();
-                pool(rows, h, pooling)
-            })
-            .collect())
+        Ok(Packed {
+            ids: Tensor::from_vec(ids, &[total])?,
+            rows: Tensor::from_vec(rows, &[total])?,
+            offsets: Tensor::from_vec(offsets, &[n_offsets])?,
+            starts,
+            slots: n_offsets - 1,
+        })
     }
 
-    /// The last hidden states `[total, hidden]` of a packed batch: token ids `[total]`
-    /// (u32), each token's position in its sequence `[total]` (u32) and the sequences'
-    /// offsets `[n + 1]` (u32, from 0 to `total`).
-    fn encode_packed(&self, ids: &Tensor, positions: &Tensor, offsets: &Tensor) -> Result<Tensor> {
+    /// Checks that `types` has an entry per sequence, each empty or as long as its
+    /// sequence, with every type below `type_vocab_size`.
+    fn check_types(&self, op: &'static str, seqs: &[&[u32]], types: &[&[u32]]) -> Result<()> {
+        if types.len() != seqs.len() {
+            return Err(Error::Arg {
+                op,
+                msg: format!(
+                    "{} lists of token types for {} sequences",
+                    types.len(),
+                    seqs.len()
+                ),
+            });
+        }
+        let kinds = self.config.type_vocab_size;
+        for (i, (s, t)) in seqs.iter().zip(types).enumerate() {
+            if !t.is_empty() && t.len() != s.len() {
+                return Err(Error::Arg {
+                    op,
+                    msg: format!(
+                        "sequence {i} has {} tokens but {} token types",
+                        s.len(),
+                        t.len()
+                    ),
+                });
+            }
+            if let Some(bad) = t.iter().find(|&&t| t as usize >= kinds) {
+                return Err(Error::Arg {
+                    op,
+                    msg: format!(
+                        "sequence {i} has token type {bad}; the model has {kinds} (0 to {})",
+                        kinds - 1
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The last hidden states `[total, hidden]` of a packed batch.
+    pub(super) fn encode_packed(&self, packed: &Packed) -> Result<Tensor> {
         let cfg = &self.config;
         let (h, heads, dh) = (cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim());
-        let total = ids.dims()[0];
+        let total = packed.ids.dims()[0];
         let mut x = self
             .word_emb
-            .index_select(ids, 0)?
-            .add(&self.pos_type_emb.index_select(positions, 0)?)?
+            .index_select(&packed.ids, 0)?
+            .add(&self.pos_type_emb.index_select(&packed.rows, 0)?)?
             .layer_norm(&self.emb_ln_w, &self.emb_ln_b, cfg.layer_norm_eps)?;
         for layer in &self.layers {
             x = self.layer(layer, &x, |qkv| {
@@ -139,7 +214,7 @@ impl BertModel {
                     .permute(&[1, 2, 0, 3])?;
                 let part = |i| qkv.narrow(0, i, 1)?.squeeze(0);
                 part(0)?
-                    .attention_ragged(&part(1)?, &part(2)?, offsets, 1.0)?
+                    .attention_ragged(&part(1)?, &part(2)?, &packed.offsets, 1.0)?
                     .reshape(&[total, h])
             })?;
         }

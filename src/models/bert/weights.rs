@@ -28,7 +28,7 @@ fn warn_slow(p: Precision) {
 }
 
 /// Reads tensors out of a parsed safetensors file and converts them to f32 vectors.
-struct WeightReader<'a> {
+pub(super) struct WeightReader<'a> {
     st: SafeTensors<'a>,
     path: &'a Path,
     /// What the matrix weights become.
@@ -114,7 +114,11 @@ impl<'a> WeightReader<'a> {
     }
 
     /// `name` as a tensor of `shape`, converted in one pass.
-    fn tensor(&self, name: &str, shape: &[usize]) -> std::result::Result<Tensor, ModelError> {
+    pub(super) fn tensor(
+        &self,
+        name: &str,
+        shape: &[usize],
+    ) -> std::result::Result<Tensor, ModelError> {
         let raw = self.bytes(name, shape)?;
         Ok(Tensor::from_vec(raw.values().collect(), shape)?)
     }
@@ -144,6 +148,32 @@ impl<'a> WeightReader<'a> {
         out: usize,
         inp: usize,
     ) -> std::result::Result<Tensor, ModelError> {
+        self.weight(self.transposed(name, out, inp)?, [inp, out])
+    }
+
+    /// The linear weight `name` (`[out, in]` in the file) as a plain `[in, out]` f32
+    /// tensor, whatever the model's precision: for a small head that multiplies a row
+    /// per sequence, where packing buys nothing.
+    pub(super) fn linear_f32(
+        &self,
+        name: &str,
+        out: usize,
+        inp: usize,
+    ) -> std::result::Result<Tensor, ModelError> {
+        Ok(Tensor::from_vec(
+            self.transposed(name, out, inp)?,
+            &[inp, out],
+        )?)
+    }
+
+    /// The values of the linear weight `name` (`[out, in]` in the file) as a row-major
+    /// `[in, out]` matrix.
+    fn transposed(
+        &self,
+        name: &str,
+        out: usize,
+        inp: usize,
+    ) -> std::result::Result<Vec<f32>, ModelError> {
         let mut w = vec![0.0f32; out * inp];
         self.linear_into(
             name,
@@ -155,7 +185,7 @@ impl<'a> WeightReader<'a> {
                 first: 0,
             },
         )?;
-        self.weight(w, [inp, out])
+        Ok(w)
     }
 
     fn bias_into(
@@ -178,6 +208,20 @@ struct Columns<'d> {
     data: &'d mut [f32],
     cols: usize,
     first: usize,
+}
+
+/// The config (`config.json`) and the bytes of `model.safetensors` of the model folder
+/// `dir`, with the weights file's path.
+pub(super) fn read_folder(
+    dir: &Path,
+) -> std::result::Result<(BertConfig, Vec<u8>, PathBuf), ModelError> {
+    let config = BertConfig::load(&dir.join("config.json"))?;
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).map_err(|error| ModelError::Io {
+        path: path.clone(),
+        error,
+    })?;
+    Ok((config, bytes, path))
 }
 
 /// Little-endian f32 values of `bytes` (whose length is a multiple of 4).
@@ -203,12 +247,7 @@ impl BertModel {
     /// model is made from the file's f32 weights (or bf16 ones, widened exactly) as it
     /// loads, so it never holds more than one weight in f32 at a time.
     pub fn load_as(dir: &Path, precision: Precision) -> std::result::Result<BertModel, ModelError> {
-        let config = BertConfig::load(&dir.join("config.json"))?;
-        let path = dir.join("model.safetensors");
-        let bytes = std::fs::read(&path).map_err(|error| ModelError::Io {
-            path: path.clone(),
-            error,
-        })?;
+        let (config, bytes, path) = read_folder(dir)?;
         BertModel::from_safetensors_as(config, &bytes, &path, precision)
     }
 
@@ -229,6 +268,19 @@ impl BertModel {
         path: &Path,
         precision: Precision,
     ) -> std::result::Result<BertModel, ModelError> {
+        BertModel::from_safetensors_with(config, bytes, path, precision, |_, _| Ok(()))
+            .map(|(model, ())| model)
+    }
+
+    /// [`BertModel::from_safetensors_as`], then `more` reads other weights of the same
+    /// file (a classifier's head) before its bytes are let go.
+    pub(super) fn from_safetensors_with<T>(
+        config: BertConfig,
+        bytes: &[u8],
+        path: &Path,
+        precision: Precision,
+        more: impl FnOnce(&WeightReader<'_>, &BertConfig) -> std::result::Result<T, ModelError>,
+    ) -> std::result::Result<(BertModel, T), ModelError> {
         config.validate().map_err(|msg| ModelError::Format {
             path: PathBuf::from("config.json"),
             msg,
@@ -252,13 +304,13 @@ impl BertModel {
             "embeddings.token_type_embeddings.weight",
             &[config.type_vocab_size, h],
         )?;
-        let type0: Vec<f32> = types.range(0, h).collect();
-        let pos_type: Vec<f32> = pos
-            .values()
-            .enumerate()
-            .map(|(i, p)| p + type0[i % h])
-            .collect();
-        let pos_type_emb = Tensor::from_vec(pos_type, &[positions, h])?;
+        // Row `t * positions + p`: position p's embedding plus token type t's.
+        let mut pos_type = Vec::with_capacity(config.type_vocab_size * positions * h);
+        for t in 0..config.type_vocab_size {
+            let type_t: Vec<f32> = types.range(t * h, (t + 1) * h).collect();
+            pos_type.extend(pos.values().enumerate().map(|(i, p)| p + type_t[i % h]));
+        }
+        let pos_type_emb = Tensor::from_vec(pos_type, &[config.type_vocab_size * positions, h])?;
         let emb_ln_w = r.tensor("embeddings.LayerNorm.weight", &[h])?;
         let emb_ln_b = r.tensor("embeddings.LayerNorm.bias", &[h])?;
 
@@ -309,7 +361,8 @@ impl BertModel {
             path: PathBuf::from("config.json"),
             msg,
         })?;
-        Ok(BertModel {
+        let extra = more(&r, &config)?;
+        let model = BertModel {
             config,
             precision,
             act,
@@ -318,7 +371,8 @@ impl BertModel {
             emb_ln_w,
             emb_ln_b,
             layers,
-        })
+        };
+        Ok((model, extra))
     }
 }
 
