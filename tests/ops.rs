@@ -676,6 +676,18 @@ fn matmul_by_a_weight_kept_packed() {
             });
         }
     });
+    // One column (a classifier's single logit) or one row: a dim of one element,
+    // whose stride a view may give as 0, still finds the packed form.
+    for (k, n) in [(40, 1), (1, 72), (1, 1)] {
+        let (_, rw) = rand_pair(&[k, n], 90 + n as u64, -1.0, 1.0);
+        let w = Tensor::weight(rw.data.iter().map(|&x| x as f32).collect(), &[k, n]).unwrap();
+        for rows in [1usize, 5] {
+            let (x, rx) = rand_pair(&[rows, k], 95 + rows as u64, -1.0, 1.0);
+            check_tol(&x.matmul(&w).unwrap(), &rx.matmul(&rw), 1e-5, 1e-5);
+            let (x3, rx3) = rand_pair(&[2, rows, k], 97 + rows as u64, -1.0, 1.0);
+            check_tol(&x3.matmul(&w).unwrap(), &rx3.matmul(&rw), 1e-5, 1e-5);
+        }
+    }
     // Not a matrix, or the wrong number of elements: errors that say so.
     let e = expect_err(Tensor::weight(vec![1.0; 8], &[2, 2, 2]), "rank-3 weight");
     assert!(e.to_string().contains("[k, n]"), "{e}");

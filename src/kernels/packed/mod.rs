@@ -274,11 +274,17 @@ impl PackedRhs {
     /// dims of a product: every batch stride 0), so a product may use it instead.
     pub fn packs(&self, layout: &Layout) -> bool {
         let r = layout.dims.len();
+        let (offset, rs, cs) = self.source;
+        // A dim of one element reaches no other element, whatever its stride (views
+        // and ops may set it to 0): only the strides of longer dims must agree.
+        let agrees = |d: usize, s: usize, want: usize| d <= 1 || s == want;
         r >= 2
             && layout.dims[r - 2] == self.k
             && layout.dims[r - 1] == self.n
-            && layout.strides[..r - 2].iter().all(|&s| s == 0)
-            && (layout.offset, layout.strides[r - 2], layout.strides[r - 1]) == self.source
+            && (0..r - 2).all(|i| agrees(layout.dims[i], layout.strides[i], 0))
+            && layout.offset == offset
+            && agrees(self.k, layout.strides[r - 2], rs)
+            && agrees(self.n, layout.strides[r - 1], cs)
     }
 
     /// The `[k, n]` matrix back in f32, row-major (a bf16 matrix's values exactly, an
