@@ -14,11 +14,13 @@ fn bf16(x: f64) -> f64 {
 }
 
 /// The left operand of a product by bf16 weights as the tier in use multiplies it:
-/// rounded to bf16 (AMX, `vdpbf16ps`, the portable loops), or kept in f32 on the AVX2
-/// tiers (whose tile widens the weights to f32).
+/// rounded to bf16 (AMX, `vdpbf16ps`, `bfmmla`, the portable loops), or kept in f32 on
+/// the AVX2 tiers and on aarch64 CPUs without the bf16 instructions (whose tiles widen
+/// the weights to f32).
 fn bf16_left(x: &Ref) -> Ref {
     use streamfuse::cpu::{tier, Tier};
-    if matches!(tier(), Tier::Avx2 | Tier::Avx2Vnni) {
+    use streamfuse::inspect::kernels::{has_arm_bf16, has_neon};
+    if matches!(tier(), Tier::Avx2 | Tier::Avx2Vnni) || (has_neon() && !has_arm_bf16()) {
         x.clone()
     } else {
         x.map(bf16)

@@ -1,9 +1,11 @@
-//! Tests of the bf16 walk and the AVX2 tile: the tile's bits against fused
-//! multiply-adds on the widened weight (with every epilogue), run directly whenever
-//! this CPU has AVX2 and through `matmul_packed` on the tier in use; its error bound
-//! against the f32 product; non-finite rows.
+//! Tests of the bf16 walks and the tiles that take an epilogue: the widening tiles'
+//! (AVX2, NEON) bits against fused multiply-adds on the widened weight (with every
+//! epilogue), their error bound against the f32 product; the `bfmmla` tile's bound
+//! against the product of the rounded operands and its epilogue's bits; each run
+//! directly whenever this CPU has it and through `matmul_packed` on the tier in use;
+//! non-finite rows.
 
-use super::super::f32::tests::fused_in_order;
+use super::super::f32::tests::{fused_in_order, in_four_parts, left_layouts};
 use super::super::tests::{then, EpilogueOperands};
 use super::super::{matmul_packed, matmul_packed_epilogue, PackedRhs, Panels, Step};
 use super::*;
@@ -12,33 +14,47 @@ use crate::kernels::Par;
 use crate::Layout;
 
 /// The product of the matrix `al` reads from `a` by `packed` (bf16 pairs), followed
-/// by `epilogue`, on the AVX2 tile, in four parts as two threads would split it (the
-/// first and last rows, by the first and last panels), so tiles start at rows and
-/// panels other than the first.
-fn direct(a: &[f32], al: &Layout, packed: &PackedRhs, epilogue: Epilogue<'_>) -> Vec<f32> {
-    let (m, k, n) = (al.dims[0], al.dims[1], packed.n);
-    let lda = if m > 1 { al.strides[0] } else { 0 };
-    let cs = if k > 1 { al.strides[1] } else { 1 };
-    let g = Matrix {
-        a: &a[al.offset..al.offset + (m - 1) * lda + (k - 1) * cs + 1],
-        lda,
-        cs,
-        k,
-    };
+/// by `epilogue`, on `kernel`, in four parts as two threads would split it
+/// (`in_four_parts`).
+fn direct(
+    kernel: Kernel,
+    a: &[f32],
+    al: &Layout,
+    packed: &PackedRhs,
+    epilogue: Epilogue<'_>,
+) -> Vec<f32> {
     let Panels::Bf16(data) = &packed.panels else {
         panic!("a bf16 matrix in pairs")
     };
-    let mut dst = vec![f32::NAN; m * n];
-    let out = Out::new(&mut dst);
-    let (rm, panels) = (m / 2, n.div_ceil(NR));
-    let pm = panels / 2;
-    for rows in [(0, rm), (rm, m)] {
-        for panels in [(0, pm), (pm, panels)] {
-            let part = Part { rows, panels, n };
-            part_on(Kernel::Avx2, g, data, epilogue, part, out);
-        }
+    in_four_parts(a, al, packed.n, |g, part, out| {
+        let job = Job {
+            kernel,
+            data,
+            epilogue,
+            out,
+        };
+        part_on(job, g, part)
+    })
+}
+
+/// Asserts that the product of `al` (`[m, k]` of `a`) by `packed`, followed by
+/// `epilogue`, through `matmul_packed_epilogue` on one and two threads, is done and
+/// has the bits `want`.
+fn the_tier_gives(
+    a: &[f32],
+    al: &Layout,
+    packed: &PackedRhs,
+    epilogue: Epilogue<'_>,
+    want: &[f32],
+    what: &str,
+) {
+    for threads in [1, 2] {
+        let mut out = vec![f32::NAN; want.len()];
+        let par = Par { threads };
+        let done = matmul_packed_epilogue(a, al, packed, epilogue, &mut out, par).unwrap();
+        assert!(done, "{what}");
+        assert!(same_bits(&out, want), "{what} threads {threads}");
     }
-    dst
 }
 
 /// Whether `got` and `want` agree bit for bit, any NaN matching any NaN (which NaN an
@@ -51,22 +67,33 @@ fn same_or_nan(got: &[f32], want: &[f32]) -> bool {
             .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
 }
 
-/// Whether the tier in use multiplies bf16 weights on the AVX2 tile.
-fn tier_runs_avx2() -> bool {
-    Kernel::chosen(simd()) == Kernel::Avx2
+/// Whether the tier in use multiplies bf16 weights on `kernel`.
+fn tier_runs(kernel: Kernel) -> bool {
+    Kernel::chosen(simd()) == kernel
+}
+
+/// The widening tiles this CPU has (AVX2, NEON), whatever tier is forced.
+fn widening() -> Vec<Kernel> {
+    [Kernel::Avx2, Kernel::Neon]
+        .into_iter()
+        .filter(|k| k.runs_here())
+        .collect()
 }
 
 /// Every row count a tile can have and beyond (1..=13: one to three blocks, uneven
 /// ones), ragged `k` (odd: the last pair's low half alone; one; two) and `n`
 /// (narrower than one half-panel, than two, several panels), left operands with
 /// contiguous, padded (at an offset) and transposed rows, and every epilogue kind
-/// (a bias, a residual, GELU, the adds' operands in both orders): the AVX2 tile gives
-/// the bits of fused multiply-adds in the order of `k` over the widened weight (the f32
-/// AVX2 tile's arithmetic), then the steps; so does the tier's path with one and two
-/// threads where it runs this tile. A residual too short is an error.
+/// (a bias, a residual, GELU, the adds' operands in both orders): each widening tile
+/// this CPU has gives the bits of fused multiply-adds in the order of `k` over the
+/// widened weight (the f32 tiles' arithmetic), then the steps; so does the tier's path
+/// with one and two threads where it runs such a tile. A residual too short is an
+/// error.
 #[test]
-fn the_avx2_tile_gives_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
-    if !Kernel::Avx2.runs_here() {
+fn the_widening_tiles_give_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
+    let kernels = widening();
+    eprintln!("widening tiles checked: {kernels:?}");
+    if kernels.is_empty() {
         return;
     }
     let mut rng = Rng::new(95);
@@ -86,15 +113,7 @@ fn the_avx2_tile_gives_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
             let w = packed.unpack().unwrap();
             // Some values large enough for GELU's tails.
             let a: Vec<f32> = (0..m * (k + 5) + 3).map(|_| rng.f32() * 6.0).collect();
-            let layouts = [
-                Layout::contiguous(&[m, k]),
-                Layout {
-                    dims: vec![m, k].into(),
-                    strides: vec![k + 5, 1].into(),
-                    offset: 3,
-                },
-                Layout::contiguous(&[k, m]).permute(&[1, 0]),
-            ];
+            let layouts = left_layouts(m, k);
             let ops = EpilogueOperands::new(&mut rng, m, n, 7);
             let (offset, stride) = (ops.offset, ops.stride);
             let [bias, bias_gelu, minilm] = ops.epilogues();
@@ -103,23 +122,17 @@ fn the_avx2_tile_gives_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
                 let product = fused_in_order(&a, al, &w, k, n);
                 for (e, epilogue) in epilogues.into_iter().enumerate() {
                     let want = then(&product, n, epilogue);
-                    let out = direct(&a, al, &packed, epilogue);
                     let what = format!("m {m} k {k} n {n} layout {al:?} epilogue {e}");
-                    assert!(same_bits(&out, &want), "{what}");
-                    if !tier_runs_avx2() {
-                        continue;
+                    for &kernel in &kernels {
+                        let out = direct(kernel, &a, al, &packed, epilogue);
+                        assert!(same_bits(&out, &want), "{kernel:?} {what}");
                     }
-                    for threads in [1, 2] {
-                        let mut out = vec![f32::NAN; m * n];
-                        let par = Par { threads };
-                        let done = matmul_packed_epilogue(&a, al, &packed, epilogue, &mut out, par)
-                            .unwrap();
-                        assert!(done, "{what}");
-                        assert!(same_bits(&out, &want), "{what} threads {threads}");
+                    if kernels.iter().any(|&k| tier_runs(k)) {
+                        the_tier_gives(&a, al, &packed, epilogue, &want, &what);
                     }
                 }
             }
-            if tier_runs_avx2() {
+            if kernels.iter().any(|&k| tier_runs(k)) {
                 let short = [Step::Rows {
                     data: &ops.res[..offset + (m - 1) * stride + n - 1],
                     offset,
@@ -137,20 +150,24 @@ fn the_avx2_tile_gives_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
 }
 
 /// The stated bound: with the left operand in f32 and the weight rounded to bf16,
-/// the AVX2 tile's product stays within `2⁻⁸ · Σ|a·b|` of the exact one, plus the f32
-/// sums' rounding (`k · 2⁻²⁴ · Σ|a·b|`), at MiniLM's `k`.
+/// each widening tile's product stays within `2⁻⁸ · Σ|a·b|` of the exact one, plus
+/// the f32 sums' rounding (`k · 2⁻²⁴ · Σ|a·b|`), at MiniLM's `k`.
 #[test]
-fn the_avx2_tile_stays_within_half_the_bound_of_rounding_both_operands() {
-    if !Kernel::Avx2.runs_here() {
-        return;
-    }
+fn the_widening_tiles_stay_within_half_the_bound_of_rounding_both_operands() {
     let mut rng = Rng::new(96);
     let (m, k, n) = (7, 384, 40);
     let a: Vec<f32> = (0..m * k).map(|_| rng.f32() * 4.0 - 2.0).collect();
     let b: Vec<f32> = (0..k * n).map(|_| rng.f32() - 0.5).collect();
     let (al, bl) = (Layout::contiguous(&[m, k]), Layout::contiguous(&[k, n]));
     let packed = PackedRhs::pack_bf16_in(&b, &bl, false).unwrap();
-    let out = direct(&a, &al, &packed, &[]);
+    for kernel in widening() {
+        within_half_the_bound(&direct(kernel, &a, &al, &packed, &[]), &a, &b, (m, k, n));
+    }
+}
+
+/// Asserts that `out` (`m × n`) is within `2⁻⁸ · Σ|a·b|` plus `k · 2⁻²⁴ · Σ|a·b|` of
+/// the exact product of `a` (`m × k`) by `b` (`k × n`), and far inside it.
+fn within_half_the_bound(out: &[f32], a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) {
     let mut worst = 0.0f64;
     for i in 0..m {
         for j in 0..n {
@@ -189,13 +206,22 @@ fn non_finite_rows_stay_in_their_rows() {
         assert_eq!(finite, ![1, 4, 7].contains(&i), "row {i}");
     }
     assert!(want[n..2 * n].iter().all(|x| x.is_nan()));
-    if Kernel::Avx2.runs_here() {
-        assert!(same_or_nan(&direct(&a, &al, &packed, &[]), &want));
+    for kernel in widening() {
+        let out = direct(kernel, &a, &al, &packed, &[]);
+        assert!(same_or_nan(&out, &want), "{kernel:?}");
+    }
+    if Kernel::Bfmmla.runs_here() {
+        // The rounded left rows keep their NaN and infinities: the same rows fail.
+        let out = direct(Kernel::Bfmmla, &a, &al, &packed, &[]);
+        for (i, row) in out.chunks(n).enumerate() {
+            let finite = row.iter().all(|x| x.is_finite());
+            assert_eq!(finite, ![1, 4, 7].contains(&i), "bfmmla row {i}");
+        }
     }
     for threads in [1, 2] {
         let mut out = vec![0.0f32; m * n];
         matmul_packed(&a, &al, &packed, &mut out, Par { threads }).unwrap();
-        if tier_runs_avx2() {
+        if widening().into_iter().any(tier_runs) {
             assert!(same_or_nan(&out, &want), "threads {threads}");
         }
         for (i, row) in out.chunks(n).enumerate() {
@@ -217,6 +243,64 @@ fn the_widening_controls_move_each_half_to_the_top() {
             let base = (4 * d) as u8;
             assert_eq!(c[at..at + 4], [0x80, 0x80, base, base + 1]);
             assert_eq!(c[32 + at..32 + at + 4], [0x80, 0x80, base + 2, base + 3]);
+        }
+    }
+}
+
+/// The `bfmmla` tile, run directly where the CPU has it (whatever tier is forced):
+/// every row count 1..=13 and more (row pairs with a lone last row, uneven blocks),
+/// `k` whose pairs are odd in number (`bfmmla`'s lone last pair) or even, odd column
+/// counts (ragged halves), contiguous, padded and transposed left rows. Without an
+/// epilogue each element is within `kp · 2⁻²² · Σ|ã·b̃|` of the exact product of the
+/// rounded operands `ã`, `b̃` (module `neon`'s bound: two roundings to odd per pair);
+/// with each epilogue kind, the bits of the product followed by the steps in scalar
+/// code. The tier's path, where it runs this tile, on one and two threads: the same
+/// bits as the tile run directly.
+#[test]
+fn the_bfmmla_tile_keeps_its_bound_and_applies_the_epilogue_with_the_programs_bits() {
+    if !Kernel::Bfmmla.runs_here() {
+        return;
+    }
+    eprintln!("the bfmmla tile runs here: checked");
+    let rounded = |x: f32| to_f32(round(x)) as f64;
+    let mut rng = Rng::new(98);
+    for m in (1..=13).chain([20]) {
+        for (k, n) in [(1, 1), (5, 7), (6, 33), (17, 32), (70, 95), (9, 20)] {
+            let b: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
+            let bl = Layout::contiguous(&[k, n]);
+            let packed = PackedRhs::pack_bf16_in(&b, &bl, false).unwrap();
+            let a: Vec<f32> = (0..m * (k + 5) + 3).map(|_| rng.f32() * 6.0).collect();
+            let layouts = left_layouts(m, k);
+            let ops = EpilogueOperands::new(&mut rng, m, n, 7);
+            let [bias, bias_gelu, minilm] = ops.epilogues();
+            let epilogues: [&[Step<'_>]; 3] = [&bias, &bias_gelu, &minilm];
+            let kp = k.div_ceil(2) as f64;
+            for al in &layouts {
+                let at = |i: usize, p: usize| a[al.offset + i * al.strides[0] + p * al.strides[1]];
+                let product = direct(Kernel::Bfmmla, &a, al, &packed, &[]);
+                for i in 0..m {
+                    for j in 0..n {
+                        let terms = (0..k).map(|p| rounded(at(i, p)) * rounded(b[p * n + j]));
+                        let exact: f64 = terms.clone().sum();
+                        let mag: f64 = terms.map(f64::abs).sum();
+                        let err = (product[i * n + j] as f64 - exact).abs();
+                        let bound = kp * 2f64.powi(-22) * mag;
+                        assert!(
+                            err <= bound,
+                            "m {m} k {k} n {n} layout {al:?} ({i}, {j}): {err} > {bound}"
+                        );
+                    }
+                }
+                for (e, epilogue) in epilogues.into_iter().enumerate() {
+                    let want = then(&product, n, epilogue);
+                    let out = direct(Kernel::Bfmmla, &a, al, &packed, epilogue);
+                    let what = format!("m {m} k {k} n {n} layout {al:?} epilogue {e}");
+                    assert!(same_bits(&out, &want), "{what}");
+                    if tier_runs(Kernel::Bfmmla) {
+                        the_tier_gives(&a, al, &packed, epilogue, &want, &what);
+                    }
+                }
+            }
         }
     }
 }
