@@ -86,9 +86,10 @@ fn widening() -> Vec<Kernel> {
 /// contiguous, padded (at an offset) and transposed rows, and every epilogue kind
 /// (a bias, a residual, GELU, the adds' operands in both orders): each widening tile
 /// this CPU has gives the bits of fused multiply-adds in the order of `k` over the
-/// widened weight (the f32 tiles' arithmetic), then the steps; so does the tier's path
-/// with one and two threads where it runs such a tile. A residual too short is an
-/// error.
+/// widened weight (the f32 tiles' arithmetic), then the steps, and so does the f32
+/// tile of the tier in use over the unpacked (rounded) weight, where one runs; so does
+/// the tier's bf16 path with one and two threads where it runs such a tile. A residual
+/// too short is an error.
 #[test]
 fn the_widening_tiles_give_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
     let kernels = widening();
@@ -111,6 +112,8 @@ fn the_widening_tiles_give_the_bits_of_fused_multiply_adds_on_the_widened_weight
             let bl = Layout::contiguous(&[k, n]);
             let packed = PackedRhs::pack_bf16_in(&b, &bl, false).unwrap();
             let w = packed.unpack().unwrap();
+            // The rounded weight in f32 panels, where the tier has an f32 tile.
+            let f32_tile = PackedRhs::pack(&w, &bl);
             // Some values large enough for GELU's tails.
             let a: Vec<f32> = (0..m * (k + 5) + 3).map(|_| rng.f32() * 6.0).collect();
             let layouts = left_layouts(m, k);
@@ -126,6 +129,9 @@ fn the_widening_tiles_give_the_bits_of_fused_multiply_adds_on_the_widened_weight
                     for &kernel in &kernels {
                         let out = direct(kernel, &a, al, &packed, epilogue);
                         assert!(same_bits(&out, &want), "{kernel:?} {what}");
+                    }
+                    if let Some(f32_tile) = &f32_tile {
+                        the_tier_gives(&a, al, f32_tile, epilogue, &want, &what);
                     }
                     if kernels.iter().any(|&k| tier_runs(k)) {
                         the_tier_gives(&a, al, &packed, epilogue, &want, &what);
