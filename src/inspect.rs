@@ -19,8 +19,8 @@ pub mod kernels {
     /// Which of our SIMD paths run here (the tier, `STREAMFUSE_ISA`; see
     /// [`crate::cpu`]).
     pub use crate::kernels::cpu::{
-        forced_portable, has_avx2, has_avx512, has_avx512_bf16, has_avx512_vnni, has_dotprod,
-        has_i8mm, has_neon,
+        forced_portable, has_arm_bf16, has_avx2, has_avx512, has_avx512_bf16, has_avx512_vnni,
+        has_dotprod, has_i8mm, has_neon,
     };
     pub use crate::kernels::{
         binary, copy, layer_norm, matmul, matmul_prepacked, softmax, unary, KernelError, PackedRhs,

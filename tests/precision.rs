@@ -14,16 +14,17 @@ fn bf16(x: f64) -> f64 {
 }
 
 /// The left operand of a product by bf16 weights as the tier in use multiplies it:
-/// rounded to bf16 (AMX, `vdpbf16ps`, the portable loops), or kept in f32 by the tiles
-/// that widen the weights to f32 (the AVX2 tiers, and AVX-512 without AVX512_BF16).
+/// rounded to bf16 (AMX, `vdpbf16ps`, `bfmmla`, the portable loops), or kept in f32
+/// by the tiles that widen the weights to f32 (the AVX2 tiers, AVX-512 without
+/// AVX512_BF16, and aarch64 CPUs without the bf16 instructions).
 fn bf16_left(x: &Ref) -> Ref {
     use streamfuse::cpu::{tier, Tier};
+    use streamfuse::inspect::kernels::{has_arm_bf16, has_avx512_bf16, has_neon};
     let widens = match tier() {
         Tier::Avx2 | Tier::Avx2Vnni | Tier::Avx512 => true,
         // The avx512-vnni tier includes AVX512_BF16 where the CPU has it.
-        #[cfg(target_arch = "x86_64")]
-        Tier::Avx512Vnni => !std::arch::is_x86_feature_detected!("avx512bf16"),
-        _ => false,
+        Tier::Avx512Vnni => !has_avx512_bf16(),
+        _ => has_neon() && !has_arm_bf16(),
     };
     if widens {
         x.clone()

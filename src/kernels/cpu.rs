@@ -403,21 +403,25 @@ pub fn has_neon() -> bool {
 }
 
 /// aarch64 `sdot`/`udot` (four i8 products summed into i32 per lane).
-#[allow(dead_code)] // (until its kernels land)
 pub fn has_dotprod() -> bool {
     choice().cpu.dotprod
 }
 
 /// aarch64 `smmla` (a 2 × 8 by 8 × 2 int8 product into four i32 per instruction).
-#[allow(dead_code)] // (until its kernels land)
 pub fn has_i8mm() -> bool {
     choice().cpu.i8mm
 }
 
 /// aarch64 `bfdot`/`bfmmla` (bf16 pairs summed into f32).
-#[allow(dead_code)] // (until its kernels land)
 pub fn has_arm_bf16() -> bool {
     choice().cpu.arm_bf16
+}
+
+/// Whether this CPU has aarch64's bf16 instructions, whatever the environment forces
+/// (no tier names them: they come with `neon-i8mm` where present): what the tile that
+/// uses them asserts before it runs, and what its tests ask.
+pub fn cpu_has_arm_bf16() -> bool {
+    choice().detected.arm_bf16
 }
 
 /// aarch64 SVE.

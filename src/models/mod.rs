@@ -33,26 +33,32 @@ pub enum Precision {
     #[default]
     F32,
     /// bfloat16 weights (half the memory; products on AMX tiles where the CPU has AMX,
-    /// AVX512_BF16 elsewhere, and on the `avx2` tier (AVX2 with FMA, no AVX-512) an
-    /// AVX2 tile that widens the weights to f32 in registers and multiplies the
-    /// activations unrounded, in f32). Contract: minimum cosine to the f32 embeddings
-    /// ≥ 0.9999. Tiers without one of these keep the weights rounded to bf16 in f32
-    /// and multiply in f32 (f32's speed and memory, bf16's weights), and say so once in
-    /// the log ([`Precision::fast_here`]): `avx512` without AVX512_BF16 (its bf16
-    /// panels, widened into an f32 copy for the AVX-512 f32 tile, ran MiniLM 6–11%
-    /// slower than f32 weights), `portable`, and aarch64 (no bf16 kernel yet).
+    /// AVX512_BF16 elsewhere, on the `avx2` tier (AVX2 with FMA, no AVX-512) an AVX2
+    /// tile that widens the weights to f32 in registers and multiplies the
+    /// activations unrounded, in f32, and on aarch64 CPUs with the bf16 instructions
+    /// (`neon-i8mm` where present) `bfmmla`, whose sums round to odd, a little
+    /// differently from f32's). Contract: minimum cosine to the f32 embeddings ≥
+    /// 0.9999. Tiers without one of these keep the weights rounded to bf16 in f32 and
+    /// multiply in f32 (f32's speed and memory, bf16's weights, the widening tiles'
+    /// results bit for bit), and say so once in the log ([`Precision::fast_here`]):
+    /// `avx512` without AVX512_BF16 (its bf16 panels, widened into an f32 copy for the
+    /// AVX-512 f32 tile, ran MiniLM 6–11% slower than f32 weights), `portable`, and
+    /// aarch64 without the bf16 instructions (whose widening NEON tile does the f32
+    /// tile's multiply-adds and more for half the bytes; not timed on hardware).
     Bf16,
     /// 8-bit integer weights with one scale per output channel, activations quantised
     /// per row inside the product (a quarter of the memory; AVX512_VNNI products, and
     /// AMX-INT8 tiles for blocks of 32 rows where the CPU has AMX; `vpdpbusd` on ymm
-    /// with AVX-VNNI). On the `avx2` tier (AVX2 without VNNI or AVX-512) the weights
+    /// with AVX-VNNI; on aarch64 `smmla` (`neon-i8mm`) or `sdot` (`neon-dotprod`), the
+    /// same bits as AVX512_VNNI's, not timed on hardware). On the `avx2` tier (AVX2 without VNNI or AVX-512) the weights
     /// are 7-bit, with a scale per output channel and group of 64 input rows, the
     /// form `vpmaddubsw` multiplies exactly. Contract: minimum cosine ≥ 0.99, top-10
     /// neighbour overlap ≥ 0.9 (over the sentences above: 0.99234 and 0.912 with
     /// 8-bit weights, 0.99318 and 0.912 on the `avx2` tier). Tiers without an int8
     /// product faster than f32's (`avx512` without AVX512_VNNI, whose widened
-    /// `vpmaddwd` tile only matches the AVX-512 f32 one; `portable`; aarch64, no int8
-    /// kernel yet) keep the quantised weights' values (each column's integers times
+    /// `vpmaddwd` tile only matches the AVX-512 f32 one; `portable`; plain `neon`,
+    /// without `sdot`, where an exact widening product does no more multiply-adds an
+    /// instruction than `fmla`) keep the quantised weights' values (each column's integers times
     /// its scale) in f32 and multiply in f32, activations unquantised (f32's speed and
     /// memory, int8's weights, closer to f32 than the contract), and say so once in
     /// the log.
@@ -77,22 +83,29 @@ impl Precision {
             // AMX-BF16 comes with AVX512_BF16, AMX-INT8 with AVX512_VNNI.
             // On the `avx2` tier the widening tile (`kernels::packed::bf16`): a pass over
             // MiniLM's weights, one thread, against the AVX2 f32 tile: see
-            // ARCHITECTURE.md's tier table.
+            // ARCHITECTURE.md's tier table. On aarch64 `bfmmla` (16 multiply-adds an
+            // instruction against `fmla`'s 4; counted, not timed).
             // Not on `avx512` without AVX512_BF16: its bf16 path (each panel widened into
             // an f32 copy for the AVX-512 f32 tile) is slower than f32 weights there.
             // all-MiniLM-L6-v2 on the Skylake-SP, alternated 5 times: batches of 32
             // 253.5 against 269.7 sentences/s, one sentence a call p50 6.40 against
             // 5.80 ms.
-            Precision::Bf16 => cpu::has_avx512_bf16() || (cpu::has_avx2() && !cpu::has_avx512()),
+            Precision::Bf16 => {
+                cpu::has_avx512_bf16()
+                    || (cpu::has_avx2() && !cpu::has_avx512())
+                    || cpu::has_arm_bf16()
+            }
             // VNNI on zmm or ymm, or AVX2's `vpmaddubsw` tile where there is no AVX-512
             // (whose f32 tile the widened `vpmaddwd` int8 tile does not beat: a pass
             // over MiniLM's weights, one thread, 96.2 against 109.0 G/s at 28 rows, 88.4
             // against 89.5 at 896; the AVX2 tile against the AVX2 f32 one: 79.1 against
-            // 44.0 and 75.4 against 42.0).
+            // 44.0 and 75.4 against 42.0). On aarch64 `sdot` (16 multiply-adds an
+            // instruction against `fmla`'s 4) or `smmla` (32; counted, not timed).
             Precision::Int8 => {
                 cpu::has_avx512_vnni()
                     || cpu::has_avx_vnni()
                     || (cpu::has_avx2() && !cpu::has_avx512())
+                    || cpu::has_dotprod()
             }
             Precision::Bf16x3 => cpu::has_amx_bf16(),
         }
@@ -214,13 +227,16 @@ mod precision_tests {
         assert!(Precision::F32.fast_here());
         assert_eq!(
             Precision::Bf16.fast_here(),
-            cpu::has_avx512_bf16() || (cpu::has_avx2() && !cpu::has_avx512())
+            cpu::has_avx512_bf16()
+                || (cpu::has_avx2() && !cpu::has_avx512())
+                || cpu::has_arm_bf16()
         );
         assert_eq!(
             Precision::Int8.fast_here(),
             cpu::has_avx512_vnni()
                 || cpu::has_avx_vnni()
                 || (cpu::has_avx2() && !cpu::has_avx512())
+                || cpu::has_dotprod()
         );
         assert_eq!(Precision::Bf16x3.fast_here(), cpu::has_amx_bf16());
         for p in [

@@ -31,17 +31,22 @@
 //! went from 265 to 885 sentences/s at batch 32 and from 4.65 to 1.93 ms p50 at one
 //! sentence a call when its bf16 weights moved from `vdpbf16ps` pairs to tiles.)
 //!
-//! Packing in f32 needs AVX2 with FMA or AVX-512 ([`PackedRhs::pack`] gives `None`
-//! on the portable tier, and the caller uses `gemm` on the original operand); bf16 packs everywhere, runs an
-//! AVX2 tile that widens the pairs to f32 (the left operand unrounded) on the AVX2
-//! tiers without AVX-512, and portable loops where the CPU has neither that nor
-//! AVX512_BF16 (or `STREAMFUSE_PORTABLE=1`, see `kernels::cpu`). `unsafe` is confined to the microkernels' loads and stores, whose
+//! Packing in f32 needs AVX2 with FMA, AVX-512 or NEON ([`PackedRhs::pack`] gives
+//! `None` on the portable tier, and the caller uses `gemm` on the original operand);
+//! bf16 packs everywhere, runs an AVX2 tile that widens the pairs to f32 (the left
+//! operand unrounded) on the AVX2 tiers without AVX-512, the NEON tiles on aarch64
+//! (`bfmmla`, or the pairs widened likewise; module `bf16`), and portable loops where
+//! the CPU has none of these nor AVX512_BF16 (or `STREAMFUSE_PORTABLE=1`, see
+//! `kernels::cpu`). The NEON tiles share module `neon`. `unsafe` is confined to the
+//! microkernels' loads and stores, whose
 //! bounds each tile checks once before its loop, and to the column split of one output
 //! between threads (disjoint columns).
 
 mod bf16;
 mod f32;
 mod i8;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod tiles;
 
 use std::fmt;
@@ -440,8 +445,11 @@ pub(crate) enum Step<'a> {
         values: &'a [f32],
         /// Whether the sum is the add's first operand (which NaN payload an add of
         /// two NaNs keeps, so the bits follow the program's operand order).
-        // Read by the AVX-512 tile, the only one so far.
-        #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+        // Read by the x86 and NEON tiles.
+        #[cfg_attr(
+            not(any(target_arch = "x86_64", target_arch = "aarch64")),
+            allow(dead_code)
+        )]
         sum_first: bool,
     },
     /// Adds element `(i, j)` of a matrix with the product's shape, at
@@ -455,7 +463,10 @@ pub(crate) enum Step<'a> {
         stride: usize,
         /// As for [`Step::Columns`].
         // As above.
-        #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+        #[cfg_attr(
+            not(any(target_arch = "x86_64", target_arch = "aarch64")),
+            allow(dead_code)
+        )]
         sum_first: bool,
     },
     /// GELU of the sum (`math::gelu`, bit for bit).
@@ -507,7 +518,8 @@ impl fmt::Display for Step<'_> {
 pub(crate) type Epilogue<'a> = &'a [Step<'a>];
 
 /// [`matmul_packed`] followed by `epilogue` on every element of the product, when
-/// `rhs` is packed in f32 (or in int8 where its tile takes one, `i8::takes_epilogue`)
+/// `rhs` is packed in f32 (or in int8 or bf16 where its tile takes one,
+/// `i8::takes_epilogue`, `bf16::takes_epilogue`)
 /// and the product is one matrix (no batch dims): the tile applies it to its sums
 /// before it stores them (see [`Epilogue`]). Returns `Ok(false)`, having done nothing,
 /// for the other forms and for batched products (the caller then runs the epilogue
@@ -589,7 +601,7 @@ impl Form<'_> {
     }
 
     /// Whether the form's tile applies an [`Epilogue`] (the f32 one, and the int8 and
-    /// bf16 ones of the AVX2 tiers).
+    /// bf16 ones of the AVX2 and aarch64 tiers).
     fn takes_epilogue(self) -> bool {
         match self {
             Form::F32(_) => true,

@@ -23,6 +23,15 @@
 //!   bit for bit (one fused multiply-add per element of `k`, in the order of `k`), so
 //!   the results are those of f32 weights rounded to bf16: what the model ran on this
 //!   tier before, at f32's speed.
+//! - aarch64 with the bf16 instructions (FEAT_BF16, tier `neon-i8mm` where present):
+//!   `bfmmla` (module `neon`), a 2 × 4 by 4 × 2 product of bf16 into 2 × 2 f32 sums,
+//!   on the left rows **rounded to bf16** as for `vdpbf16ps`, with the epilogue.
+//! - aarch64 without them (any NEON CPU): the pairs **widened to f32 in registers**
+//!   (module `neon`), the left rows in f32, with the epilogue: the f32 NEON tile's
+//!   sums over the widened weight, bit for bit, as on AVX2. Not timed on hardware: it
+//!   has the f32 tile's multiply-adds and 8 more instructions per 40 of them, for
+//!   half the weight's bytes, so the models keep such weights in f32 there (the same
+//!   results: f32 weights rounded to bf16 on the f32 tile; `models::Precision::fast_here`).
 //! - AVX-512 without AVX512_BF16 (the `avx512` tier: Skylake-SP, Cascade Lake, Zen 4
 //!   without it): each panel **widened once into an f32 copy** on the stack, then the
 //!   f32 AVX-512 tile (14 × 32) over it with the chain's epilogue, the left rows in
@@ -30,20 +39,22 @@
 //!   those of f32 weights rounded to bf16. The weight streams in half the bytes and the
 //!   widening costs two instructions per 16 weights, once per panel, beside 14 rows of
 //!   fused multiply-adds on each.
-//! - elsewhere (`portable`, aarch64): portable loops over the pairs by the rounded
-//!   left rows, in `vdpbf16ps`'s order (module `portable`); the models keep such
-//!   weights in f32 there (`models::Precision::fast_here`).
+//! - elsewhere (`portable`): portable loops over the pairs by the rounded left rows,
+//!   in `vdpbf16ps`'s order (module `portable`); the models keep such weights in f32
+//!   there (`models::Precision::fast_here`).
 //!
 //! On the AVX2 tier a part of many rows ([`WIDE_PANEL_ROWS`]) widens each panel once
 //! into an f32 copy on the stack and runs the f32 AVX2 tile over it instead (the same
 //! bits, with the epilogue): measured, the copy wins there and the registers win for
 //! fewer rows (see the constant).
 //!
-//! **Accuracy.** A product with the left operand rounded (`vdpbf16ps`, portable):
-//! each operand errs by at most 2⁻⁸ relative, the products are exact and the sums
-//! f32, so a product of `k` terms stays within `2 · 2⁻⁸ · Σ|a·b|` (plus f32 rounding
-//! of the sums) of the f32 product. With the left operand kept in f32 (AVX2): within
-//! `2⁻⁸ · Σ|a·b|` plus the same. The tests hold both.
+//! **Accuracy.** A product with the left operand rounded (`vdpbf16ps`, `bfmmla`,
+//! portable): each operand errs by at most 2⁻⁸ relative, the products are exact and
+//! the sums f32, so a product of `k` terms stays within `2 · 2⁻⁸ · Σ|a·b|` (plus f32
+//! rounding of the sums) of the f32 product. With the left operand kept in f32 (AVX2,
+//! NEON widened): within `2⁻⁸ · Σ|a·b|` plus the same. `bfmmla` rounds its sums its
+//! own way (module `neon`: to odd, twice per pair, within `kp · 2⁻²² · Σ|ã·b̃|` of the
+//! exact sum of the rounded operands' products). The tests hold all three.
 
 mod portable;
 
@@ -51,8 +62,9 @@ mod portable;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 
-#[cfg(target_arch = "x86_64")]
 use super::by_rows;
 use std::mem::MaybeUninit;
 
@@ -118,10 +130,20 @@ enum Kernel {
     /// AVX-512F without AVX512_BF16: each panel widened into an f32 copy, then the f32
     /// AVX-512 tile (14 × 32) with the epilogue, the left rows in f32.
     Widened512,
+    /// The NEON tile: up to 5 rows × 16 columns a block, pairs widened in registers,
+    /// the left rows in f32, with the epilogue.
+    Neon,
+    /// The `bfmmla` tile (aarch64's FEAT_BF16): up to 6 rows × 16 columns a block, on
+    /// the pairs as they are and the left rows rounded, with the epilogue.
+    Bfmmla,
 }
 
 impl Kernel {
     /// The kernel of the tier in use, or the portable loops when `simd` is false.
+    ///
+    /// On aarch64 `bfmmla` where the CPU has it (its 16 multiply-adds an instruction
+    /// against `fmla`'s 4; `bfdot`, 8, would take the same rounded rows), else the
+    /// widened NEON tile.
     fn chosen(simd: bool) -> Kernel {
         use crate::kernels::cpu;
         if !simd {
@@ -132,6 +154,10 @@ impl Kernel {
             Kernel::Widened512
         } else if cpu::has_avx2() {
             Kernel::Avx2
+        } else if cpu::has_arm_bf16() {
+            Kernel::Bfmmla
+        } else if cpu::has_neon() {
+            Kernel::Neon
         } else {
             Kernel::Portable
         }
@@ -141,12 +167,29 @@ impl Kernel {
     /// what its `unsafe` calls rely on (asserted before them), and what the tests ask
     /// before they run a kernel directly.
     fn runs_here(self) -> bool {
-        use crate::kernels::cpu::{cpu_runs, has_avx512_bf16, Tier};
+        use crate::kernels::cpu::{cpu_has_arm_bf16, cpu_runs, has_avx512_bf16, Tier};
         match self {
             Kernel::Portable => true,
             Kernel::Avx2 => cfg!(target_arch = "x86_64") && cpu_runs(Tier::Avx2),
             Kernel::Dpbf16 => has_avx512_bf16(),
             Kernel::Widened512 => cfg!(target_arch = "x86_64") && cpu_runs(Tier::Avx512),
+            Kernel::Neon => cfg!(target_arch = "aarch64") && cpu_runs(Tier::Neon),
+            Kernel::Bfmmla => cfg!(target_arch = "aarch64") && cpu_has_arm_bf16(),
+        }
+    }
+
+    /// Whether the kernel multiplies the left rows in f32, the pairs widened (the AVX2
+    /// and NEON tiles, and the AVX-512 one on panels widened into a copy), rather than
+    /// rounded to bf16 pairs.
+    fn widens(self) -> bool {
+        matches!(self, Kernel::Avx2 | Kernel::Widened512 | Kernel::Neon)
+    }
+
+    /// The most rows of one tile of a widening kernel.
+    fn wide_rows(self) -> usize {
+        match self {
+            Kernel::Avx2 => AVX2_ROWS,
+            _ => MR,
         }
     }
 }
@@ -156,25 +199,25 @@ pub(super) fn simd() -> bool {
     Kernel::chosen(true) != Kernel::Portable
 }
 
-/// Whether the tile [`part`] runs (for `simd`) applies an [`Epilogue`]: those that
-/// keep the left rows in f32 (the AVX2 tile and the widened AVX-512 one).
+/// Whether the tile [`part`] runs (for `simd`) applies an [`Epilogue`]: all but the
+/// portable loops and `vdpbf16ps`.
 pub(super) fn takes_epilogue(simd: bool) -> bool {
-    matches!(Kernel::chosen(simd), Kernel::Avx2 | Kernel::Widened512)
+    !matches!(Kernel::chosen(simd), Kernel::Portable | Kernel::Dpbf16)
 }
 
 /// The rows of one tile of the tier in use (a split by rows cuts at multiples of it).
 pub(super) fn tile_rows() -> usize {
     match Kernel::chosen(simd()) {
         Kernel::Avx2 => AVX2_ROWS,
-        Kernel::Portable | Kernel::Dpbf16 | Kernel::Widened512 => MR,
+        _ => MR,
     }
 }
 
 /// Whether the path [`part`] runs for `simd` rounds the left operand to bf16 (all
-/// but those that take an epilogue), for the tests' reference.
+/// but the widening tiles'), for the tests' reference.
 #[cfg(test)]
 pub(super) fn rounds_left(simd: bool) -> bool {
-    !takes_epilogue(simd)
+    !Kernel::chosen(simd).widens()
 }
 
 /// Most elements of the stack scratch that holds one chunk of rows, in bf16 pairs or
@@ -192,38 +235,45 @@ pub(super) fn part(
     simd: bool,
     out: Out,
 ) {
-    part_on(Kernel::chosen(simd), g, data, epilogue, part, out)
+    let job = Job {
+        kernel: Kernel::chosen(simd),
+        data,
+        epilogue,
+        out,
+    };
+    part_on(job, g, part)
 }
 
-/// [`part`] on `kernel` (which this CPU must run: asserted).
-fn part_on(
+/// What every part of a product by bf16 panels shares: the kernel that multiplies, the
+/// panels, the epilogue and the output.
+#[derive(Clone, Copy)]
+struct Job<'a> {
     kernel: Kernel,
-    g: Matrix<'_>,
-    data: &[u32],
-    epilogue: Epilogue<'_>,
-    part: Part,
+    data: &'a [u32],
+    epilogue: Epilogue<'a>,
     out: Out,
-) {
+}
+
+/// [`part`] on `job.kernel` (which this CPU must run: asserted).
+fn part_on(job: Job<'_>, g: Matrix<'_>, part: Part) {
+    let kernel = job.kernel;
     assert!(
         kernel.runs_here(),
         "the bf16 {kernel:?} tile cannot run here"
     );
-    match kernel {
-        Kernel::Avx2 | Kernel::Widened512 => in_f32(kernel, g, data, epilogue, part, out),
-        Kernel::Portable | Kernel::Dpbf16 => {
-            assert!(
-                epilogue.is_empty(),
-                "the bf16 {kernel:?} tile takes no epilogue"
-            );
-            in_pairs(kernel, g, data, part, out)
-        }
+    // (`tile` asserts that only `bfmmla` of the pairs' tiles gets an epilogue.)
+    if kernel.widens() {
+        in_f32(job, g, part)
+    } else {
+        in_pairs(job, g, part)
     }
 }
 
 /// [`part`] for the tiles that read the left rows as pairs: a chunk of rows at a time
 /// (as many as the stack scratch holds, whole tiles), each chunk rounded to bf16 once
-/// and multiplied by every panel of the part.
-fn in_pairs(kernel: Kernel, g: Matrix<'_>, data: &[u32], part: Part, out: Out) {
+/// and multiplied by every panel of the part, then the epilogue (`bfmmla` only).
+fn in_pairs(job: Job<'_>, g: Matrix<'_>, part: Part) {
+    let (kernel, data, epilogue, out) = (job.kernel, job.data, job.epilogue, job.out);
     let kp = g.k.div_ceil(2);
     let (first, end) = part.rows;
     let chunk = chunk_rows(end - first, kp, SCRATCH);
@@ -245,6 +295,8 @@ fn in_pairs(kernel: Kernel, g: Matrix<'_>, data: &[u32], part: Part, out: Out) {
                         kp,
                         b,
                         at,
+                        row0: r0,
+                        epilogue,
                     };
                     tile(&t, h, kernel, out.skip(r0 * part.n));
                 });
@@ -278,22 +330,39 @@ fn round_row(g: Matrix<'_>, i: usize, kernel: Kernel, dst: &mut [u32]) {
 }
 
 /// One tile's operands on the pairs: rows of bf16 pairs (`kp` each, contiguous) and
-/// the panel `b` (`kp` rows of [`NR`] pairs).
+/// the panel `b` (`kp` rows of [`NR`] pairs), where the results go (`at`; the tile's
+/// first row is row `row0` of the product) and what happens to them before (empty
+/// but for `bfmmla`).
 struct Tile<'a> {
     a: &'a [u32],
     kp: usize,
     b: &'a [u32],
     at: Cols,
+    row0: usize,
+    epilogue: Epilogue<'a>,
 }
 
-/// `dst[i][j0..j0 + width] = a[i] · b` for the tile's `rows` rows, on `kernel` (the
-/// portable loops or `vdpbf16ps`).
+/// `dst[i][j0..j0 + width] = a[i] · b`, then the epilogue, for the tile's `rows` rows,
+/// on `kernel` (the portable loops, `vdpbf16ps` or `bfmmla`).
 fn tile(t: &Tile<'_>, rows: usize, kernel: Kernel, dst: Out) {
     let w = t.at;
     // The bounds every access below relies on, checked once.
     assert!((1..=MR).contains(&rows) && w.width >= 1 && w.width <= NR);
     assert!(t.kp >= 1 && t.b.len() >= t.kp * NR && t.a.len() >= rows * t.kp);
     assert!(dst.len >= (rows - 1) * w.ldc + w.j0 + w.width);
+    check_epilogue(t.epilogue, w, t.row0 + rows);
+    assert!(
+        t.epilogue.is_empty() || kernel == Kernel::Bfmmla,
+        "the bf16 {kernel:?} tile takes no epilogue"
+    );
+    #[cfg(target_arch = "aarch64")]
+    if kernel == Kernel::Bfmmla {
+        assert!(kernel.runs_here(), "this CPU has no bfmmla");
+        // SAFETY: the CPU has FEAT_BF16 (asserted), the asserts above are the bounds
+        // `neon::mmla_tile` documents, and this tile's elements of `dst` are written
+        // by no one else (see `Out`).
+        return unsafe { neon::mmla_tile(t, rows, dst.ptr) };
+    }
     #[cfg(target_arch = "x86_64")]
     if kernel == Kernel::Dpbf16 {
         assert!(crate::kernels::cpu::has_avx512_bf16());
@@ -311,22 +380,15 @@ fn tile(t: &Tile<'_>, rows: usize, kernel: Kernel, dst: Out) {
     portable::tile(t, rows, dst)
 }
 
-/// [`part`] on a tile whose left rows are f32 with contiguous elements (`kernel`: the
-/// AVX2 one or the widened AVX-512 one): read in place when they are (every
-/// activation of a model), else copied so a chunk at a time (as many rows as the stack
-/// scratch holds).
-fn in_f32(
-    kernel: Kernel,
-    g: Matrix<'_>,
-    data: &[u32],
-    epilogue: Epilogue<'_>,
-    part: Part,
-    out: Out,
-) {
+/// [`part`] on a widening tile (`job.kernel`: AVX2, the widened AVX-512 one or NEON),
+/// whose left rows are f32 with contiguous elements: read in place when they are
+/// (every activation of a model), else copied so a chunk at a time (as many rows as
+/// the stack scratch holds).
+fn in_f32(job: Job<'_>, g: Matrix<'_>, part: Part) {
     // The tile's walk over rows of `g` that are rows `base..` of the product.
-    let walk = |g: Matrix<'_>, base: usize, part: Part| match kernel {
-        Kernel::Widened512 => walk_widened(f32::Isa::Avx512, g, base, data, epilogue, part, out),
-        _ => walk(g, base, data, epilogue, part, out),
+    let walk = |g: Matrix<'_>, base: usize, part: Part| match job.kernel {
+        Kernel::Widened512 => walk_widened(f32::Isa::Avx512, job, g, base, part),
+        _ => walk(job, g, base, part),
     };
     if g.cs == 1 {
         return walk(g, 0, part);
@@ -401,25 +463,27 @@ fn widen_panel<'s>(b: &[u32], k: usize, scratch: &'s mut [MaybeUninit<u32>]) -> 
     unsafe { std::slice::from_raw_parts(scratch.as_ptr().cast::<f32>(), k * NR) }
 }
 
-/// The AVX2 tile over `part`, whose rows start at row `base` of the product in `g`
-/// (elements contiguous): panel by panel, and in each panel row block by row block (so
-/// a panel stays in L2 while every row block reads it), each block asking for its
-/// share of the next panel (`f32::NextPanel`), as the f32 tile's walk does. From
-/// [`WIDE_PANEL_ROWS`] rows on, each panel is widened into a copy first
-/// ([`walk_widened`]).
-fn walk(g: Matrix<'_>, base: usize, data: &[u32], epilogue: Epilogue<'_>, part: Part, out: Out) {
+/// The widening tile of `job.kernel` over `part`, whose rows start at row `base` of
+/// the product in `g` (elements contiguous): panel by panel, and in each panel row
+/// block by row block (so a panel stays in L2 while every row block reads it), each
+/// block asking for its share of the next panel (`f32::NextPanel`; the x86 tile), as
+/// the f32 tile's walk does. On AVX2, from [`WIDE_PANEL_ROWS`] rows on, each panel is
+/// widened into a copy first ([`walk_widened`]).
+fn walk(job: Job<'_>, g: Matrix<'_>, base: usize, part: Part) {
+    let (kernel, data, epilogue, out) = (job.kernel, job.data, job.epilogue, job.out);
     let kp = g.k.div_ceil(2);
-    if part.rows.1 - part.rows.0 >= WIDE_PANEL_ROWS {
-        return walk_widened(f32::Isa::Avx2, g, base, data, epilogue, part, out);
+    if kernel == Kernel::Avx2 && part.rows.1 - part.rows.0 >= WIDE_PANEL_ROWS {
+        return walk_widened(f32::Isa::Avx2, job, g, base, part);
     }
     let (first, count) = (part.rows.0, part.rows.1 - part.rows.0);
-    let blocks = count.div_ceil(AVX2_ROWS);
+    let rows = kernel.wide_rows();
+    let blocks = count.div_ceil(rows);
     for pj in part.panels.0..part.panels.1 {
         let b = &data[pj * kp * NR..(pj + 1) * kp * NR];
         let next = b.as_ptr().wrapping_add(kp * NR).cast::<u8>();
         let at = part.cols(pj);
         let mut bi = 0;
-        Part::blocks_of(AVX2_ROWS, first, count, |r0, h| {
+        Part::blocks_of(rows, first, count, |r0, h| {
             // A step of the tile reads one line of a half-panel: 2kp lines, 2kp steps.
             let next = NextPanel::share(next, 2 * kp, 2 * kp, bi, blocks);
             let t = Wide {
@@ -433,7 +497,7 @@ fn walk(g: Matrix<'_>, base: usize, data: &[u32], epilogue: Epilogue<'_>, part: 
                 next,
             };
             bi += 1;
-            wide_tile(&t, h, out.skip(r0 * part.n));
+            wide_tile(kernel, &t, h, out.skip(r0 * part.n));
         });
     }
 }
@@ -443,23 +507,16 @@ fn walk(g: Matrix<'_>, base: usize, data: &[u32], epilogue: Epilogue<'_>, part: 
 /// the epilogue, each row block asking for its share of the next bf16 panel. `g`'s
 /// first row is row `base` of the product. The results are the f32 tile's over the
 /// widened weight, bit for bit.
-fn walk_widened(
-    isa: f32::Isa,
-    g: Matrix<'_>,
-    base: usize,
-    data: &[u32],
-    epilogue: Epilogue<'_>,
-    part: Part,
-    out: Out,
-) {
+fn walk_widened(isa: f32::Isa, job: Job<'_>, g: Matrix<'_>, base: usize, part: Part) {
     let kp = g.k.div_ceil(2);
     let panels = |scratch: &mut [MaybeUninit<u32>]| {
         for pj in part.panels.0..part.panels.1 {
-            let b = &data[pj * kp * NR..(pj + 1) * kp * NR];
+            let b = &job.data[pj * kp * NR..(pj + 1) * kp * NR];
             let next = (b.as_ptr().wrapping_add(kp * NR).cast::<u8>(), 2 * kp);
             let wide = widen_panel(b, g.k, scratch);
             let rows = (part.rows.0, part.rows.1 - part.rows.0);
             let at = part.cols(pj);
+            let (epilogue, out) = (job.epilogue, job.out);
             f32::panel_on(isa, (g, base), wide, at, rows, epilogue, next, part.n, out);
         }
     };
@@ -470,7 +527,7 @@ fn walk_widened(
     }
 }
 
-/// One AVX2 tile's operands: rows of `a` (element `(i, p)` at `i * lda + p`), the
+/// One widening tile's operands: rows of `a` (element `(i, p)` at `i * lda + p`), the
 /// panel `b` (`ceil(k / 2)` rows of [`NR`] pairs), where the results go (`at`; the
 /// tile's first row is row `row0` of the product, which the epilogue's residuals are
 /// indexed by), what happens to them before, and the next panel's share.
@@ -488,42 +545,41 @@ struct Wide<'a> {
 }
 
 /// `dst[i][j0..j0 + width] = (a[i] · b)`, then the epilogue, for the tile's `rows`
-/// rows on the AVX2 tile.
-fn wide_tile(t: &Wide<'_>, rows: usize, dst: Out) {
+/// rows on `kernel`'s widening tile.
+fn wide_tile(kernel: Kernel, t: &Wide<'_>, rows: usize, dst: Out) {
     macro_rules! call {
         ($r:literal) => {
-            checked::<$r>(t, dst)
+            checked::<$r>(kernel, t, dst)
         };
     }
-    match rows {
-        1 => call!(1),
-        2 => call!(2),
-        3 => call!(3),
-        4 => call!(4),
-        5 => call!(5),
-        6 => call!(6),
-        _ => unreachable!("an AVX2 block holds 1 to 6 rows"),
-    }
+    by_rows!(rows, call!())
 }
 
-/// Checks the bounds the AVX2 tile relies on, then runs it for `R` rows.
-fn checked<const R: usize>(t: &Wide<'_>, dst: Out) {
+/// Checks the bounds the widening tiles rely on, then runs `kernel`'s for `R` rows.
+fn checked<const R: usize>(kernel: Kernel, t: &Wide<'_>, dst: Out) {
     let w = t.at;
-    assert!(R >= 1 && R <= AVX2_ROWS && w.width >= 1 && w.width <= NR);
+    assert!(R >= 1 && R <= kernel.wide_rows() && w.width >= 1 && w.width <= NR);
     assert!(t.k >= 1 && t.b.len() >= t.k.div_ceil(2) * NR);
     assert!(t.a.len() > (R - 1) * t.lda + (t.k - 1));
     assert!(dst.len >= (R - 1) * w.ldc + w.j0 + w.width);
     check_epilogue(t.epilogue, w, t.row0 + R);
-    assert!(Kernel::Avx2.runs_here(), "this CPU has no AVX2 bf16 tile");
-    // SAFETY: the CPU has AVX2 and FMA (asserted), the asserts above are the bounds
-    // `avx2::tile` documents, and this tile's elements of `dst` are written by no one
-    // else (see `Out`).
+    assert!(
+        kernel.widens() && kernel.runs_here(),
+        "this CPU has no {kernel:?} bf16 tile"
+    );
+    // SAFETY (each call): the CPU has the tile's instructions (asserted), the asserts
+    // above are the bounds the tiles document, and this tile's elements of `dst` are
+    // written by no one else (see `Out`).
     #[cfg(target_arch = "x86_64")]
     unsafe {
         avx2::tile::<R>(t, dst.ptr)
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("the AVX2 bf16 tile runs on x86_64 only")
+    #[cfg(target_arch = "aarch64")]
+    unsafe {
+        neon::wide_tile::<R>(t, dst.ptr)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    unreachable!("the widening bf16 tiles run on x86_64 and aarch64 only")
 }
 
 #[cfg(test)]

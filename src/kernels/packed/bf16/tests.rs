@@ -1,10 +1,11 @@
-//! Tests of the bf16 walk and the tiles that keep the left rows in f32 (the AVX2 tile,
-//! and the AVX-512 f32 tile over widened panels): their bits against fused
-//! multiply-adds on the widened weight (with every epilogue), run directly whenever
-//! this CPU has their instructions and through `matmul_packed` on the tier in use;
-//! their error bound against the f32 product; non-finite rows.
+//! Tests of the bf16 walks and the tiles that take an epilogue: the widening tiles'
+//! (AVX2, the AVX-512 f32 tile over widened panels, NEON) bits against fused multiply-adds on the widened weight (with every
+//! epilogue), their error bound against the f32 product; the `bfmmla` tile's bound
+//! against the product of the rounded operands and its epilogue's bits; each run
+//! directly whenever this CPU has it and through `matmul_packed` on the tier in use;
+//! non-finite rows.
 
-use super::super::f32::tests::fused_in_order;
+use super::super::f32::tests::{fused_in_order, in_four_parts, left_layouts};
 use super::super::tests::{then, EpilogueOperands};
 use super::super::{matmul_packed, matmul_packed_epilogue, PackedRhs, Panels, Step};
 use super::*;
@@ -13,9 +14,8 @@ use crate::kernels::Par;
 use crate::Layout;
 
 /// The product of the matrix `al` reads from `a` by `packed` (bf16 pairs), followed
-/// by `epilogue`, on `kernel`, in four parts as two threads would split it (the first
-/// and last rows, by the first and last panels), so tiles start at rows and panels
-/// other than the first.
+/// by `epilogue`, on `kernel`, in four parts as two threads would split it
+/// (`in_four_parts`).
 fn direct(
     kernel: Kernel,
     a: &[f32],
@@ -23,29 +23,38 @@ fn direct(
     packed: &PackedRhs,
     epilogue: Epilogue<'_>,
 ) -> Vec<f32> {
-    let (m, k, n) = (al.dims[0], al.dims[1], packed.n);
-    let lda = if m > 1 { al.strides[0] } else { 0 };
-    let cs = if k > 1 { al.strides[1] } else { 1 };
-    let g = Matrix {
-        a: &a[al.offset..al.offset + (m - 1) * lda + (k - 1) * cs + 1],
-        lda,
-        cs,
-        k,
-    };
     let Panels::Bf16(data) = &packed.panels else {
         panic!("a bf16 matrix in pairs")
     };
-    let mut dst = vec![f32::NAN; m * n];
-    let out = Out::new(&mut dst);
-    let (rm, panels) = (m / 2, n.div_ceil(NR));
-    let pm = panels / 2;
-    for rows in [(0, rm), (rm, m)] {
-        for panels in [(0, pm), (pm, panels)] {
-            let part = Part { rows, panels, n };
-            part_on(kernel, g, data, epilogue, part, out);
-        }
+    in_four_parts(a, al, packed.n, |g, part, out| {
+        let job = Job {
+            kernel,
+            data,
+            epilogue,
+            out,
+        };
+        part_on(job, g, part)
+    })
+}
+
+/// Asserts that the product of `al` (`[m, k]` of `a`) by `packed`, followed by
+/// `epilogue`, through `matmul_packed_epilogue` on one and two threads, is done and
+/// has the bits `want`.
+fn the_tier_gives(
+    a: &[f32],
+    al: &Layout,
+    packed: &PackedRhs,
+    epilogue: Epilogue<'_>,
+    want: &[f32],
+    what: &str,
+) {
+    for threads in [1, 2] {
+        let mut out = vec![f32::NAN; want.len()];
+        let par = Par { threads };
+        let done = matmul_packed_epilogue(a, al, packed, epilogue, &mut out, par).unwrap();
+        assert!(done, "{what}");
+        assert!(same_bits(&out, want), "{what} threads {threads}");
     }
-    dst
 }
 
 /// Whether `got` and `want` agree bit for bit, any NaN matching any NaN (which NaN an
@@ -58,38 +67,37 @@ fn same_or_nan(got: &[f32], want: &[f32]) -> bool {
             .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
 }
 
-/// The kernels that keep the left rows in f32 (their results are the f32 tiles' over
-/// the widened weight) which this CPU runs.
-fn f32_kernels_here() -> impl Iterator<Item = Kernel> {
-    [Kernel::Avx2, Kernel::Widened512]
-        .into_iter()
-        .filter(|k| k.runs_here())
-}
-
 /// Whether the tier in use multiplies bf16 weights on `kernel`.
 fn tier_runs(kernel: Kernel) -> bool {
     Kernel::chosen(simd()) == kernel
+}
+
+/// The widening tiles this CPU has (AVX2, AVX-512 over widened panels, NEON),
+/// whatever tier is forced.
+fn widening() -> Vec<Kernel> {
+    [Kernel::Avx2, Kernel::Widened512, Kernel::Neon]
+        .into_iter()
+        .filter(|k| k.runs_here())
+        .collect()
 }
 
 /// Every row count a tile can have and beyond (1..=13: one to three blocks, uneven
 /// ones), ragged `k` (odd: the last pair's low half alone; one; two) and `n`
 /// (narrower than one half-panel, than two, several panels), left operands with
 /// contiguous, padded (at an offset) and transposed rows, and every epilogue kind
-/// (a bias, a residual, GELU, the adds' operands in both orders): the AVX2 tile and the
-/// widened AVX-512 path give the bits of fused multiply-adds in the order of `k` over
-/// the widened weight (the f32 tiles' arithmetic), then the steps; so does the tier's
-/// path with one and two threads where it runs one of them. A residual too short is an
-/// error.
+/// (a bias, a residual, GELU, the adds' operands in both orders): each widening tile
+/// this CPU has gives the bits of fused multiply-adds in the order of `k` over the
+/// widened weight (the f32 tiles' arithmetic), then the steps, and so does the f32
+/// tile of the tier in use over the unpacked (rounded) weight, where one runs; so does
+/// the tier's bf16 path with one and two threads where it runs such a tile. A residual
+/// too short is an error.
 #[test]
-fn the_f32_tiles_give_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
-    for kernel in f32_kernels_here() {
-        bits_of_fused_multiply_adds(kernel);
+fn the_widening_tiles_give_the_bits_of_fused_multiply_adds_on_the_widened_weight() {
+    let kernels = widening();
+    eprintln!("widening tiles checked: {kernels:?}");
+    if kernels.is_empty() {
+        return;
     }
-}
-
-/// [`the_f32_tiles_give_the_bits_of_fused_multiply_adds_on_the_widened_weight`] on
-/// `kernel`.
-fn bits_of_fused_multiply_adds(kernel: Kernel) {
     let mut rng = Rng::new(95);
     for m in (1..=13).chain([20]) {
         for (k, n) in [
@@ -105,17 +113,11 @@ fn bits_of_fused_multiply_adds(kernel: Kernel) {
             let bl = Layout::contiguous(&[k, n]);
             let packed = PackedRhs::pack_bf16_in(&b, &bl, false).unwrap();
             let w = packed.unpack().unwrap();
+            // The rounded weight in f32 panels, where the tier has an f32 tile.
+            let f32_tile = PackedRhs::pack(&w, &bl);
             // Some values large enough for GELU's tails.
             let a: Vec<f32> = (0..m * (k + 5) + 3).map(|_| rng.f32() * 6.0).collect();
-            let layouts = [
-                Layout::contiguous(&[m, k]),
-                Layout {
-                    dims: vec![m, k].into(),
-                    strides: vec![k + 5, 1].into(),
-                    offset: 3,
-                },
-                Layout::contiguous(&[k, m]).permute(&[1, 0]),
-            ];
+            let layouts = left_layouts(m, k);
             let ops = EpilogueOperands::new(&mut rng, m, n, 7);
             let (offset, stride) = (ops.offset, ops.stride);
             let [bias, bias_gelu, minilm] = ops.epilogues();
@@ -124,23 +126,20 @@ fn bits_of_fused_multiply_adds(kernel: Kernel) {
                 let product = fused_in_order(&a, al, &w, k, n);
                 for (e, epilogue) in epilogues.into_iter().enumerate() {
                     let want = then(&product, n, epilogue);
-                    let out = direct(kernel, &a, al, &packed, epilogue);
-                    let what = format!("{kernel:?}: m {m} k {k} n {n} layout {al:?} epilogue {e}");
-                    assert!(same_bits(&out, &want), "{what}");
-                    if !tier_runs(kernel) {
-                        continue;
+                    let what = format!("m {m} k {k} n {n} layout {al:?} epilogue {e}");
+                    for &kernel in &kernels {
+                        let out = direct(kernel, &a, al, &packed, epilogue);
+                        assert!(same_bits(&out, &want), "{kernel:?} {what}");
                     }
-                    for threads in [1, 2] {
-                        let mut out = vec![f32::NAN; m * n];
-                        let par = Par { threads };
-                        let done = matmul_packed_epilogue(&a, al, &packed, epilogue, &mut out, par)
-                            .unwrap();
-                        assert!(done, "{what}");
-                        assert!(same_bits(&out, &want), "{what} threads {threads}");
+                    if let Some(f32_tile) = &f32_tile {
+                        the_tier_gives(&a, al, f32_tile, epilogue, &want, &what);
+                    }
+                    if kernels.iter().any(|&k| tier_runs(k)) {
+                        the_tier_gives(&a, al, &packed, epilogue, &want, &what);
                     }
                 }
             }
-            if tier_runs(kernel) {
+            if kernels.iter().any(|&k| tier_runs(k)) {
                 let short = [Step::Rows {
                     data: &ops.res[..offset + (m - 1) * stride + n - 1],
                     offset,
@@ -158,25 +157,24 @@ fn bits_of_fused_multiply_adds(kernel: Kernel) {
 }
 
 /// The stated bound: with the left operand in f32 and the weight rounded to bf16,
-/// the product of the tiles that keep the left rows in f32 stays within `2⁻⁸ · Σ|a·b|`
-/// of the exact one, plus the f32 sums' rounding (`k · 2⁻²⁴ · Σ|a·b|`), at MiniLM's
-/// `k`.
+/// each widening tile's product stays within `2⁻⁸ · Σ|a·b|` of the exact one, plus
+/// the f32 sums' rounding (`k · 2⁻²⁴ · Σ|a·b|`), at MiniLM's `k`.
 #[test]
-fn the_f32_tiles_stay_within_half_the_bound_of_rounding_both_operands() {
-    for kernel in f32_kernels_here() {
-        within_half_the_bound(kernel);
-    }
-}
-
-/// [`the_f32_tiles_stay_within_half_the_bound_of_rounding_both_operands`] on `kernel`.
-fn within_half_the_bound(kernel: Kernel) {
+fn the_widening_tiles_stay_within_half_the_bound_of_rounding_both_operands() {
     let mut rng = Rng::new(96);
     let (m, k, n) = (7, 384, 40);
     let a: Vec<f32> = (0..m * k).map(|_| rng.f32() * 4.0 - 2.0).collect();
     let b: Vec<f32> = (0..k * n).map(|_| rng.f32() - 0.5).collect();
     let (al, bl) = (Layout::contiguous(&[m, k]), Layout::contiguous(&[k, n]));
     let packed = PackedRhs::pack_bf16_in(&b, &bl, false).unwrap();
-    let out = direct(kernel, &a, &al, &packed, &[]);
+    for kernel in widening() {
+        within_half_the_bound(&direct(kernel, &a, &al, &packed, &[]), &a, &b, (m, k, n));
+    }
+}
+
+/// Asserts that `out` (`m × n`) is within `2⁻⁸ · Σ|a·b|` plus `k · 2⁻²⁴ · Σ|a·b|` of
+/// the exact product of `a` (`m × k`) by `b` (`k × n`), and far inside it.
+fn within_half_the_bound(out: &[f32], a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) {
     let mut worst = 0.0f64;
     for i in 0..m {
         for j in 0..n {
@@ -215,14 +213,22 @@ fn non_finite_rows_stay_in_their_rows() {
         assert_eq!(finite, ![1, 4, 7].contains(&i), "row {i}");
     }
     assert!(want[n..2 * n].iter().all(|x| x.is_nan()));
-    for kernel in f32_kernels_here() {
-        let got = direct(kernel, &a, &al, &packed, &[]);
-        assert!(same_or_nan(&got, &want), "{kernel:?}");
+    for kernel in widening() {
+        let out = direct(kernel, &a, &al, &packed, &[]);
+        assert!(same_or_nan(&out, &want), "{kernel:?}");
+    }
+    if Kernel::Bfmmla.runs_here() {
+        // The rounded left rows keep their NaN and infinities: the same rows fail.
+        let out = direct(Kernel::Bfmmla, &a, &al, &packed, &[]);
+        for (i, row) in out.chunks(n).enumerate() {
+            let finite = row.iter().all(|x| x.is_finite());
+            assert_eq!(finite, ![1, 4, 7].contains(&i), "bfmmla row {i}");
+        }
     }
     for threads in [1, 2] {
         let mut out = vec![0.0f32; m * n];
         matmul_packed(&a, &al, &packed, &mut out, Par { threads }).unwrap();
-        if f32_kernels_here().any(tier_runs) {
+        if widening().into_iter().any(tier_runs) {
             assert!(same_or_nan(&out, &want), "threads {threads}");
         }
         for (i, row) in out.chunks(n).enumerate() {
@@ -248,6 +254,64 @@ fn the_widening_controls_move_each_half_to_the_top() {
     }
 }
 
+/// The `bfmmla` tile, run directly where the CPU has it (whatever tier is forced):
+/// every row count 1..=13 and more (row pairs with a lone last row, uneven blocks),
+/// `k` whose pairs are odd in number (`bfmmla`'s lone last pair) or even, odd column
+/// counts (ragged halves), contiguous, padded and transposed left rows. Without an
+/// epilogue each element is within `kp · 2⁻²² · Σ|ã·b̃|` of the exact product of the
+/// rounded operands `ã`, `b̃` (module `neon`'s bound: two roundings to odd per pair);
+/// with each epilogue kind, the bits of the product followed by the steps in scalar
+/// code. The tier's path, where it runs this tile, on one and two threads: the same
+/// bits as the tile run directly.
+#[test]
+fn the_bfmmla_tile_keeps_its_bound_and_applies_the_epilogue_with_the_programs_bits() {
+    if !Kernel::Bfmmla.runs_here() {
+        return;
+    }
+    eprintln!("the bfmmla tile runs here: checked");
+    let rounded = |x: f32| to_f32(round(x)) as f64;
+    let mut rng = Rng::new(98);
+    for m in (1..=13).chain([20]) {
+        for (k, n) in [(1, 1), (5, 7), (6, 33), (17, 32), (70, 95), (9, 20)] {
+            let b: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
+            let bl = Layout::contiguous(&[k, n]);
+            let packed = PackedRhs::pack_bf16_in(&b, &bl, false).unwrap();
+            let a: Vec<f32> = (0..m * (k + 5) + 3).map(|_| rng.f32() * 6.0).collect();
+            let layouts = left_layouts(m, k);
+            let ops = EpilogueOperands::new(&mut rng, m, n, 7);
+            let [bias, bias_gelu, minilm] = ops.epilogues();
+            let epilogues: [&[Step<'_>]; 3] = [&bias, &bias_gelu, &minilm];
+            let kp = k.div_ceil(2) as f64;
+            for al in &layouts {
+                let at = |i: usize, p: usize| a[al.offset + i * al.strides[0] + p * al.strides[1]];
+                let product = direct(Kernel::Bfmmla, &a, al, &packed, &[]);
+                for i in 0..m {
+                    for j in 0..n {
+                        let terms = (0..k).map(|p| rounded(at(i, p)) * rounded(b[p * n + j]));
+                        let exact: f64 = terms.clone().sum();
+                        let mag: f64 = terms.map(f64::abs).sum();
+                        let err = (product[i * n + j] as f64 - exact).abs();
+                        let bound = kp * 2f64.powi(-22) * mag;
+                        assert!(
+                            err <= bound,
+                            "m {m} k {k} n {n} layout {al:?} ({i}, {j}): {err} > {bound}"
+                        );
+                    }
+                }
+                for (e, epilogue) in epilogues.into_iter().enumerate() {
+                    let want = then(&product, n, epilogue);
+                    let out = direct(Kernel::Bfmmla, &a, al, &packed, epilogue);
+                    let what = format!("m {m} k {k} n {n} layout {al:?} epilogue {e}");
+                    assert!(same_bits(&out, &want), "{what}");
+                    if tier_runs(Kernel::Bfmmla) {
+                        the_tier_gives(&a, al, &packed, epilogue, &want, &what);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A `k` whose widened panel is larger than the stack copy holds (`STACK_MOST` / `NR`
 /// rows) takes a copy on the heap: the same bits, on every kernel that widens panels,
 /// with a part of one row (the AVX-512 path) and of many (the AVX2 one).
@@ -262,7 +326,7 @@ fn a_panel_too_tall_for_the_stack_copy_is_widened_on_the_heap() {
         let a: Vec<f32> = (0..m * k).map(|_| rng.f32() - 0.5).collect();
         let al = Layout::contiguous(&[m, k]);
         let want = fused_in_order(&a, &al, &w, k, n);
-        for kernel in f32_kernels_here() {
+        for kernel in widening() {
             let got = direct(kernel, &a, &al, &packed, &[]);
             assert!(same_bits(&got, &want), "{kernel:?} m {m}");
         }

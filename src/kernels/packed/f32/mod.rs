@@ -345,6 +345,21 @@ pub(super) mod tests {
         out
     }
 
+    /// Three layouts of an `[m, k]` left operand in a buffer of `m * (k + 5) + 3`
+    /// elements: contiguous rows, rows `k + 5` apart from offset 3, and the transpose
+    /// of a contiguous `[k, m]` (column stride `m`).
+    pub(in crate::kernels::packed) fn left_layouts(m: usize, k: usize) -> [Layout; 3] {
+        [
+            Layout::contiguous(&[m, k]),
+            Layout {
+                dims: vec![m, k].into(),
+                strides: vec![k + 5, 1].into(),
+                offset: 3,
+            },
+            Layout::contiguous(&[k, m]).permute(&[1, 0]),
+        ]
+    }
+
     /// The tiles this CPU has, whatever tier is forced.
     fn isas() -> Vec<Isa> {
         [
@@ -359,9 +374,7 @@ pub(super) mod tests {
     }
 
     /// The product of the matrix `al` reads from `a` by `packed`, followed by
-    /// `epilogue`, on `isa`'s tile, in four parts as two threads would split it (the
-    /// first and last rows, by the first and last panels), so tiles start at rows and
-    /// panels other than the first.
+    /// `epilogue`, on `isa`'s tile (see [`in_four_parts`]).
     fn direct(
         isa: Isa,
         a: &[f32],
@@ -369,7 +382,25 @@ pub(super) mod tests {
         packed: &PackedRhs,
         epilogue: Epilogue<'_>,
     ) -> Vec<f32> {
-        let (m, k, n) = (al.dims[0], al.dims[1], packed.n);
+        let Panels::F32(data) = &packed.panels else {
+            panic!("an f32 matrix")
+        };
+        in_four_parts(a, al, packed.n, |g, part, out| {
+            part_on(isa, g, data, epilogue, part, out)
+        })
+    }
+
+    /// The `[m, n]` product of the matrix `al` reads from `a` (`[m, k]`), each part
+    /// computed by `run(g, part, out)`, in four parts as two threads would split it (the
+    /// first and last rows, by the first and last panels), so tiles start at rows and
+    /// panels other than the first; elements no part writes stay NaN.
+    pub(in crate::kernels::packed) fn in_four_parts(
+        a: &[f32],
+        al: &Layout,
+        n: usize,
+        run: impl Fn(Matrix<'_>, Part, Out),
+    ) -> Vec<f32> {
+        let (m, k) = (al.dims[0], al.dims[1]);
         let lda = if m > 1 { al.strides[0] } else { 0 };
         let cs = if k > 1 { al.strides[1] } else { 1 };
         let g = Matrix {
@@ -378,17 +409,13 @@ pub(super) mod tests {
             cs,
             k,
         };
-        let Panels::F32(data) = &packed.panels else {
-            panic!("an f32 matrix")
-        };
         let mut dst = vec![f32::NAN; m * n];
         let out = Out::new(&mut dst);
         let (rm, panels) = (m / 2, n.div_ceil(NR));
         let pm = panels / 2;
         for rows in [(0, rm), (rm, m)] {
             for panels in [(0, pm), (pm, panels)] {
-                let part = Part { rows, panels, n };
-                part_on(isa, g, data, epilogue, part, out);
+                run(g, Part { rows, panels, n }, out);
             }
         }
         dst
@@ -409,15 +436,7 @@ pub(super) mod tests {
                 let b: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
                 let packed = pack_panels(&b, &Layout::contiguous(&[k, n])).unwrap();
                 let a: Vec<f32> = (0..m * (k + 5) + 3).map(|_| rng.f32()).collect();
-                let layouts = [
-                    Layout::contiguous(&[m, k]),
-                    Layout {
-                        dims: vec![m, k].into(),
-                        strides: vec![k + 5, 1].into(),
-                        offset: 3,
-                    },
-                    Layout::contiguous(&[k, m]).permute(&[1, 0]),
-                ];
+                let layouts = left_layouts(m, k);
                 for al in &layouts {
                     let want = fused_in_order(&a, al, &b, k, n);
                     for isa in isas() {

@@ -6,10 +6,12 @@
 //! `sw[j] = max_p |w[p, j]| / L` and `q[p, j] = round(w[p, j] / sw[j])` in `-L..=L`
 //! (ties to even; an all-zero column has scale 0 and zeros), in one of two
 //! [`Format`]s, the one the tier's tile takes, picked when the weight is packed:
-//! `Shifted`, 8 bits (`L` = 127) stored **shifted to u8** (`q + 128`), everywhere but
-//! on plain AVX2; `Narrow`, 7 bits (`L` = 63) stored as signed bytes, with a scale
-//! and a `Σ_p q` per column and **group** of [`NARROW_GROUP`] rows of `k` (the max
-//! taken over the group), on AVX2 without VNNI or AVX-512 (module `avx2` says why). The
+//! `Shifted`, 8 bits (`L` = 127) stored **shifted to u8** (`q + 128`), on x86-64 but
+//! plain AVX2 and on aarch64 without `sdot`; `Signed`, the same 8-bit values stored as
+//! signed bytes, where aarch64's `sdot` runs (module `neon`); `Narrow`, 7 bits (`L` =
+//! 63) stored as signed bytes, with a scale and a `Σ_p q` per column and **group** of
+//! [`NARROW_GROUP`] rows of `k` (the max taken over the group), on AVX2 without VNNI or
+//! AVX-512 (module `avx2` says why). The
 //! bytes lie in the layout the tile streams: panels of [`NR`] = 32 columns; in a
 //! panel, `k` in quads of 4 (`kp = k` rounded up to 4), and for each quad the 4 bytes
 //! of column 0, then of column 1, …: `[n/32][kp/4][32][4]`, zero weights in the
@@ -23,7 +25,7 @@
 //! sw[j]) · sa[i]`; later groups added with fused multiply-adds). The sums are exact on every path (wrapping i32 arithmetic, whose result is
 //! exact since `|Σ qa·q| ≤ 127²·k < 2³¹` for `k ≤` [`MAX_K`]) and the conversion is
 //! the same, so **every path gives the same bits** on a weight in a given format (the
-//! tests hold each tile to the portable one on both formats). A row holding a NaN or
+//! tests hold each tile to the portable one on every format). A row holding a NaN or
 //! an infinity gives a row of NaN.
 //!
 //! **Paths**, one per tier ([`Path`]; the tier in use picks the fastest it has for the
@@ -39,7 +41,15 @@
 //! - `avx2` (module `avx2`), on `Narrow` weights: `vpmaddubsw` of the activations
 //!   shifted to u8 by the 7-bit weights, whose saturating i16 pair sums then never
 //!   saturate; the shift taken off with the weight's column sums.
-//! - `portable` (module `portable`): plain integer loops over the same layout, either
+//! - `neon-i8mm` (module `neon`), on `Signed` weights: `smmla`, a 2 × 8 by 8 × 2
+//!   product of signed bytes into four i32 sums, rows and columns in pairs;
+//!   `neon-dotprod`: `sdot`, four s8 × s8 products summed into each i32 lane. Both
+//!   apply the chains' epilogue as the f32 tile does. On plain `neon` (no `sdot`) the
+//!   portable loops: the widest exact NEON form there, `smull` and `sadalp` (16
+//!   multiply-adds in two instructions), is no faster than the f32 tile's `fmla`, so
+//!   the models keep such weights in f32 (`models::Precision::fast_here`). Checked
+//!   under emulation only (`scripts/test-aarch64.sh`), not timed on hardware.
+//! - `portable` (module `portable`): plain integer loops over the same layout, any
 //!   format (any CPU, or `STREAMFUSE_ISA=portable`).
 //!
 //! **Scratch.** The quantised activations live on the stack, never the heap: rows are
@@ -92,7 +102,7 @@
 //! checked once before their loops), to calling the `#[target_feature]` functions
 //! after the CPU check ([`Path::runs`]), to writing the output through the raw pointer
 //! that the split by columns shares between threads (disjoint columns), and to the AMX
-//! tile loop (`asm!`).
+//! tile loop and aarch64's `sdot` and `smmla` (`asm!`).
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
@@ -100,10 +110,15 @@ mod amx;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod portable;
 mod quantize;
 
-use super::{by_rows, chunk_rows, with_stack, Epilogue, Matrix, Out, Part, CHUNK_ROWS, MR, NR};
+use super::f32::check_epilogue;
+use super::{
+    by_rows, chunk_rows, with_stack, Cols, Epilogue, Matrix, Out, Part, CHUNK_ROWS, MR, NR,
+};
 use crate::ir::Layout;
 use crate::kernels::cpu::{self, Tier};
 use crate::kernels::{check_input, error, KernelError};
@@ -130,13 +145,17 @@ pub(super) enum Format {
     /// resolution, as ONNX Runtime's `reduce_range` and oneDNN's weight scaling on
     /// CPUs without VNNI.
     Narrow,
+    /// 8 bits: `q` in `-127..=127`, stored as signed bytes: the operand of aarch64's
+    /// `sdot` and `smmla`, which multiply signed bytes by signed bytes (module `neon`).
+    /// The same values and scales as `Shifted`, so the same products, bit for bit.
+    Signed,
 }
 
 impl Format {
     /// The largest `|q|`.
     fn levels(self) -> f32 {
         match self {
-            Format::Shifted => 127.0,
+            Format::Shifted | Format::Signed => 127.0,
             Format::Narrow => 63.0,
         }
     }
@@ -145,7 +164,7 @@ impl Format {
     /// `Shifted`; [`NARROW_GROUP`] for `Narrow`.
     fn group(self, kp: usize) -> usize {
         match self {
-            Format::Shifted => kp.max(4),
+            Format::Shifted | Format::Signed => kp.max(4),
             Format::Narrow => NARROW_GROUP,
         }
     }
@@ -154,7 +173,7 @@ impl Format {
     fn encode(self, q: i32) -> u8 {
         match self {
             Format::Shifted => (q as u8) ^ ZERO,
-            Format::Narrow => q as u8,
+            Format::Narrow | Format::Signed => q as u8,
         }
     }
 
@@ -163,16 +182,19 @@ impl Format {
     fn decode(self, byte: u8) -> i8 {
         match self {
             Format::Shifted => (byte ^ ZERO) as i8,
-            Format::Narrow => byte as i8,
+            Format::Narrow | Format::Signed => byte as i8,
         }
     }
 
-    /// The format of the fastest path the tier in use has: `Narrow` on AVX2 without
-    /// VNNI or AVX-512 (where an exact 8-bit product would cost a `vpsignb` per
-    /// `vpmaddubsw`: see module `avx2`), `Shifted` everywhere else (the portable
-    /// loops take either at the same speed, so there the more accurate one).
+    /// The format of the fastest path the tier in use has: `Signed` where aarch64's
+    /// `sdot` runs (`neon-dotprod` and above); `Narrow` on AVX2 without VNNI or AVX-512
+    /// (where an exact 8-bit product would cost a `vpsignb` per `vpmaddubsw`: see
+    /// module `avx2`); `Shifted` everywhere else (the portable loops take any at the
+    /// same speed, so there an 8-bit one).
     pub(super) fn best() -> Format {
-        if Path::best_for(Format::Shifted) == Path::Portable && cpu::has_avx2() {
+        if cpu::has_dotprod() {
+            Format::Signed
+        } else if Path::best_for(Format::Shifted) == Path::Portable && cpu::has_avx2() {
             Format::Narrow
         } else {
             Format::Shifted
@@ -393,27 +415,34 @@ pub(super) enum Path {
     Avx512,
     /// `vpdpbusd` on zmm (module `avx512`), and AMX tiles where AMX-INT8 runs.
     Avx512Vnni,
+    /// `sdot` on `Signed` weights (module `neon`).
+    NeonDotprod,
+    /// `smmla` on `Signed` weights (module `neon`).
+    NeonI8mm,
 }
 
-/// Every path, lowest first.
+/// Every path, lowest first (each family's).
 #[cfg(test)]
-const PATHS: [Path; 5] = [
+const PATHS: [Path; 7] = [
     Path::Portable,
     Path::Avx2,
     Path::Avx2Vnni,
     Path::Avx512,
     Path::Avx512Vnni,
+    Path::NeonDotprod,
+    Path::NeonI8mm,
 ];
 
 impl Path {
     /// The fastest path the tier in use lets run on weights in `format`.
     fn best_for(format: Format) -> Path {
-        if format == Format::Narrow {
-            return if cpu::has_avx2() {
-                Path::Avx2
-            } else {
-                Path::Portable
-            };
+        match format {
+            Format::Narrow if cpu::has_avx2() => return Path::Avx2,
+            // `smmla` does twice the multiply-adds of an `sdot` (module `neon`).
+            Format::Signed if cpu::has_i8mm() => return Path::NeonI8mm,
+            Format::Signed if cpu::has_dotprod() => return Path::NeonDotprod,
+            Format::Narrow | Format::Signed => return Path::Portable,
+            Format::Shifted => {}
         }
         if cpu::has_avx512_vnni() {
             Path::Avx512Vnni
@@ -436,29 +465,36 @@ impl Path {
             Path::Avx2Vnni => Tier::Avx2Vnni,
             Path::Avx512 => Tier::Avx512,
             Path::Avx512Vnni => Tier::Avx512Vnni,
+            Path::NeonDotprod => Tier::NeonDotprod,
+            Path::NeonI8mm => Tier::NeonI8mm,
         }
     }
 
     /// Whether this CPU can run the path (whatever tier the environment forces: the
-    /// tests run every path the CPU has). On other architectures only the portable
-    /// one.
+    /// tests run every path the CPU has). A CPU runs only its own family's tiers.
     fn runs(self) -> bool {
-        self == Path::Portable || (cfg!(target_arch = "x86_64") && cpu::cpu_runs(self.tier()))
+        self == Path::Portable || cpu::cpu_runs(self.tier())
     }
 
-    /// Whether the path multiplies weights in `format` (the portable loops take both,
-    /// the AVX2 tile `Narrow` ones, the others `Shifted` ones).
+    /// Whether the path multiplies weights in `format` (the portable loops take every
+    /// one, the AVX2 tile `Narrow` ones, the aarch64 tiles `Signed` ones, the others
+    /// `Shifted` ones).
     fn takes(self, format: Format) -> bool {
         match self {
             Path::Portable => true,
             Path::Avx2 => format == Format::Narrow,
-            _ => format == Format::Shifted,
+            Path::NeonDotprod | Path::NeonI8mm => format == Format::Signed,
+            Path::Avx2Vnni | Path::Avx512 | Path::Avx512Vnni => format == Format::Shifted,
         }
     }
 
-    /// Whether the path's tile applies an [`Epilogue`] (module `avx2`'s store).
+    /// Whether the path's tile applies an [`Epilogue`] (module `avx2`'s store, module
+    /// `neon`'s).
     fn takes_epilogue(self) -> bool {
-        matches!(self, Path::Avx2 | Path::Avx2Vnni)
+        matches!(
+            self,
+            Path::Avx2 | Path::Avx2Vnni | Path::NeonDotprod | Path::NeonI8mm
+        )
     }
 
     /// How the path's tile takes the quantised activations.
@@ -471,13 +507,14 @@ impl Path {
 }
 
 /// Whether the tier in use runs an int8 tile other than the portable loops (AVX2 or
-/// above): `matmul_packed`'s `simd`.
+/// above, `neon-dotprod` or above): `matmul_packed`'s `simd`.
 pub(super) fn simd() -> bool {
     Path::best_for(Format::best()) != Path::Portable
 }
 
 /// Whether the tile that multiplies `w` (on the fastest tile the tier in use has when
-/// `simd`, as [`part`] picks it) applies an [`Epilogue`] to its results: the AVX2 ones.
+/// `simd`, as [`part`] picks it) applies an [`Epilogue`] to its results: the AVX2 and
+/// aarch64 ones.
 pub(super) fn takes_epilogue(w: &PackedI8, simd: bool) -> bool {
     simd && Path::best_for(w.format).takes_epilogue()
 }
@@ -658,13 +695,22 @@ struct Tile<'a> {
     b: &'a [u8],
     sw: &'a [f32],
     cols: &'a [i32],
-    // (Read by the AVX2 tiles only: the portable loops leave the epilogue to the
-    // caller.)
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    // (Read by the AVX2 and NEON tiles only: the portable loops leave the epilogue to
+    // the caller.)
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     epilogue: Epilogue<'a>,
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     row0: usize,
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     j0: usize,
     at: usize,
     width: usize,
@@ -721,6 +767,12 @@ fn tile<const R: usize>(path: Path, t: &Tile<'_>, dst: Out) {
     // The tiles other than the portable and AVX2 ones take one group (`Shifted`).
     assert!(matches!(path, Path::Portable | Path::Avx2) || t.sw.len() == NR);
     assert!(t.at <= dst.len && (R - 1) * t.ldc + t.width <= dst.len - t.at);
+    let at = Cols {
+        j0: t.j0,
+        width: t.width,
+        ldc: t.ldc,
+    };
+    check_epilogue(t.epilogue, at, t.row0 + R);
     assert!(path.runs(), "the {path:?} int8 tile on a CPU without it");
     assert!(
         path.takes(t.format),
@@ -737,6 +789,15 @@ fn tile<const R: usize>(path: Path, t: &Tile<'_>, dst: Out) {
         Path::Avx2Vnni => return unsafe { avx2::tile_vnni::<R>(t, dst.ptr) },
         Path::Avx2 => return unsafe { avx2::tile::<R>(t, dst.ptr) },
         Path::Portable => {}
+        Path::NeonDotprod | Path::NeonI8mm => unreachable!("asserted: the CPU runs it"),
+    }
+    // SAFETY (each call): as above.
+    #[cfg(target_arch = "aarch64")]
+    match path {
+        Path::NeonDotprod => return unsafe { neon::tile_sdot::<R>(t, dst.ptr) },
+        Path::NeonI8mm => return unsafe { neon::tile_smmla::<R>(t, dst.ptr) },
+        Path::Portable => {}
+        _ => unreachable!("asserted: the CPU runs it"),
     }
     let mut rows = [[0f32; NR]; R];
     portable::tile::<R>(t, &mut rows);
@@ -754,12 +815,12 @@ mod tests {
     use crate::kernels::testutil::*;
     use crate::kernels::Par;
 
-    /// Both formats, the tier's own first.
-    fn formats() -> [Format; 2] {
-        match Format::best() {
-            Format::Shifted => [Format::Shifted, Format::Narrow],
-            Format::Narrow => [Format::Narrow, Format::Shifted],
-        }
+    /// Every format, the tier's own first.
+    fn formats() -> [Format; 3] {
+        let mut all = [Format::Shifted, Format::Narrow, Format::Signed];
+        let own = all.iter().position(|&f| f == Format::best());
+        all.swap(0, own.expect("the tier's format is one of them"));
+        all
     }
 
     /// The product by `w` through the module's caller (as the engine runs it): on the
@@ -1134,11 +1195,23 @@ mod tests {
         eprintln!("tiles checked against the portable one: {checked:?}");
     }
 
+    /// Every tile that applies an epilogue (the AVX2 and aarch64 ones), run directly
+    /// wherever the CPU has it (whatever tier is forced) on a weight in its format:
+    /// every row count 1..=13 and more (uneven register blocks), odd column counts
+    /// (ragged halves of a panel), odd counts of quads (`smmla`'s lone last quad),
+    /// every epilogue kind: the bits of the portable product followed by the steps in
+    /// scalar code. Through the caller, with the tier's weight, on one and two threads:
+    /// the same where the tier's tile takes the epilogue, else nothing done.
     #[test]
-    fn the_avx2_tiles_apply_the_epilogue_with_the_programs_bits() {
+    fn the_tiles_apply_the_epilogue_with_the_programs_bits() {
         use super::super::{matmul_packed_epilogue, PackedRhs, Panels, Step};
         let mut rng = Rng::new(9);
-        for (m, k, n) in [(1, 64, 40), (13, 150, 70), (33, 384, 32)] {
+        let shapes = [(64, 40), (150, 70), (20, 33), (9, 5)];
+        let mut checked = Vec::new();
+        for (m, (k, n)) in (1..=13)
+            .map(|m| (m, shapes[m % shapes.len()]))
+            .chain([(33, (384, 32))])
+        {
             let a: Vec<f32> = (0..m * k).map(|_| rng.f32()).collect();
             let al = Layout::contiguous(&[m, k]);
             let w: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
@@ -1154,8 +1227,16 @@ mod tests {
                     .zip(want)
                     .all(|(g, w)| g.to_bits() == w.to_bits())
             };
-            // Straight on the AVX2 tile where the CPU has it, whatever tier is forced.
-            let narrow = PackedI8::quantize_as(Format::Narrow, &w, &wl).unwrap();
+            // Each tile that takes an epilogue and runs here, with a weight it takes.
+            let direct: Vec<(Path, PackedI8)> = PATHS
+                .into_iter()
+                .filter(|p| p.takes_epilogue() && p.runs())
+                .map(|p| {
+                    let format = formats().into_iter().find(|&f| p.takes(f));
+                    let format = format.expect("every path takes a format");
+                    (p, PackedI8::quantize_as(format, &w, &wl).unwrap())
+                })
+                .collect();
             // Through the caller, with the tier's weight: done where the tier's tile
             // takes it, on any thread count, else nothing written.
             let rhs = PackedRhs::pack_i8(&w, &wl).unwrap();
@@ -1163,12 +1244,11 @@ mod tests {
                 unreachable!("pack_i8 packs int8")
             };
             for (e, epilogue) in epilogues.iter().enumerate() {
-                if Path::Avx2.runs() {
-                    let got = product_then(Path::Avx2, &a, &al, &narrow, epilogue);
-                    assert!(
-                        same(&got, &want(&narrow, epilogue)),
-                        "m {m} k {k} n {n} epilogue {e}"
-                    );
+                for (path, weight) in &direct {
+                    let got = product_then(*path, &a, &al, weight, epilogue);
+                    let what = format!("{path:?} m {m} k {k} n {n} epilogue {e}");
+                    assert!(same(&got, &want(weight, epilogue)), "{what}");
+                    checked.push(*path);
                 }
                 let want = want(q, epilogue);
                 for threads in [1, 2] {
@@ -1189,6 +1269,9 @@ mod tests {
                 }
             }
         }
+        checked.sort_by_key(|p| p.tier());
+        checked.dedup();
+        eprintln!("epilogues checked on the tiles {checked:?}");
     }
 
     #[test]

@@ -54,7 +54,7 @@ pub(super) fn row(path: Path, a: &[f32], cs: usize, k: usize, out: &mut [i8]) ->
                 // SAFETY: the CPU has AVX2 (the path's tier; asserted).
                 return unsafe { super::avx2::quantize_slice(row, out, bytes) };
             }
-            Path::Portable => {}
+            Path::Portable | Path::NeonDotprod | Path::NeonI8mm => {}
         }
         return slice(row, out, bytes);
     }
