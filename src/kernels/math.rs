@@ -84,7 +84,7 @@ const ERFC_LARGE: [f64; 11] = [
 
 /// Evaluates a Chebyshev series at `x` in `[a, b]` (Clenshaw's recurrence).
 #[inline]
-#[cfg_attr(not(test), allow(dead_code))] // f64 reference (tests and the reference executor)
+#[cfg_attr(not(test), allow(dead_code))] // f64 reference for the tests
 fn chebyshev(c: &[f64], a: f64, b: f64, x: f64) -> f64 {
     let t = (2.0 * x - a - b) / (b - a);
     let (mut b1, mut b2) = (0.0, 0.0);
@@ -95,7 +95,7 @@ fn chebyshev(c: &[f64], a: f64, b: f64, x: f64) -> f64 {
 }
 
 /// The error function, to about 1e-10 relative.
-#[cfg_attr(not(test), allow(dead_code))] // f64 reference (tests and the reference executor)
+#[cfg_attr(not(test), allow(dead_code))] // f64 reference for the tests
 pub(crate) fn erf(z: f64) -> f64 {
     let a = z.abs();
     if a < 2.0 {
@@ -107,7 +107,7 @@ pub(crate) fn erf(z: f64) -> f64 {
 
 /// The complementary error function `1 - erf(z)`, to about 1e-10 relative (also in the
 /// tail, where `1 - erf(z)` would cancel).
-#[cfg_attr(not(test), allow(dead_code))] // f64 reference (tests and the reference executor)
+#[cfg_attr(not(test), allow(dead_code))] // f64 reference for the tests
 pub(crate) fn erfc(z: f64) -> f64 {
     if z.is_nan() {
         z

@@ -20,19 +20,42 @@
 //!   at least 64K element operations each (module `par`), so small tensors stay on the
 //!   calling thread and large ones are spread over cache-sized pieces.
 //!
-//! Matrix multiplication by a weight packed once runs on our own AVX-512 tile
-//! (`packed`: [`PackedRhs`], [`matmul_prepacked`]); every other product is delegated
-//! to the `gemm` crate (see [`matmul()`]). `unsafe` appears only in the gemm wrapper,
-//! in the packed tile's loads and stores and its split by columns, in calls to SIMD
-//! variants of loops after a CPU-feature check, and in the AVX intrinsics of the fused
-//! kernel's accumulator (`fused/avx.rs`), each block with the invariant it relies on.
+//! Matrix multiplication by a weight packed once runs on our own tiles (`packed`:
+//! [`PackedRhs`], [`matmul_prepacked`]; f32, bf16 and int8 forms, one tile per
+//! instruction set); every other product is delegated to the `gemm` crate (see
+//! [`matmul()`]). Which tile and which SIMD loops run is decided in one place, `cpu`.
 //!
-//! The modules: `copy` (fill, strided copy, cast, cat), `elementwise` (unary and binary
-//! maps), `fused` (register programs of fused element-wise chains), `math` (activation
-//! functions, erf, a vectorisable exp), `reduce` (sum, max, mean, argmax), `norm`
-//! (softmax, layer norm, RMS norm), `index` (index select), `matmul` (the gemm wrapper),
-//! `packed` (products by a packed weight) and `chain` (a matmul, a fused program and a
-//! row norm run panel by panel as one kernel: matmul epilogues and norm prologues).
+//! The modules:
+//!
+//! - `cpu`: the CPU's tier and what each kernel may use (the only place that asks the
+//!   CPU for its features);
+//! - `copy` (fill, strided copy, cast, cat), `elementwise` (unary and binary maps),
+//!   `strided` (layout simplification), `index` (index select), `reduce` (sum, max,
+//!   mean, argmax);
+//! - `fused`: register programs of fused element-wise chains;
+//! - `math`: activation functions, their vector forms per instruction set, erf for the
+//!   tests' references;
+//! - `norm`: softmax, layer norm, RMS norm;
+//! - `attention`: scaled dot-product attention as one kernel, per instruction set;
+//! - `matmul` (the gemm wrapper), `packed` (products by a packed weight) and `chain`
+//!   (a matmul, a fused program and a row norm run panel by panel as one kernel:
+//!   matmul epilogues and norm prologues);
+//! - `par`: splitting work between threads, and `Out`, the raw output they share;
+//! - `teardown`: whether the calling thread is exiting.
+//!
+//! `unsafe` appears only where it buys measured speed or reaches the CPU, each block
+//! with a `// SAFETY:` comment naming the invariant it relies on:
+//!
+//! - the SIMD loops, called after the CPU check that they need (`cpu`'s answer, asserted
+//!   before the call): the packed tiles (`packed/f32`, `packed/bf16`, `packed/i8`,
+//!   `packed/tiles.rs` for AMX, `packed/neon.rs` and `packed/neon/`), the fused
+//!   kernel's accumulator (`fused/avx.rs`, `fused/run.rs`), attention's vector block
+//!   (`attention/`), the vector math (`math/`);
+//! - the tiles' loads and stores through raw pointers, within bounds the safe caller
+//!   asserts, and the stack scratch they fill before reading (`packed/mod.rs`);
+//! - the disjoint writes of a split's tasks through one output (`par::Out`);
+//! - the gemm wrapper (`matmul`);
+//! - the system call that asks the kernel for the AMX tile state (`cpu`).
 
 mod attention;
 mod chain;

@@ -6,7 +6,7 @@
 //! [`TensorBuffer`](super::TensorBuffer), in a [`PackSlot`]: made once, read by every
 //! thread that multiplies by the weight, freed with the buffer. A buffer is packed the
 //! second time it is the right operand of a product (one-off operands are never
-//! copied), or at once when a model asks for it (`Tensor::prepare_weight`). Its bytes
+//! copied), or at once when a model asks for it (`Tensor::prepack`). Its bytes
 //! count as live tensor memory.
 //!
 //! A model can also keep a weight *only* packed (`Tensor::weight`): the buffer then

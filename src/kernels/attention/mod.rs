@@ -24,9 +24,10 @@
 //!   `[batch · lq, heads · dh]` reads for free.
 //!
 //! q, k and v are read through their layouts (each row's `dh` elements contiguous),
-//! so views of a fused QKV projection need no copy. Work is split over whole output
-//! rows (blocks of up to 16 query rows of one sequence, all heads), so one short
-//! sequence still uses every core.
+//! so views of a fused QKV projection need no copy. Work is split over blocks of up to
+//! 16 query rows of one sequence, all heads; when there are fewer blocks than parts
+//! (one short sequence, as for one request), over heads as well, each part writing its
+//! heads' columns of the rows, so one short sequence still uses every core.
 //! When the operands are larger than L2 and the sequences short, each block asks for
 //! the next head's rows before it starts (they are a few lines each, far apart, which
 //! the hardware does not fetch ahead by itself).
