@@ -74,8 +74,3 @@ pub use stream::{
     stats, sync, EngineStats, FlushInfo, FlushReason,
 };
 pub use tensor::{Dim, Tensor, TensorElement};
-
-/// The memory planner under the name it had before it was called what it is; kept so
-/// that code written against `streamfuse::plan` still builds.
-#[doc(hidden)]
-pub use memory_planner as plan;

@@ -76,7 +76,7 @@ fn plans_writes_offsets_and_summarises() {
     // The written plan reads back and validates.
     let t = streamfuse::memory_planner::csv::read(&written).unwrap();
     let offsets = t.offsets.clone().unwrap();
-    let plan = streamfuse::memory_planner::Plan {
+    let plan = streamfuse::memory_planner::Placement {
         offsets,
         arena: 12,
         lower_bound: 12,

@@ -15,7 +15,7 @@ use streamfuse::memory_planner::{
 
 /// An O(n²) validator that knows nothing of the planner: roots of views, their
 /// extended lifetimes, in-place exemptions, alignment, arena bounds.
-fn check(p: &Problem, plan: &plan::Plan) -> Result<(), String> {
+fn check(p: &Problem, plan: &plan::Placement) -> Result<(), String> {
     let n = p.buffers.len();
     if plan.offsets.len() != n {
         return Err("offset count".into());

@@ -498,7 +498,7 @@ mod tests {
             memory_planner::lower_bound(&problem),
             p.arena_lower_bound as u64 * 4
         );
-        let answer = memory_planner::Plan {
+        let answer = memory_planner::Placement {
             offsets,
             arena: p.arena_len as u64 * 4,
             lower_bound: 0,

@@ -4,7 +4,7 @@
 //! A segment's key ([`crate::ir::relative`]) keeps its ops and the equality pattern of
 //! its layout numbers, whose values are the segment's *symbols*. The first segment of a
 //! structure is built in full ([`build_template`]): fusion, levels, and the arena's
-//! memory plan, which is also kept as a [`SymPlan`] whose buffer sizes are expressions
+//! memory plan, which is also kept as a [`SymPlacement`] whose buffer sizes are expressions
 //! of the symbols (4 bytes × the product of the value's dims). A later segment of the
 //! same structure with other values is *instantiated* ([`instantiate`]): the builder's
 //! steps run again on its own ops (they decide from dims only through the equalities
@@ -26,14 +26,14 @@ use super::{ExecutionPlan, Value};
 use crate::error::Error;
 use crate::ir::relative::{code, RelativeOp};
 use crate::ir::Op;
-use crate::memory_planner::{Problem, SymBuffer, SymPlan, SymProblem, TDim};
+use crate::memory_planner::{Problem, SymBuffer, SymPlacement, SymProblem, TDim};
 
 /// What a plan cache entry keeps for a segment structure besides its signature.
 #[derive(Debug)]
 pub(crate) struct Template {
     /// The arena's symbolic memory plan; `None` when the first build had no arena or
     /// its sizes could not be written in the symbols.
-    memory: Option<Mutex<SymPlan>>,
+    memory: Option<Mutex<SymPlacement>>,
 }
 
 impl Template {
@@ -62,7 +62,7 @@ pub(crate) fn build_template(
     })?;
     let memory = planned.and_then(|(problem, offsets)| {
         let sym = sym_problem(&problem, &plan.values, symbols)?;
-        match SymPlan::from_plan(sym, &values(symbols), &offsets, options()) {
+        match SymPlacement::from_plan(sym, &values(symbols), &offsets, options()) {
             Ok(p) => Some(Mutex::new(p)),
             Err(e) => {
                 log::debug!("no symbolic memory plan for this segment: {e}");

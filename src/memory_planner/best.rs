@@ -410,7 +410,7 @@ pub(crate) fn solve(
 mod tests {
     use super::super::check::validate_valid;
     use super::super::problem::{Buffer, Problem};
-    use super::super::{Plan, Strategy};
+    use super::super::{Placement, Strategy};
     use super::*;
 
     /// Random items shaped like a model trace: program order, mostly short
@@ -451,7 +451,7 @@ mod tests {
                 })
                 .collect(),
         );
-        let plan = Plan {
+        let plan = Placement {
             arena: height(items, &offsets),
             offsets,
             lower_bound: 0,

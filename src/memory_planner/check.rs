@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use super::error::PlanError;
 use super::instance::{load_profile, peak, Instance, Item};
 use super::problem::Problem;
-use super::Plan;
+use super::Placement;
 
 /// Checks that `plan` is a correct plan for `problem`: one offset per buffer,
 /// every offset a multiple of its buffer's alignment, every buffer inside the
@@ -26,14 +26,14 @@ use super::Plan;
 ///
 /// Returns [`PlanError::InvalidPlan`] naming the first problem found, or the
 /// input error if `problem` itself is not valid.
-pub fn validate(problem: &Problem, plan: &Plan) -> Result<(), PlanError> {
+pub fn validate(problem: &Problem, plan: &Placement) -> Result<(), PlanError> {
     problem.validate()?;
     validate_valid(problem, plan)
 }
 
 /// [`validate`] for a problem known to be valid (`solve` has just normalized it,
 /// and need not do that twice on a million buffers).
-pub(crate) fn validate_valid(problem: &Problem, plan: &Plan) -> Result<(), PlanError> {
+pub(crate) fn validate_valid(problem: &Problem, plan: &Placement) -> Result<(), PlanError> {
     let bufs = &problem.buffers;
     let n = bufs.len();
     let bad = |message: String| Err(PlanError::InvalidPlan { message });
@@ -198,8 +198,8 @@ mod tests {
     use super::super::Strategy;
     use super::*;
 
-    fn plan(offsets: Vec<u64>, arena: u64) -> Plan {
-        Plan {
+    fn plan(offsets: Vec<u64>, arena: u64) -> Placement {
+        Placement {
             offsets,
             arena,
             lower_bound: 0,

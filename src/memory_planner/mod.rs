@@ -13,7 +13,7 @@
 //!
 //! Two numbers say how good a plan is. The **lower bound** ([`lower_bound`]) is the
 //! largest sum of sizes live at one step: no arena can be smaller. The **ratio**
-//! ([`Plan::ratio`]) is arena ÷ lower bound; a plan with ratio 1 is provably
+//! ([`Placement::ratio`]) is arena ÷ lower bound; a plan with ratio 1 is provably
 //! optimal, and the `best` strategy stops the moment it finds one.
 //!
 //! Views ([`Alias`]) and in-place pairs ([`InPlace`]) let buffers share bytes on
@@ -45,7 +45,7 @@
 //! # Symbolic sizes
 //!
 //! A [`SymProblem`] has sizes that are expressions of symbols ([`TDim`]: sums of
-//! products, `4·s0·s1 + 64`). A [`SymPlan`] decides a placement order once and gives
+//! products, `4·s0·s1 + 64`). A [`SymPlacement`] decides a placement order once and gives
 //! offsets for any values of the symbols in one linear pass, planning again (and
 //! keeping both orders) only where a value makes the kept orders worse than
 //! [`symbolic::SLACK`] × that value's lower bound; see [`symbolic`].
@@ -100,7 +100,7 @@ pub use check::{lower_bound, profile, validate};
 pub use error::PlanError;
 pub use problem::{Alias, Buffer, InPlace, Problem};
 pub use svg::{svg, write_svg, SvgOptions};
-pub use symbolic::{SymBuffer, SymInstance, SymPlan, SymProblem, TDim, Term};
+pub use symbolic::{SymBuffer, SymInstance, SymPlacement, SymProblem, TDim, Term};
 
 use instance::{Instance, Sections};
 
@@ -195,7 +195,7 @@ impl Default for Options {
 
 /// The answer: an offset for every buffer and the arena they fit in.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Plan {
+pub struct Placement {
     /// Offset of each buffer, in the order of [`Problem::buffers`].
     pub offsets: Vec<u64>,
     /// Bytes the arena must have: the highest end of any buffer.
@@ -206,14 +206,14 @@ pub struct Plan {
     pub strategy: Strategy,
 }
 
-impl Plan {
+impl Placement {
     /// Arena ÷ lower bound: 1.0 is optimal (1.0 also for an empty problem).
     pub fn ratio(&self) -> f64 {
         ratio(self.arena, self.lower_bound)
     }
 }
 
-impl fmt::Display for Plan {
+impl fmt::Display for Placement {
     /// One summary line, then `buffer index: offset` lines (the first 64).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -250,7 +250,7 @@ pub(crate) fn ratio(arena: u64, lower_bound: u64) -> f64 {
 /// strategy, checks the result with [`validate`], and returns
 /// [`PlanError::CapacityExceeded`] if the arena is above the capacity (from
 /// `options`, else from the problem).
-pub fn solve(problem: &Problem, options: &Options) -> Result<Plan, PlanError> {
+pub fn solve(problem: &Problem, options: &Options) -> Result<Placement, PlanError> {
     let start = Instant::now();
     let inst = Instance::new(problem)?;
     let capacity = options.capacity.or(problem.capacity);
@@ -285,7 +285,7 @@ pub fn solve(problem: &Problem, options: &Options) -> Result<Plan, PlanError> {
         .map(|(it, &o)| o + it.size)
         .max()
         .unwrap_or(0);
-    let plan = Plan {
+    let plan = Placement {
         offsets,
         arena,
         lower_bound: lb,

@@ -6,7 +6,7 @@
 //! (a sequence length, a batch, the total tokens of a ragged batch). Lifetimes,
 //! alignments and in-place pairs are the same for every value of the symbols.
 //!
-//! A [`SymPlan`] decides a placement *order* once, at one set of values, with any
+//! A [`SymPlacement`] decides a placement *order* once, at one set of values, with any
 //! strategy of [`solve`], and keeps it as a DAG: every buffer sits on the buffers it
 //! was stacked upon (those that are live with it and end below it), so its offset for
 //! other values is the highest end among them, rounded up to its alignment. Evaluating
@@ -16,7 +16,7 @@
 //! construction (and checked, in debug builds and tests, by [`validate`]).
 //!
 //! An instance may be worse than a plan of its own: a term that grows faster than the
-//! others can make the chosen order wasteful. [`SymPlan::instantiate`] therefore
+//! others can make the chosen order wasteful. [`SymPlacement::instantiate`] therefore
 //! compares each instance's arena with that value's lower bound; above
 //! [`SLACK`] × bound it tries the other kept plans, and failing those plans the
 //! problem again at these values and keeps the new plan beside the old ones, each with
@@ -29,13 +29,13 @@ use std::fmt;
 use std::mem::size_of;
 
 use super::instance::{align_up, lcm};
-use super::{solve, validate, Buffer, InPlace, Options, Plan, PlanError, Problem};
+use super::{solve, validate, Buffer, InPlace, Options, Placement, PlanError, Problem};
 
 /// The arena of an instance may be at most this many times its lower bound before
-/// [`SymPlan::instantiate`] looks for (or makes) a better plan.
+/// [`SymPlacement::instantiate`] looks for (or makes) a better plan.
 pub const SLACK: f64 = 1.05;
 
-/// Plans kept per [`SymPlan`] at most; past it the one used least recently is replaced.
+/// Plans kept per [`SymPlacement`] at most; past it the one used least recently is replaced.
 const MAX_VARIANTS: usize = 16;
 
 /// One product of a [`TDim`]: `coef × s[syms[0]] × s[syms[1]] × …`.
@@ -251,11 +251,11 @@ struct Variant {
     events: Vec<(u64, bool, u32)>,
     /// Per symbol, the smallest and largest value this plan served within [`SLACK`].
     range: Vec<(u64, u64)>,
-    /// The [`SymPlan`]'s clock when it last served.
+    /// The [`SymPlacement`]'s clock when it last served.
     used: u64,
 }
 
-/// An instance of a [`SymPlan`]: offsets for one set of values.
+/// An instance of a [`SymPlacement`]: offsets for one set of values.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SymInstance {
     /// Offset of each buffer, in the problem's order.
@@ -281,24 +281,24 @@ impl SymInstance {
 
 /// A symbolic problem with the placement orders decided for it so far.
 #[derive(Clone, Debug)]
-pub struct SymPlan {
+pub struct SymPlacement {
     problem: SymProblem,
     options: Options,
     variants: Vec<Variant>,
     clock: u64,
 }
 
-impl SymPlan {
+impl SymPlacement {
     /// Plans `problem` at `values` with `options` (any strategy; the orders made for
     /// other values later use the same options).
     pub fn new(
         problem: SymProblem,
         values: &[u64],
         options: Options,
-    ) -> Result<SymPlan, PlanError> {
+    ) -> Result<SymPlacement, PlanError> {
         let concrete = problem.at(values)?;
         let plan = solve(&concrete, &options)?;
-        SymPlan::from_plan(problem, values, &plan.offsets, options)
+        SymPlacement::from_plan(problem, values, &plan.offsets, options)
     }
 
     /// Keeps `offsets`, a valid plan of `problem` at `values` made elsewhere, as the
@@ -308,8 +308,8 @@ impl SymPlan {
         values: &[u64],
         offsets: &[u64],
         options: Options,
-    ) -> Result<SymPlan, PlanError> {
-        let mut plan = SymPlan {
+    ) -> Result<SymPlacement, PlanError> {
+        let mut plan = SymPlacement {
             problem,
             options,
             variants: Vec::new(),
@@ -348,7 +348,7 @@ impl SymPlan {
                     + 16 * v.range.len()
             })
             .sum();
-        size_of::<SymPlan>()
+        size_of::<SymPlacement>()
             + p.buffers.len() * size_of::<SymBuffer>()
             + p.in_place.len() * size_of::<InPlace>()
             + exprs
@@ -369,7 +369,7 @@ impl SymPlan {
             .map(|b| offsets.get(b).copied().unwrap_or(0) + concrete.buffers[b].size)
             .max()
             .unwrap_or(0);
-        let given = Plan {
+        let given = Placement {
             offsets: offsets.to_vec(),
             arena,
             lower_bound: 0,
@@ -491,7 +491,7 @@ impl SymPlan {
     }
 }
 
-impl SymPlan {
+impl SymPlacement {
     /// Offsets for `values` (one per symbol), from the kept plan whose range holds them
     /// or any other kept plan whose arena is within [`SLACK`] × the lower bound at
     /// these values; failing all of them, the problem is planned again for these
@@ -572,7 +572,7 @@ impl SymPlan {
     ) -> Result<SymInstance, PlanError> {
         #[cfg(any(test, debug_assertions))]
         {
-            let plan = Plan {
+            let plan = Placement {
                 offsets,
                 arena,
                 lower_bound,
@@ -649,7 +649,7 @@ impl Variant {
     }
 }
 
-impl fmt::Display for SymPlan {
+impl fmt::Display for SymPlacement {
     /// One line per buffer: id, lifetime and size expression; then the kept plans.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -725,7 +725,7 @@ mod tests {
             in_place: vec![],
             symbols: 1,
         };
-        let mut plan = SymPlan::new(p.clone(), &[4], Options::default()).unwrap();
+        let mut plan = SymPlacement::new(p.clone(), &[4], Options::default()).unwrap();
         for s in [1u64, 2, 3, 5, 8, 16, 100, 1000, 5000, 7, 900] {
             let inst = plan.instantiate(&[s]).unwrap();
             let concrete = p.at(&[s]).unwrap();
@@ -758,7 +758,7 @@ mod tests {
             }],
             symbols: 1,
         };
-        let mut plan = SymPlan::new(p, &[10], Options::default()).unwrap();
+        let mut plan = SymPlacement::new(p, &[10], Options::default()).unwrap();
         for s in [1, 10, 1000] {
             let inst = plan.instantiate(&[s]).unwrap();
             assert_eq!(inst.offsets[0], inst.offsets[1]);
@@ -801,7 +801,7 @@ mod tests {
                 ..Options::default()
             };
             let at = [1 + rng.below(20), 1 + rng.below(20)];
-            let mut plan = SymPlan::new(p.clone(), &at, opts.clone()).unwrap();
+            let mut plan = SymPlacement::new(p.clone(), &at, opts.clone()).unwrap();
             for _ in 0..12 {
                 let v = [1 + rng.below(300), 1 + rng.below(300)];
                 let inst = plan.instantiate(&v).unwrap();
