@@ -2,7 +2,8 @@
 # The test suite on aarch64, under user-mode emulation, as CI runs it after
 # scripts/test.sh (.ci/run):
 #
-# 1. `cargo check --target aarch64-unknown-linux-gnu`: every target without default
+# 1. `cargo clippy --target aarch64-unknown-linux-gnu` (a check, with the lints as
+#    errors): every target without default
 #    features, and with them what the build below leaves out (benches, examples), so
 #    that with the build every target is checked both ways. It checks in the
 #    `emulated` profile, so the build scripts and macros it compiles for the host are
@@ -107,9 +108,11 @@ for t in "${A72_TESTS[@]}"; do a72_tests+=(--test "$t"); done
 
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 build=(--profile "$profile" --target "$target")
-cargo check --quiet "${build[@]}" --benches --examples
-cargo check --quiet "${build[@]}" --all-targets --no-default-features
-lap "cargo check --target $target (every target, default features and none)"
+# Clippy, warnings as errors, as scripts/lint.sh runs it natively: the aarch64 code
+# (NEON tiles, their `unsafe`) is linted here only.
+cargo clippy --quiet "${build[@]}" --benches --examples -- -D warnings
+cargo clippy --quiet "${build[@]}" --all-targets --no-default-features -- -D warnings
+lap "cargo clippy --target $target (every target, default features and none)"
 
 # The build, once: what the runs start (no doctests, see above).
 cargo test "${build[@]}" --lib "${max_tests[@]}" --no-run

@@ -19,7 +19,11 @@
 //!
 //! See ARCHITECTURE.md for the path of an op from [`Tensor::add`] to its kernel.
 
-#![warn(missing_docs)]
+// The public surface is documented, `pub` means reachable from outside the crate, and
+// every unsafe operation sits in an `unsafe` block with the invariant it relies on.
+// `scripts/lint.sh` (run by CI) turns these warnings into errors.
+#![warn(missing_docs, unreachable_pub, unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod cpu {
     //! Which instruction-set tier the kernels run on here: the CPU's best, or the one

@@ -32,7 +32,7 @@ use crate::ir::{Op, OpKind};
 /// not hold (a segment the stream cannot have made, or a step that broke what the
 /// next one relies on): a bug, reported rather than a panic.
 #[cfg(test)]
-pub fn build(ops: &[&Op], rels: &[&RelativeOp]) -> Result<ExecutionPlan, Error> {
+pub(crate) fn build(ops: &[&Op], rels: &[&RelativeOp]) -> Result<ExecutionPlan, Error> {
     build_with(ops, rels, &mut super::memory::solve)
 }
 

@@ -168,7 +168,7 @@ static LIMIT: AtomicUsize = AtomicUsize::new(DEFAULT_PLAN_CACHE_LIMIT);
 
 /// How a flush found its plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lookup {
+pub(crate) enum Lookup {
     /// Stored for the same structure and symbol values.
     Hit,
     /// Made from the stored structure for new symbol values, without planning.
@@ -215,7 +215,7 @@ fn touch(e: &Entry) {
 /// nothing and writes nothing shared but its entry's clock stamp), instantiated from
 /// the stored structure, or built. Fails with the builder's [`Error::Internal`] when
 /// the plan cannot be built (a bug; nothing is stored).
-pub fn get_or_build<T>(
+pub(crate) fn get_or_build<T>(
     key: u64,
     symbols: &[usize],
     segment: &[T],
@@ -569,7 +569,7 @@ pub struct CacheStats {
 }
 
 /// A snapshot of the cache counters.
-pub fn stats() -> CacheStats {
+pub(crate) fn stats() -> CacheStats {
     let mut stats = CacheStats {
         hits: HITS.load(Ordering::Relaxed),
         instantiated: INSTANTIATED.load(Ordering::Relaxed),

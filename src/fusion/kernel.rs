@@ -7,7 +7,7 @@ use crate::kernels::FusedProgram;
 
 /// One kernel of a plan.
 #[derive(Clone, Debug)]
-pub enum Kernel {
+pub(crate) enum Kernel {
     /// A single op of the segment, run by its own kernel.
     Op {
         /// Index of the op in the segment.
@@ -42,7 +42,7 @@ pub enum Kernel {
 /// [`crate::kernels::chain`]. The matmul's product and the norm's input are
 /// [`Home::Fused`](super::Home::Fused): they never get memory.
 #[derive(Clone, Debug)]
-pub struct Chain {
+pub(crate) struct Chain {
     /// The matmul whose product is one of the program's inputs.
     pub matmul: Option<MatMulHead>,
     /// The register program (a copy of one input when the chain has no element-wise
@@ -65,7 +65,7 @@ pub struct Chain {
 
 /// The matmul at the head of a [`Chain`].
 #[derive(Clone, Debug)]
-pub struct MatMulHead {
+pub(crate) struct MatMulHead {
     /// Index of the matmul op in the segment.
     pub op: usize,
     /// Left operand (relative id) with its layout, batch dims broadcast to the output's.
@@ -80,7 +80,7 @@ pub struct MatMulHead {
 
 /// The row normalisation at the tail of a [`Chain`].
 #[derive(Clone, Debug)]
-pub struct NormTail {
+pub(crate) struct NormTail {
     /// Index of the norm op in the segment.
     pub op: usize,
     /// `Softmax`, `LayerNorm` or `RmsNorm`, with its epsilon.
@@ -94,7 +94,7 @@ pub struct NormTail {
 impl Kernel {
     /// The values (relative ids) the kernel reads from memory and the ones it writes.
     /// A chain's product and its norm's input are in neither: they are never stored.
-    pub fn io(&self) -> (&[u32], &[u32]) {
+    pub(crate) fn io(&self) -> (&[u32], &[u32]) {
         match self {
             Kernel::Op { inputs, output, .. } => (inputs, output),
             Kernel::Fused {

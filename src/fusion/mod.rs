@@ -35,7 +35,7 @@
 //! forward pass pays for this once.
 
 mod build;
-pub mod cache;
+pub(crate) mod cache;
 mod chains;
 mod groups;
 mod kernel;
@@ -48,8 +48,8 @@ pub(crate) mod testutil;
 mod values;
 
 #[cfg(test)]
-pub use build::build;
-pub use kernel::{Chain, Kernel, MatMulHead, NormTail};
+pub(crate) use build::build;
+pub(crate) use kernel::{Chain, Kernel, MatMulHead, NormTail};
 pub(crate) use memory::arena_problem;
 
 use std::fmt;
@@ -58,7 +58,7 @@ use crate::ir::{DType, Layout};
 
 /// Where a value's elements live while a segment runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Home {
+pub(crate) enum Home {
     /// A segment input: its slot already holds a buffer.
     Input,
     /// Computed inside a fused kernel and never stored.
@@ -82,7 +82,7 @@ pub enum Home {
 
 /// One value of a segment (a relative id).
 #[derive(Clone, Debug)]
-pub struct Value {
+pub(crate) struct Value {
     /// Element type.
     pub dtype: DType,
     /// Layout over its root's buffer.
@@ -96,7 +96,7 @@ pub struct Value {
 /// The result of planning a segment once: kernels in level order and where every value
 /// lives.
 #[derive(Clone, Debug)]
-pub struct ExecutionPlan {
+pub(crate) struct ExecutionPlan {
     /// Every value of the segment, by relative id.
     pub values: Vec<Value>,
     /// Kernels, sorted by level (stable within a level).
@@ -118,12 +118,12 @@ pub struct ExecutionPlan {
 
 impl ExecutionPlan {
     /// Number of kernels launched per run.
-    pub fn kernel_count(&self) -> usize {
+    pub(crate) fn kernel_count(&self) -> usize {
         self.kernels.len()
     }
 
     /// Arena size in bytes.
-    pub fn arena_bytes(&self) -> usize {
+    pub(crate) fn arena_bytes(&self) -> usize {
         self.arena_len * 4
     }
 }

@@ -10,12 +10,15 @@ mod dims;
 mod dtype;
 mod layout;
 mod op;
-pub mod relative;
+pub(crate) mod relative;
 
-pub use dims::{Dims, MAX_RANK};
-pub use dtype::{DType, Element};
+pub(crate) use dims::Dims;
+pub use dims::MAX_RANK;
+pub use dtype::DType;
+pub(crate) use dtype::Element;
 pub use layout::Layout;
-pub use op::{BinaryOp, Op, OpKind, ReduceOp, TensorDesc, UnaryOp};
+pub use op::{BinaryOp, UnaryOp};
+pub(crate) use op::{Op, OpKind, ReduceOp, TensorDesc};
 
 use std::cell::Cell;
 use std::fmt;

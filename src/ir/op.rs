@@ -103,7 +103,7 @@ impl BinaryOp {
 
 /// Reductions over one dimension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
+pub(crate) enum ReduceOp {
     /// Sum of the elements.
     Sum,
     /// Largest element (NaN propagates).
@@ -116,7 +116,7 @@ pub enum ReduceOp {
 
 impl ReduceOp {
     /// The name the op has in the `Tensor` API.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ReduceOp::Sum => "sum",
             ReduceOp::Max => "max",
@@ -128,7 +128,7 @@ impl ReduceOp {
 
 /// What an op computes. Inputs are listed in [`Op::inputs`] in the order given here.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum OpKind {
+pub(crate) enum OpKind {
     /// No input: every element set to `value` (bits of an `f64`), cast to the dtype.
     Fill {
         /// Bits of the value.
@@ -197,7 +197,7 @@ pub enum OpKind {
 
 impl OpKind {
     /// A short name for logs, plans and error messages.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             OpKind::Fill { .. } => "fill",
             OpKind::Unary(u) => u.name(),
@@ -220,7 +220,7 @@ impl OpKind {
 
 /// What the engine knows of a tensor without its data: id, dtype and layout.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct TensorDesc {
+pub(crate) struct TensorDesc {
     /// The tensor's SSA id.
     pub id: TensorId,
     /// Element type.
@@ -231,7 +231,7 @@ pub struct TensorDesc {
 
 /// One recorded operation: what it computes, what it reads and what it makes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Op {
+pub(crate) struct Op {
     /// What the op computes.
     pub kind: OpKind,
     /// The tensors it reads, in the order [`OpKind`] documents.
@@ -244,7 +244,7 @@ impl Op {
     /// Roughly how many element operations the op costs: its output's element count,
     /// times the inner dim for a matmul. Used to decide whether a segment is worth
     /// running on several threads.
-    pub fn work(&self) -> usize {
+    pub(crate) fn work(&self) -> usize {
         let Some(out) = &self.output else { return 0 };
         let n = out.layout.numel();
         match self.kind {

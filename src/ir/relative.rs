@@ -26,7 +26,7 @@ use super::{Layout, Op, TensorId, MAX_RANK};
 /// The ids of one op in relative form: inputs then output, numbered by first appearance
 /// in the segment.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct RelativeOp {
+pub(crate) struct RelativeOp {
     /// Relative ids of the inputs, in the op's input order.
     pub inputs: Vec<u32>,
     /// Relative id of the output, if the op has one.
@@ -36,7 +36,7 @@ pub struct RelativeOp {
 /// A 64-bit hasher with a fixed algorithm (a multiply-rotate mix over 8-byte words), so
 /// keys are stable across runs and processes. Not for untrusted input.
 #[derive(Clone, Debug)]
-pub struct StableHasher(u64);
+pub(crate) struct StableHasher(u64);
 
 impl Default for StableHasher {
     fn default() -> Self {
@@ -94,7 +94,7 @@ impl Hasher for StableHasher {
 /// A hasher for maps keyed by [`TensorId`]: one multiply, since ids are sequential
 /// integers (not for untrusted keys).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct IdHasher(u64);
+pub(crate) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -114,12 +114,12 @@ impl Hasher for IdHasher {
 }
 
 /// Builds [`IdHasher`]s.
-pub type IdHashBuilder = std::hash::BuildHasherDefault<IdHasher>;
+pub(crate) type IdHashBuilder = std::hash::BuildHasherDefault<IdHasher>;
 
 /// The code of layout number `x` in a segment: 0 and 1 are themselves, any other
 /// value is 2 + its symbol (its rank among the segment's distinct numbers by first
 /// appearance).
-pub fn code(x: usize, symbols: &[usize]) -> Option<u32> {
+pub(crate) fn code(x: usize, symbols: &[usize]) -> Option<u32> {
     if x <= 1 {
         return Some(x as u32);
     }
@@ -129,7 +129,7 @@ pub fn code(x: usize, symbols: &[usize]) -> Option<u32> {
 /// Whether code `c` stands for the number `x` when the segment's symbols have the
 /// values `symbols`.
 #[inline]
-pub fn code_matches(c: u32, x: usize, symbols: &[usize]) -> bool {
+pub(crate) fn code_matches(c: u32, x: usize, symbols: &[usize]) -> bool {
     match c {
         0 | 1 => x == c as usize,
         _ => symbols.get(c as usize - 2) == Some(&x),
@@ -139,7 +139,7 @@ pub fn code_matches(c: u32, x: usize, symbols: &[usize]) -> bool {
 /// A layout in codes ([`code`]): its rank, then the codes of its dims, strides and
 /// offset. Kept inline (no heap).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SymLayout {
+pub(crate) struct SymLayout {
     rank: u8,
     codes: [u32; 2 * MAX_RANK + 1],
 }
@@ -147,7 +147,7 @@ pub struct SymLayout {
 impl SymLayout {
     /// The codes of `layout` given the segment's symbols; `None` if a number of it is
     /// not among them.
-    pub fn new(layout: &Layout, symbols: &[usize]) -> Option<SymLayout> {
+    pub(crate) fn new(layout: &Layout, symbols: &[usize]) -> Option<SymLayout> {
         let mut out = SymLayout {
             rank: layout.rank() as u8,
             codes: [0; 2 * MAX_RANK + 1],
@@ -159,7 +159,7 @@ impl SymLayout {
     }
 
     /// Whether `layout` is this pattern at the segment's symbol values `symbols`.
-    pub fn matches(&self, layout: &Layout, symbols: &[usize]) -> bool {
+    pub(crate) fn matches(&self, layout: &Layout, symbols: &[usize]) -> bool {
         layout.rank() == self.rank as usize
             && self
                 .codes
@@ -180,7 +180,7 @@ fn numbers(layout: &Layout) -> impl Iterator<Item = &usize> {
 
 /// Builds the relative form of a segment op by op, and its running hash.
 #[derive(Clone, Debug, Default)]
-pub struct RelativeBuilder {
+pub(crate) struct RelativeBuilder {
     ids: HashMap<TensorId, u32, IdHashBuilder>,
     hasher: StableHasher,
     len: usize,
@@ -216,7 +216,7 @@ fn hash_layout(
 impl RelativeBuilder {
     /// An empty segment.
     #[cfg(test)]
-    pub fn new() -> RelativeBuilder {
+    pub(crate) fn new() -> RelativeBuilder {
         RelativeBuilder::default()
     }
 
@@ -227,13 +227,13 @@ impl RelativeBuilder {
 
     /// Renumbers `op` and folds it into the segment hash.
     #[cfg(test)]
-    pub fn push(&mut self, op: &Op) -> RelativeOp {
+    pub(crate) fn push(&mut self, op: &Op) -> RelativeOp {
         self.push_into(op, Vec::with_capacity(op.inputs.len()))
     }
 
     /// `push` (the tests' form), writing the relative input ids into `inputs` (emptied
     /// first): a caller that recycles these vectors records without allocating.
-    pub fn push_into(&mut self, op: &Op, mut inputs: Vec<u32>) -> RelativeOp {
+    pub(crate) fn push_into(&mut self, op: &Op, mut inputs: Vec<u32>) -> RelativeOp {
         inputs.clear();
         for t in &op.inputs {
             let r = self.relative(t.id);
@@ -257,17 +257,17 @@ impl RelativeBuilder {
     }
 
     /// The stable hash of every op pushed so far, in order.
-    pub fn hash(&self) -> u64 {
+    pub(crate) fn hash(&self) -> u64 {
         self.hasher.finish() ^ self.len as u64
     }
 
     /// The values of the segment's symbols, by symbol number (see [`code`]).
-    pub fn symbols(&self) -> &[usize] {
+    pub(crate) fn symbols(&self) -> &[usize] {
         &self.symbols
     }
 
     /// Forgets every op: the start of a new segment.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.ids.clear();
         self.symbols.clear();
         self.symbol_of.clear();

@@ -41,7 +41,7 @@ use crate::ir::{BinaryOp, DType, Layout, UnaryOp};
 /// rows to run at full speed (256 KiB panels made a `[1600, 384] x [384, 1152]`
 /// product with its bias 15% slower than the two kernels apart; 1 MiB ones are as fast
 /// or faster). Unit tests use small panels so that a matrix has several.
-pub const PANEL_BYTES: usize = if cfg!(test) { 64 * 1024 } else { 1024 * 1024 };
+pub(super) const PANEL_BYTES: usize = if cfg!(test) { 64 * 1024 } else { 1024 * 1024 };
 
 /// [`PANEL_BYTES`] for a product by a weight packed in f32, when its output is more
 /// than one panel: a quarter, so the panel's rows of the left operand, its output and
@@ -54,11 +54,11 @@ pub const PANEL_BYTES: usize = if cfg!(test) { 64 * 1024 } else { 1024 * 1024 };
 /// -> 269.2, 268.3 -> 269.9). The bf16, int8 and bf16x3 tiles want the larger panels:
 /// at 256 KiB, bf16x3 ran 707 -> 629 and 698 -> 609 sentences/s, int8 1486 -> 1450 and
 /// 1503 -> 1433.
-pub const F32_PANEL_BYTES: usize = PANEL_BYTES / 4;
+pub(super) const F32_PANEL_BYTES: usize = PANEL_BYTES / 4;
 
 /// The matrix product at the head of a chain.
 #[derive(Clone, Copy, Debug)]
-pub struct ChainMatMul<'a> {
+pub(crate) struct ChainMatMul<'a> {
     /// The left operand, `[b.., m, k]` (batch dims already those of the output).
     pub lhs: (&'a [f32], &'a Layout),
     /// The right operand, `[b.., k, n]`.
@@ -73,7 +73,7 @@ pub struct ChainMatMul<'a> {
 /// The row-wise normalisation at the tail of a chain, with its parameters (1-D of the
 /// last dim's size, any stride).
 #[derive(Clone, Copy, Debug)]
-pub enum ChainNorm<'a> {
+pub(crate) enum ChainNorm<'a> {
     /// Softmax over the last dim.
     Softmax,
     /// Layer norm: weight, bias and epsilon.
@@ -101,7 +101,7 @@ pub enum ChainNorm<'a> {
 /// the one named by `matmul.input`, which the head computes. `outputs[j]` receives
 /// register `program.outputs[j]` and holds exactly the output's element count; with a
 /// tail `(norm, j)`, output `j` is then normalised over its rows in place.
-pub fn chain(
+pub(crate) fn chain(
     dims: &[usize],
     matmul: Option<ChainMatMul<'_>>,
     program: &FusedProgram,

@@ -16,7 +16,7 @@ use super::{check_dst, check_input, error, KernelError, Par};
 use crate::ir::{Element, Layout};
 
 /// Sets every element of `dst` to `value`.
-pub fn fill<T: Element>(dst: &mut [T], value: T) {
+pub(crate) fn fill<T: Element>(dst: &mut [T], value: T) {
     dst.fill(value);
 }
 
@@ -41,7 +41,7 @@ pub fn copy<T: Element>(
 /// The conversion is `D::from_f64(x.to_f64())` (saturating for integers, NaN to 0), which
 /// agrees with Rust's `as` for every pair of types here except `i64 -> f32`, where `as`
 /// (one rounding instead of two) is used. Same-type casts are plain copies.
-pub fn cast<S: Element, D: Element>(
+pub(crate) fn cast<S: Element, D: Element>(
     src: &[S],
     layout: &Layout,
     dst: &mut [D],
@@ -74,7 +74,7 @@ fn convert<S: Element, D: Element>(x: S) -> D {
 /// Joins tensors along `dim`: all inputs have the same rank and the same dims except
 /// `dim`; `dst` receives the result (dims of the first input with `dims[dim]` the sum)
 /// contiguously.
-pub fn cat<T: Element>(
+pub(crate) fn cat<T: Element>(
     srcs: &[(&[T], &Layout)],
     dim: usize,
     dst: &mut [T],

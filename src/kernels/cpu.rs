@@ -334,7 +334,7 @@ mod amx {
 }
 
 /// The tier in use (the portable tier when the environment's request is an error).
-pub fn tier() -> Tier {
+pub(crate) fn tier() -> Tier {
     choice().tier
 }
 
@@ -346,7 +346,7 @@ pub fn available() -> Vec<Tier> {
 /// `Ok` unless `STREAMFUSE_ISA` names no tier or a tier this CPU lacks; then the error
 /// says which, and the tiers this CPU has. Flushes and eager packs fail with it, so a
 /// mistyped benchmark setting cannot pass for a measurement of the tier it named.
-pub fn check() -> Result<(), super::KernelError> {
+pub(crate) fn check() -> Result<(), super::KernelError> {
     match &choice().error {
         None => Ok(()),
         Some(e) => Err(super::KernelError(e.clone())),
@@ -365,7 +365,7 @@ pub fn has_avx2() -> bool {
 }
 
 /// AVX-VNNI: `vpdpbusd` on 256-bit registers (VEX-encoded).
-pub fn has_avx_vnni() -> bool {
+pub(crate) fn has_avx_vnni() -> bool {
     choice().cpu.avx_vnni
 }
 
@@ -386,14 +386,14 @@ pub fn has_avx512_vnni() -> bool {
 
 /// AMX with bf16 tiles (`tdpbf16ps`), granted to this process, beside AVX-512 with
 /// AVX512_BF16 (which the tiles' operand preparation uses).
-pub fn has_amx_bf16() -> bool {
+pub(crate) fn has_amx_bf16() -> bool {
     choice().cpu.amx_bf16
 }
 
 /// AMX with int8 tiles (`tdpbsud`), granted to this process, beside AVX-512 with
 /// AVX512_VNNI (whose tile takes the rows the AMX tiles do not).
 #[cfg(target_arch = "x86_64")]
-pub fn has_amx_int8() -> bool {
+pub(crate) fn has_amx_int8() -> bool {
     choice().cpu.amx_int8
 }
 
@@ -420,19 +420,19 @@ pub fn has_arm_bf16() -> bool {
 /// Whether this CPU has aarch64's bf16 instructions, whatever the environment forces
 /// (no tier names them: they come with `neon-i8mm` where present): what the tile that
 /// uses them asserts before it runs, and what its tests ask.
-pub fn cpu_has_arm_bf16() -> bool {
+pub(crate) fn cpu_has_arm_bf16() -> bool {
     choice().detected.arm_bf16
 }
 
 /// aarch64 SVE.
 #[allow(dead_code)] // (until its kernels land)
-pub fn has_sve() -> bool {
+pub(crate) fn has_sve() -> bool {
     choice().cpu.sve
 }
 
 /// pulp's AVX2 token, when the tier includes AVX2 (the one place that makes it).
 #[cfg(target_arch = "x86_64")]
-pub fn v3() -> Option<pulp::x86::V3> {
+pub(crate) fn v3() -> Option<pulp::x86::V3> {
     if has_avx2() {
         pulp::x86::V3::try_new()
     } else {
@@ -442,7 +442,7 @@ pub fn v3() -> Option<pulp::x86::V3> {
 
 /// pulp's AVX-512 token, when the tier includes AVX-512 (the one place that makes it).
 #[cfg(target_arch = "x86_64")]
-pub fn v4() -> Option<pulp::x86::V4> {
+pub(crate) fn v4() -> Option<pulp::x86::V4> {
     if has_avx512() {
         pulp::x86::V4::try_new()
     } else {
@@ -452,14 +452,14 @@ pub fn v4() -> Option<pulp::x86::V4> {
 
 /// Whether this CPU runs `tier`, whatever the environment forces: for the tests of a
 /// vector function itself, which hold it to its scalar reference on any tier.
-pub fn cpu_runs(tier: Tier) -> bool {
+pub(crate) fn cpu_runs(tier: Tier) -> bool {
     choice().detected.runs(tier)
 }
 
 /// pulp's AVX2 token when this CPU runs the `avx2` tier, whatever the environment
 /// forces ([`cpu_runs`]): for tests that run an AVX2 path directly.
 #[cfg(all(test, target_arch = "x86_64"))]
-pub fn v3_of_cpu() -> Option<pulp::x86::V3> {
+pub(crate) fn v3_of_cpu() -> Option<pulp::x86::V3> {
     if cpu_runs(Tier::Avx2) {
         pulp::x86::V3::try_new()
     } else {
@@ -470,7 +470,7 @@ pub fn v3_of_cpu() -> Option<pulp::x86::V3> {
 /// pulp's AVX-512 token when this CPU runs the `avx512` tier, whatever the environment
 /// forces ([`cpu_runs`]): for tests that run an AVX-512 path directly.
 #[cfg(all(test, target_arch = "x86_64"))]
-pub fn v4_of_cpu() -> Option<pulp::x86::V4> {
+pub(crate) fn v4_of_cpu() -> Option<pulp::x86::V4> {
     if cpu_runs(Tier::Avx512) {
         pulp::x86::V4::try_new()
     } else {
@@ -483,7 +483,7 @@ pub fn v4_of_cpu() -> Option<pulp::x86::V4> {
 /// kernel (norms, softmax, the slice loops of `math`), instead of `pulp::Arch`'s own
 /// detection, so a forced tier holds for them too.
 #[inline]
-pub fn dispatch<Op: pulp::WithSimd>(op: Op) -> Op::Output {
+pub(crate) fn dispatch<Op: pulp::WithSimd>(op: Op) -> Op::Output {
     use pulp::Simd;
     #[cfg(target_arch = "x86_64")]
     {

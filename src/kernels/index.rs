@@ -19,7 +19,7 @@ use crate::ir::{Element, Layout};
 /// stride); the output has the input's dims with `dims[dim]` replaced by the number of
 /// indices. A negative index, or one `>= dims[dim]`, is an error that names it, its
 /// position and the dim size.
-pub fn index_select<T: Element, I: Element>(
+pub(crate) fn index_select<T: Element, I: Element>(
     src: &[T],
     layout: &Layout,
     indices: &[I],

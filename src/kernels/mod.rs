@@ -76,17 +76,19 @@ pub(crate) mod teardown;
 #[cfg(test)]
 mod testutil;
 
-pub use attention::{attention, attention_ragged, MAX_HEAD_DIM};
-pub use chain::{chain, ChainMatMul, ChainNorm};
-pub use copy::{cast, cat, copy, fill};
+pub(crate) use attention::{attention, attention_ragged, MAX_HEAD_DIM};
+pub(crate) use chain::{chain, ChainMatMul, ChainNorm};
+pub use copy::copy;
+pub(crate) use copy::{cast, cat, fill};
 pub use elementwise::{binary, unary};
-pub use fused::{fused_in_place, FusedProgram, Instr};
-pub use index::index_select;
+pub(crate) use fused::{fused_in_place, FusedProgram, Instr};
+pub(crate) use index::index_select;
 pub use matmul::{matmul, matmul_prepacked};
-pub use norm::{layer_norm, rms_norm, softmax};
+pub(crate) use norm::rms_norm;
+pub use norm::{layer_norm, softmax};
 pub use packed::PackedRhs;
 pub(crate) use par::worth_splitting;
-pub use reduce::{argmax, reduce};
+pub(crate) use reduce::{argmax, reduce};
 
 use std::fmt;
 

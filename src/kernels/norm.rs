@@ -53,7 +53,7 @@ pub fn layer_norm(
 
 /// RMS norm over the last dim: `x / sqrt(mean(x²) + eps) * weight`. `weight` is 1-D of
 /// the last dim's size (any stride).
-pub fn rms_norm(
+pub(crate) fn rms_norm(
     src: &[f32],
     layout: &Layout,
     weight: &[f32],

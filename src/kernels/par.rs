@@ -131,6 +131,8 @@ impl Out {
 // output until the split returns (rayon::join waits for both halves), and the `&mut`
 // borrow it was made from outlives the split.
 unsafe impl Sync for Out {}
+// SAFETY: as for `Sync` just above: moving an `Out` to a task of the split moves only
+// the pointer, and the split's tasks write disjoint elements.
 unsafe impl Send for Out {}
 
 /// How many units one task gets; `>= units` means "run serially".

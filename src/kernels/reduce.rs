@@ -47,7 +47,7 @@ impl<T, F: Fn(T, T) -> T + Copy + Send + Sync> Combine<T> for F {}
 /// `Sum` wraps for integers; `Max` propagates NaN; `Mean` is the sum divided by
 /// `dims[dim]` through f64. Over an empty dim, `Sum` gives 0, `Mean` gives NaN (0 for
 /// integers) and `Max` is an error. `ArgMax` has its own kernel, [`argmax`].
-pub fn reduce<T: Element>(
+pub(crate) fn reduce<T: Element>(
     op: ReduceOp,
     src: &[T],
     layout: &Layout,
@@ -296,7 +296,7 @@ fn is_nan<T: Element>(x: T) -> bool {
 /// element of `src` (read through `layout`); a NaN counts as larger than everything, so
 /// the first NaN wins. `dst` gets one u32 per element of the remaining dims, row-major.
 /// An empty `dim`, or one longer than `u32::MAX + 1`, is an error.
-pub fn argmax<T: Element>(
+pub(crate) fn argmax<T: Element>(
     src: &[T],
     layout: &Layout,
     dim: usize,

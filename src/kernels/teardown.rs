@@ -31,12 +31,12 @@ impl Drop for Guard {
 
 /// Whether the calling thread has begun destroying its thread-locals (kernels must
 /// then run elsewhere).
-pub fn in_teardown() -> bool {
+pub(crate) fn in_teardown() -> bool {
     TEARING_DOWN.try_with(Cell::get).unwrap_or(true)
 }
 
 /// Marks the calling thread as tearing down.
-pub fn mark() {
+pub(crate) fn mark() {
     let _ = TEARING_DOWN.try_with(|t| t.set(true));
 }
 

@@ -35,7 +35,7 @@ pub(crate) struct Item {
 impl Item {
     /// True when the two lifetimes share a step.
     #[cfg(test)]
-    pub fn meets(&self, other: &Item) -> bool {
+    pub(super) fn meets(&self, other: &Item) -> bool {
         self.lower < other.upper && other.lower < self.upper
     }
 }
@@ -91,7 +91,7 @@ impl UnionFind {
 
 impl Instance {
     /// Validates `problem` and normalizes it.
-    pub fn new(problem: &Problem) -> Result<Instance, PlanError> {
+    pub(super) fn new(problem: &Problem) -> Result<Instance, PlanError> {
         let bufs = &problem.buffers;
         let n = bufs.len();
         // Views first: which buffers are views, of what.
@@ -361,7 +361,7 @@ pub(crate) struct Sections {
 }
 
 impl Sections {
-    pub fn new(items: &[Item]) -> Sections {
+    pub(super) fn new(items: &[Item]) -> Sections {
         let n = items.len();
         // (time, is_start, item): ends sort before starts at the same time.
         let mut ev: Vec<(u64, bool, u32)> = Vec::with_capacity(2 * n);
@@ -398,7 +398,7 @@ impl Sections {
     /// Elementary sections: one per interval between consecutive distinct
     /// lifetime endpoints. More of them than maximal cliques, but each holds
     /// fewer items, which makes the exact search's section bounds sharper.
-    pub fn elementary(items: &[Item]) -> Sections {
+    pub(super) fn elementary(items: &[Item]) -> Sections {
         let mut pts: Vec<u64> = items.iter().flat_map(|it| [it.lower, it.upper]).collect();
         pts.sort_unstable();
         pts.dedup();

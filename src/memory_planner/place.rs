@@ -156,7 +156,7 @@ fn nodes(leaves: usize, lo: usize, hi: usize, tiles: &mut Vec<usize>, above: &mu
 }
 
 impl<'a> Placer<'a> {
-    pub fn new(items: &'a [Item], sections: &'a Sections) -> Placer<'a> {
+    pub(super) fn new(items: &'a [Item], sections: &'a Sections) -> Placer<'a> {
         let leaves = sections.count.next_power_of_two();
         Placer {
             items,
@@ -177,7 +177,7 @@ impl<'a> Placer<'a> {
     }
 
     /// The offset `fit` chooses for item `i` (which is not placed yet).
-    pub fn choose(&mut self, i: usize, fit: Fit) -> u64 {
+    pub(super) fn choose(&mut self, i: usize, fit: Fit) -> u64 {
         let (lo, hi) = (self.lo[i] as usize, self.hi[i] as usize);
         nodes(self.leaves, lo, hi, &mut self.tiles, &mut self.above);
         self.scratch.clear();
@@ -231,7 +231,7 @@ impl<'a> Placer<'a> {
     }
 
     /// Records item `i` at `offset`.
-    pub fn put(&mut self, i: usize, offset: u64) {
+    pub(super) fn put(&mut self, i: usize, offset: u64) {
         self.offsets[i] = offset;
         let end = offset + self.items[i].size;
         self.height = self.height.max(end);
@@ -249,7 +249,7 @@ impl<'a> Placer<'a> {
     }
 
     /// Places item `i` where `fit` says and returns its offset.
-    pub fn place(&mut self, i: usize, fit: Fit) -> u64 {
+    pub(super) fn place(&mut self, i: usize, fit: Fit) -> u64 {
         let off = self.choose(i, fit);
         self.put(i, off);
         off

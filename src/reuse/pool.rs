@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 /// The size class of a request for `len` elements: `len` rounded up to a power of two
 /// or to one of the three quarter steps below the next one.
-pub fn size_class(len: usize) -> usize {
+pub(crate) fn size_class(len: usize) -> usize {
     if len <= 16 {
         return len.max(1);
     }

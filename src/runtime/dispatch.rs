@@ -312,7 +312,7 @@ macro_rules! with_dtype {
 
 /// Runs one op's kernel: reads `inputs` (in the op's input order, through the layouts
 /// of `op.inputs`) and writes the output contiguously into `out`.
-pub fn run_into(
+pub(super) fn run_into(
     op: &Op,
     inputs: &[Data<'_>],
     packed: Option<&PackedRhs>,
@@ -513,7 +513,7 @@ fn matmul_layouts(
 }
 
 /// The message of a caught panic.
-pub fn panic_message(panic: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = panic.downcast_ref::<String>() {

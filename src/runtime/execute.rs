@@ -36,7 +36,7 @@ use crate::trace::{self, SegmentTrace};
 /// Scratch vectors of [`execute_plan`], kept by a stream between its segments so that
 /// replaying a cached plan allocates nothing.
 #[derive(Debug, Default)]
-pub struct PlanScratch {
+pub(crate) struct PlanScratch {
     /// Per value: the task and input position (`u32::MAX`: the output) of its slot.
     slot_at: Vec<Option<(u32, u32)>>,
     /// Buffers of inputs and pooled values, by relative id.
@@ -204,7 +204,7 @@ impl<'a> Reads<'a, '_> {
 /// fills the slots of escaping values. Returns the first kernel error. `scratch` holds
 /// the bookkeeping between calls (no allocation once it has grown to the plan). With
 /// `trace` (a trace records), each kernel is recorded.
-pub fn execute_plan(
+pub(crate) fn execute_plan(
     plan: &ExecutionPlan,
     tasks: &[Task],
     scratch: &mut PlanScratch,

@@ -53,41 +53,41 @@ pub(crate) fn sub_live_bytes(delta: usize) {
 
 /// The most tensor memory (buffers and arenas, in bytes) in use at once since the
 /// last [`reset_peak_bytes`].
-pub fn peak_bytes() -> usize {
+pub(crate) fn peak_bytes() -> usize {
     PEAK_BYTES.load(Ordering::Relaxed)
 }
 
 /// Starts a new peak measurement from the memory in use now.
-pub fn reset_peak_bytes() {
+pub(crate) fn reset_peak_bytes() {
     PEAK_BYTES.store(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
 /// Number of buffers alive now (held by tensors, queued ops or running kernels; pooled
 /// free storage is not counted).
-pub fn live_buffers() -> usize {
+pub(crate) fn live_buffers() -> usize {
     LIVE_BUFFERS.load(Ordering::Relaxed)
 }
 
 /// Bytes of tensor memory in use: live buffers (with their size-class slack) and
 /// arenas of running segments.
-pub fn live_bytes() -> usize {
+pub(crate) fn live_bytes() -> usize {
     LIVE_BYTES.load(Ordering::Relaxed)
 }
 
 /// Bytes of free buffer storage the pool keeps for reuse (arenas not included: see
 /// [`pooled_arena_bytes`]).
-pub fn pooled_bytes() -> usize {
+pub(crate) fn pooled_bytes() -> usize {
     POOL.class_bytes()
 }
 
 /// Bytes of free arenas the pool keeps for the plan executor.
-pub fn pooled_arena_bytes() -> usize {
+pub(crate) fn pooled_arena_bytes() -> usize {
     POOL.arena_bytes()
 }
 
 /// The least the default pool limit allows: below this, small programs would free and
 /// allocate again for nothing.
-pub const POOL_LIMIT_FLOOR: usize = 64 << 20;
+pub(super) const POOL_LIMIT_FLOOR: usize = 64 << 20;
 
 /// The limit set by [`set_pool_limit`]; `usize::MAX` for the default.
 static FIXED_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);

@@ -20,14 +20,15 @@ mod storage;
 mod task;
 mod threads;
 
-pub use dispatch::panic_message;
-pub use execute::{execute_plan, PlanScratch};
-pub use memory::{
-    live_buffers, live_bytes, peak_bytes, pool_limit, pooled_arena_bytes, pooled_bytes,
-    reset_peak_bytes, set_pool_limit, trim_pools,
+pub(crate) use dispatch::panic_message;
+pub(crate) use execute::{execute_plan, PlanScratch};
+pub(crate) use memory::{
+    live_buffers, live_bytes, peak_bytes, pooled_arena_bytes, pooled_bytes, reset_peak_bytes,
 };
-pub use op_by_op::execute;
-pub use slot::{Slot, SlotState};
-pub use storage::{Data, DataMut, StorageElement, TensorBuffer};
-pub use task::Task;
-pub use threads::{kernel_spin, kernel_threads, run_in_pool, set_kernel_spin};
+pub use memory::{pool_limit, set_pool_limit, trim_pools};
+pub(crate) use op_by_op::execute;
+pub(crate) use slot::{Slot, SlotState};
+pub(crate) use storage::{Data, DataMut, StorageElement, TensorBuffer};
+pub(crate) use task::Task;
+pub use threads::{kernel_spin, set_kernel_spin};
+pub(crate) use threads::{kernel_threads, run_in_pool};

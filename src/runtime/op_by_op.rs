@@ -23,7 +23,7 @@ use crate::kernels::{KernelError, Par};
 /// task lets go of its slots right after it runs, so a buffer goes back to the pool as
 /// soon as its last reader has run. With `trace` (a stream's lane, while a trace
 /// records) each op is recorded.
-pub fn execute<'a>(
+pub(crate) fn execute<'a>(
     tasks: impl IntoIterator<Item = &'a mut Task>,
     par: Par,
     trace: Option<u64>,

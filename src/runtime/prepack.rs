@@ -29,7 +29,7 @@ const MIN_SIDE: usize = 16;
 
 /// The packed form of a buffer's matrix, made on demand (see the module docs).
 #[derive(Debug, Default)]
-pub struct PackSlot {
+pub(super) struct PackSlot {
     /// Times the buffer was a right operand before it was packed.
     uses: AtomicU32,
     /// `Some(None)`: packing was tried and is not possible here (no AVX-512, a layout
@@ -45,7 +45,7 @@ impl PackSlot {
     /// The packed form of the matrix `layout` reads from `data` (the buffer's elements),
     /// packing it now if this is its second use as a right operand, or its first when
     /// `eager`. `None` when it is not packed (yet), or packed for another layout.
-    pub fn get(&self, data: &[f32], layout: &Layout, eager: bool) -> Option<&PackedRhs> {
+    pub(super) fn get(&self, data: &[f32], layout: &Layout, eager: bool) -> Option<&PackedRhs> {
         if let Some(p) = self.packed.get() {
             return p.as_ref().filter(|p| p.packs(layout));
         }
@@ -79,7 +79,7 @@ impl PackSlot {
 
     /// A slot that holds a buffer's only copy of its elements, packed (counted as live
     /// memory until [`PackSlot::clear`]).
-    pub fn only(packed: PackedRhs) -> PackSlot {
+    pub(super) fn only(packed: PackedRhs) -> PackSlot {
         add_live_bytes(packed.bytes());
         PackSlot {
             uses: AtomicU32::new(0),
@@ -90,7 +90,7 @@ impl PackSlot {
     }
 
     /// Whether the buffer's elements live only here.
-    pub fn is_only(&self) -> bool {
+    pub(super) fn is_only(&self) -> bool {
         self.only
     }
 
@@ -98,7 +98,7 @@ impl PackSlot {
     /// first call, and kept (counted as live memory). Empty when the system has no
     /// memory for them (every kernel then refuses the buffer as too short) or when the
     /// buffer is not kept packed.
-    pub fn elements(&self) -> &[f32] {
+    pub(super) fn elements(&self) -> &[f32] {
         self.unpacked.get_or_init(|| {
             let v = match self.packed.get() {
                 Some(Some(p)) if self.only => p.unpack().unwrap_or_default(),
@@ -111,7 +111,7 @@ impl PackSlot {
 
     /// Drops the packed form (the buffer's storage is going back to the pool), and the
     /// unpacked elements of a buffer kept only packed.
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         if let Some(Some(p)) = self.packed.take() {
             sub_live_bytes(p.bytes());
         }
@@ -124,7 +124,7 @@ impl PackSlot {
 
     /// Whether a packed form is held.
     #[cfg(test)]
-    pub fn is_packed(&self) -> bool {
+    pub(super) fn is_packed(&self) -> bool {
         matches!(self.packed.get(), Some(Some(_)))
     }
 }

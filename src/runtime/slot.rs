@@ -37,7 +37,7 @@ thread_local! {
 
 /// What is known of a tensor's data now.
 #[derive(Clone, Debug)]
-pub enum SlotState {
+pub(crate) enum SlotState {
     /// The op that makes it has not run yet.
     Pending,
     /// The data, in a buffer possibly shared with views.
@@ -48,7 +48,7 @@ pub enum SlotState {
 
 /// The data cell of one tensor.
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     /// The tensor's id (atomic only so that a recycled slot can be renamed through a
     /// shared reference).
     id: AtomicU64,
@@ -63,7 +63,7 @@ pub struct Slot {
 
 impl Slot {
     /// A slot whose data is still to be computed.
-    pub fn pending(id: TensorId) -> Arc<Slot> {
+    pub(crate) fn pending(id: TensorId) -> Arc<Slot> {
         if let Some(cell) = LocalCells::take(&FREE_SLOTS) {
             // Free slots are unique and were reset to a pending state by `release`.
             cell.id.store(id.0, Ordering::Relaxed);
@@ -78,7 +78,7 @@ impl Slot {
     }
 
     /// A slot that already holds data.
-    pub fn ready(id: TensorId, buffer: TensorBuffer) -> Arc<Slot> {
+    pub(crate) fn ready(id: TensorId, buffer: TensorBuffer) -> Arc<Slot> {
         Arc::new(Slot {
             id: AtomicU64::new(id.0),
             state: Mutex::new(SlotState::Ready(Arc::new(buffer))),
@@ -88,23 +88,23 @@ impl Slot {
     }
 
     /// The id of the tensor whose data this is.
-    pub fn id(&self) -> TensorId {
+    pub(crate) fn id(&self) -> TensorId {
         TensorId(self.id.load(Ordering::Relaxed))
     }
 
     /// A copy of the current state.
-    pub fn state(&self) -> SlotState {
+    pub(crate) fn state(&self) -> SlotState {
         self.state.lock().clone()
     }
 
     /// Whether the data is still to be computed.
-    pub fn is_pending(&self) -> bool {
+    pub(crate) fn is_pending(&self) -> bool {
         self.pending.load(Ordering::Acquire)
     }
 
     /// Sets the state (the executor's job), and wakes the threads waiting for a slot
     /// when there are any.
-    pub fn set(&self, state: SlotState) {
+    pub(crate) fn set(&self, state: SlotState) {
         let pending = matches!(state, SlotState::Pending);
         *self.state.lock() = state;
         // SeqCst pairs with the waiter's increment of WAITERS and its load of
@@ -120,7 +120,7 @@ impl Slot {
     /// run by some thread, which sets it (to `Ready` or `Failed`, a panic included)
     /// before it lets anyone else wait on it. Returns at once for a slot that is not
     /// pending.
-    pub fn wait_ready(&self) {
+    pub(crate) fn wait_ready(&self) {
         if !self.is_pending() {
             return;
         }
@@ -135,12 +135,12 @@ impl Slot {
     }
 
     /// Queue position of the producing op in the home stream.
-    pub fn producer(&self) -> u64 {
+    pub(crate) fn producer(&self) -> u64 {
         self.producer.load(Ordering::Acquire)
     }
 
     /// Records the queue position of the producing op.
-    pub fn set_producer(&self, pos: u64) {
+    pub(crate) fn set_producer(&self, pos: u64) {
         self.producer.store(pos, Ordering::Release);
     }
 }
@@ -149,7 +149,7 @@ impl Slot {
     /// Lets go of one reference to a slot. The last one empties the slot (its buffer is
     /// released as by a drop) and keeps it on this thread's free list for the next
     /// [`Slot::pending`], so a repeated pass makes no new slots.
-    pub fn release(mut slot: Arc<Slot>) {
+    pub(crate) fn release(mut slot: Arc<Slot>) {
         let Some(s) = last_ref(&mut slot) else {
             return; // other references remain; this one goes
         };

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::memory::{add_live_bytes, pool_limit, sub_live_bytes, trim_pools, LIVE_BUFFERS, POOL};
 use crate::reuse::cells::{last_ref, SharedCells};
-pub use crate::reuse::pool::size_class;
+pub(crate) use crate::reuse::pool::size_class;
 use crate::reuse::pool::Pooled;
 
 use super::prepack::PackSlot;
@@ -28,14 +28,14 @@ use crate::kernels::PackedRhs;
 
 /// A request for memory that the system refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AllocError {
+pub(crate) struct AllocError {
     /// The bytes requested.
     pub bytes: usize,
 }
 
 impl AllocError {
     /// The engine error for op `op`, which needed this memory.
-    pub fn error(self, op: &'static str) -> Error {
+    pub(crate) fn error(self, op: &'static str) -> Error {
         Error::OutOfMemory {
             op,
             bytes: self.bytes,
@@ -45,7 +45,7 @@ impl AllocError {
 
 mod sealed {
     /// Element types whose all-zero bit pattern is the value zero.
-    pub trait ZeroBits: Copy {}
+    pub(crate) trait ZeroBits: Copy {}
     impl ZeroBits for f32 {}
     impl ZeroBits for u32 {}
     impl ZeroBits for i64 {}
@@ -210,7 +210,7 @@ storage_element!(i64, I64);
 /// A pooled buffer of `len` elements (its storage may be a little longer: the size
 /// class). Dropping it returns the storage to the pool.
 #[derive(Debug)]
-pub struct TensorBuffer {
+pub(crate) struct TensorBuffer {
     storage: Storage,
     len: usize,
     /// False for an emptied shell on a free list (its storage went back to the pool).
@@ -229,7 +229,7 @@ impl TensorBuffer {
     /// Its contents are unspecified: the caller writes every element. Fails when the
     /// system cannot give the memory (after freeing what the pool keeps and trying once
     /// more).
-    pub fn alloc(dtype: DType, len: usize) -> Result<TensorBuffer, AllocError> {
+    pub(crate) fn alloc(dtype: DType, len: usize) -> Result<TensorBuffer, AllocError> {
         let class = size_class(len);
         let storage = match POOL.take(dtype, class) {
             Some(s) => s,
@@ -242,7 +242,7 @@ impl TensorBuffer {
     }
 
     /// A buffer that takes ownership of `data` (no copy).
-    pub fn from_vec<T: StorageElement>(data: Vec<T>) -> TensorBuffer {
+    pub(crate) fn from_vec<T: StorageElement>(data: Vec<T>) -> TensorBuffer {
         let len = data.len();
         TensorBuffer::track(T::into_storage(data), len)
     }
@@ -250,7 +250,7 @@ impl TensorBuffer {
     /// A buffer of the `[k, n]` f32 matrix `packed` holds, kept only in that packed
     /// form (see `runtime::prepack`): products by it read the panels, and anything else
     /// that reads its elements unpacks them once.
-    pub fn from_packed(packed: PackedRhs, len: usize) -> TensorBuffer {
+    pub(crate) fn from_packed(packed: PackedRhs, len: usize) -> TensorBuffer {
         let mut b = TensorBuffer::track(Storage::F32(Vec::new()), len);
         b.pack = PackSlot::only(packed);
         b
@@ -270,7 +270,7 @@ impl TensorBuffer {
     /// A pooled buffer of `len` elements behind an `Arc`, reusing an emptied shell of
     /// the process's free list when there is one (so no allocation at all after warm-up).
     /// Fails as [`TensorBuffer::alloc`] does.
-    pub fn shared(dtype: DType, len: usize) -> Result<Arc<TensorBuffer>, AllocError> {
+    pub(crate) fn shared(dtype: DType, len: usize) -> Result<Arc<TensorBuffer>, AllocError> {
         let fresh = TensorBuffer::alloc(dtype, len)?;
         if let Some(mut cell) = FREE_BUFFERS.take() {
             if let Some(b) = Arc::get_mut(&mut cell) {
@@ -284,7 +284,7 @@ impl TensorBuffer {
 
     /// Lets go of one reference to a shared buffer. The last one gives the storage back
     /// to the pool (as a drop would) and keeps the emptied shell for [`TensorBuffer::shared`].
-    pub fn release(mut buffer: Arc<TensorBuffer>) {
+    pub(crate) fn release(mut buffer: Arc<TensorBuffer>) {
         let Some(b) = last_ref(&mut buffer) else {
             return;
         };
@@ -308,13 +308,13 @@ impl TensorBuffer {
     }
 
     /// Number of elements.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     /// The elements, typed by the buffer's dtype (unpacked first, once, for a buffer
     /// kept only packed).
-    pub fn data(&self) -> Data<'_> {
+    pub(crate) fn data(&self) -> Data<'_> {
         if self.pack.is_only() {
             return Data::F32(self.pack.elements());
         }
@@ -328,7 +328,7 @@ impl TensorBuffer {
 
     /// The elements, mutably, typed by the buffer's dtype (none for a buffer kept only
     /// packed, which nothing writes: a kernel handed one fails its length check).
-    pub fn data_mut(&mut self) -> DataMut<'_> {
+    pub(crate) fn data_mut(&mut self) -> DataMut<'_> {
         if self.pack.is_only() {
             return DataMut::F32(&mut []);
         }
@@ -343,7 +343,7 @@ impl TensorBuffer {
     /// The packed form of the f32 matrix `layout` reads from this buffer, for a product
     /// that has it as its right operand: made at its second such use, or at once when
     /// `eager` (see `runtime::prepack`). `None` when it is not (yet) packed.
-    pub fn packed_rhs(&self, layout: &Layout, eager: bool) -> Option<&PackedRhs> {
+    pub(crate) fn packed_rhs(&self, layout: &Layout, eager: bool) -> Option<&PackedRhs> {
         if self.pack.is_only() {
             return self.pack.get(&[], layout, eager);
         }
@@ -354,7 +354,7 @@ impl TensorBuffer {
     }
 
     /// The elements as `T`, or `None` if the buffer holds another type.
-    pub fn as_slice<T: StorageElement>(&self) -> Option<&[T]> {
+    pub(crate) fn as_slice<T: StorageElement>(&self) -> Option<&[T]> {
         if self.pack.is_only() {
             return T::from_data(self.data());
         }

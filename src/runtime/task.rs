@@ -10,7 +10,7 @@ use crate::ir::Op;
 /// One op ready to run: its description, the slots it reads and fills, and its relative
 /// form in the segment it was queued in.
 #[derive(Debug)]
-pub struct Task {
+pub(crate) struct Task {
     /// What to compute.
     pub op: Op,
     /// The slots of `op.inputs`, in order.
@@ -25,7 +25,7 @@ pub struct Task {
 impl Task {
     /// Lets go of the task's slots (the last reference of a slot recycles it), keeping
     /// the emptied vectors for reuse.
-    pub fn release_slots(&mut self) {
+    pub(crate) fn release_slots(&mut self) {
         for s in self.inputs.drain(..) {
             Slot::release(s);
         }

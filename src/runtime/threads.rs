@@ -32,14 +32,14 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
 }
 
 /// The number of kernel threads (1 when the pool could not be started).
-pub fn kernel_threads() -> usize {
+pub(crate) fn kernel_threads() -> usize {
     pool().map_or(1, |p| p.current_num_threads())
 }
 
 /// Runs `f` on a kernel thread, where rayon's parallel calls use the kernel pool;
 /// the calling thread blocks until it returns. Runs `f` on the calling thread when the
 /// pool could not be started.
-pub fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+pub(crate) fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     match pool() {
         Some(p) if p.current_num_threads() > 1 && kernel_spin() => {
             let active = Active::enter();

@@ -18,7 +18,7 @@ mod queue;
 mod read;
 
 pub use flush::{FlushInfo, FlushReason};
-pub use queue::Stream;
+pub(crate) use queue::Stream;
 pub(crate) use read::{copy_out, materialize};
 
 use std::collections::HashMap;
@@ -45,7 +45,7 @@ impl fmt::Display for StreamId {
 /// Engine-wide settings.
 pub(crate) mod config {
     /// Ops a stream queues before it flushes by itself, unless set per stream.
-    pub const DEFAULT_QUEUE_LIMIT: usize = 4096;
+    pub(crate) const DEFAULT_QUEUE_LIMIT: usize = 4096;
 }
 
 static REGISTRY: Mutex<Option<HashMap<StreamId, Weak<Stream>>>> = Mutex::new(None);

@@ -95,7 +95,7 @@ pub(super) struct Queue {
 
 /// One stream: a lazy queue of ops behind its own lock.
 #[derive(Debug)]
-pub struct Stream {
+pub(crate) struct Stream {
     pub(super) id: StreamId,
     pub(super) queue: Mutex<Queue>,
     /// Signalled when the last segment in flight has finished its run.
@@ -117,7 +117,7 @@ impl Stream {
     }
 
     /// The stream's id.
-    pub fn id(&self) -> StreamId {
+    pub(crate) fn id(&self) -> StreamId {
         self.id
     }
 
@@ -282,12 +282,12 @@ impl Stream {
     }
 
     /// What the last flush ran.
-    pub fn last_flush(&self) -> Option<FlushInfo> {
+    pub(crate) fn last_flush(&self) -> Option<FlushInfo> {
         self.queue.lock().last_flush
     }
 
     /// The stable hash of the ops queued now (the key the pending segment would have).
-    pub fn pending_key(&self) -> u64 {
+    pub(crate) fn pending_key(&self) -> u64 {
         self.queue.lock().rel.hash()
     }
 

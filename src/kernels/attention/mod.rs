@@ -68,7 +68,7 @@ pub(crate) const QB: usize = 16;
 /// Keys per score tile.
 pub(crate) const KB: usize = 32;
 /// The largest head size the kernel takes (its tiles live on the stack).
-pub const MAX_HEAD_DIM: usize = 256;
+pub(crate) const MAX_HEAD_DIM: usize = 256;
 
 /// Which body runs a block: the portable loops, or the vector block at one SIMD level
 /// (a `pulp` token, so this is at most a byte).
@@ -176,7 +176,7 @@ struct Bias<'a> {
 /// it). `dst` must have `batch · lq · heads · dh` elements. `dh` is at most
 /// [`MAX_HEAD_DIM`].
 #[allow(clippy::too_many_arguments)] // three operands with their layouts, as every kernel
-pub fn attention(
+pub(crate) fn attention(
     q: &[f32],
     ql: &Layout,
     k: &[f32],
@@ -247,7 +247,7 @@ fn pieces(par: Par, work: usize) -> usize {
 /// The result is `[1, total, heads, dh]` rows in `dst`. Work is `Σ len²`, not
 /// `total²`.
 #[allow(clippy::too_many_arguments)] // three operands with their layouts, as every kernel
-pub fn attention_ragged(
+pub(crate) fn attention_ragged(
     q: &[f32],
     ql: &Layout,
     k: &[f32],

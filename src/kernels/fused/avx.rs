@@ -89,31 +89,46 @@ macro_rules! vector_ops {
             /// `x` in every lane.
             #[inline(always)]
             pub(super) unsafe fn splat(x: f32) -> V {
-                $splat(x)
+                // SAFETY: the CPU has this module's instructions (every function's contract).
+                unsafe {
+                    $splat(x)
+                }
             }
 
             /// `a + b`.
             #[inline(always)]
             pub(super) unsafe fn add(a: V, b: V) -> V {
-                $add(a, b)
+                // SAFETY: the CPU has this module's instructions (every function's contract).
+                unsafe {
+                    $add(a, b)
+                }
             }
 
             /// `a - b`.
             #[inline(always)]
             pub(super) unsafe fn sub(a: V, b: V) -> V {
-                $sub(a, b)
+                // SAFETY: the CPU has this module's instructions (every function's contract).
+                unsafe {
+                    $sub(a, b)
+                }
             }
 
             /// `a * b`.
             #[inline(always)]
             pub(super) unsafe fn mul(a: V, b: V) -> V {
-                $mul(a, b)
+                // SAFETY: the CPU has this module's instructions (every function's contract).
+                unsafe {
+                    $mul(a, b)
+                }
             }
 
             /// `a / b`.
             #[inline(always)]
             pub(super) unsafe fn div(a: V, b: V) -> V {
-                $div(a, b)
+                // SAFETY: the CPU has this module's instructions (every function's contract).
+                unsafe {
+                    $div(a, b)
+                }
             }
 
             /// `if a.is_nan() || a > b { a } else { b }`: the hardware max gives `b`
@@ -121,19 +136,28 @@ macro_rules! vector_ops {
             /// fixing.
             #[inline(always)]
             pub(super) unsafe fn maximum(a: V, b: V) -> V {
-                keep_nan(a, $max(a, b))
+                // SAFETY: the CPU has this module's instructions (every function's contract).
+                unsafe {
+                    keep_nan(a, $max(a, b))
+                }
             }
 
             /// `if a.is_nan() || a < b { a } else { b }`, likewise.
             #[inline(always)]
             pub(super) unsafe fn minimum(a: V, b: V) -> V {
-                keep_nan(a, $min(a, b))
+                // SAFETY: the CPU has this module's instructions (every function's contract).
+                unsafe {
+                    keep_nan(a, $min(a, b))
+                }
             }
 
             /// Correctly rounded square root.
             #[inline(always)]
             pub(super) unsafe fn sqrt(a: V) -> V {
-                $sqrt(a)
+                // SAFETY: the CPU has this module's instructions (every function's contract).
+                unsafe {
+                    $sqrt(a)
+                }
             }
 
             $($extra)*
@@ -152,25 +176,37 @@ vector_ops!(
     /// `a` where `a` is NaN, `r` elsewhere.
     #[inline(always)]
     unsafe fn keep_nan(a: V, r: V) -> V {
-        _mm256_blendv_ps(r, a, _mm256_cmp_ps::<_CMP_UNORD_Q>(a, a))
+        // SAFETY: the CPU has this module's instructions (every function's contract).
+        unsafe {
+            _mm256_blendv_ps(r, a, _mm256_cmp_ps::<_CMP_UNORD_Q>(a, a))
+        }
     }
 
     /// `-a` (the sign bit flipped).
     #[inline(always)]
     pub(super) unsafe fn neg(a: V) -> V {
-        _mm256_xor_ps(a, _mm256_set1_ps(-0.0))
+        // SAFETY: the CPU has this module's instructions (every function's contract).
+        unsafe {
+            _mm256_xor_ps(a, _mm256_set1_ps(-0.0))
+        }
     }
 
     /// `|a|` (the sign bit cleared).
     #[inline(always)]
     pub(super) unsafe fn abs(a: V) -> V {
-        _mm256_andnot_ps(_mm256_set1_ps(-0.0), a)
+        // SAFETY: the CPU has this module's instructions (every function's contract).
+        unsafe {
+            _mm256_andnot_ps(_mm256_set1_ps(-0.0), a)
+        }
     }
 
     /// `if a < 0 { 0 } else { a }`: NaN and -0 stay as they are.
     #[inline(always)]
     pub(super) unsafe fn relu(a: V) -> V {
-        _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(a, _mm256_setzero_ps()), a)
+        // SAFETY: the CPU has this module's instructions (every function's contract).
+        unsafe {
+            _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(a, _mm256_setzero_ps()), a)
+        }
     }
 );
 
@@ -185,29 +221,41 @@ vector_ops!(
     /// `a` where `a` is NaN, `r` elsewhere.
     #[inline(always)]
     unsafe fn keep_nan(a: V, r: V) -> V {
-        _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, a), a)
+        // SAFETY: the CPU has this module's instructions (every function's contract).
+        unsafe {
+            _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, a), a)
+        }
     }
 
     /// `-a` (the sign bit flipped).
     #[inline(always)]
     pub(super) unsafe fn neg(a: V) -> V {
-        _mm512_castsi512_ps(_mm512_xor_si512(
-            _mm512_castps_si512(a),
-            _mm512_set1_epi32(i32::MIN),
-        ))
+        // SAFETY: the CPU has this module's instructions (every function's contract).
+        unsafe {
+            _mm512_castsi512_ps(_mm512_xor_si512(
+                _mm512_castps_si512(a),
+                _mm512_set1_epi32(i32::MIN),
+            ))
+        }
     }
 
     /// `|a|` (the sign bit cleared).
     #[inline(always)]
     pub(super) unsafe fn abs(a: V) -> V {
-        _mm512_abs_ps(a)
+        // SAFETY: the CPU has this module's instructions (every function's contract).
+        unsafe {
+            _mm512_abs_ps(a)
+        }
     }
 
     /// `if a < 0 { 0 } else { a }`: lanes not less than 0 (or unordered: NaN) are
     /// kept, so NaN and -0 stay as they are.
     #[inline(always)]
     pub(super) unsafe fn relu(a: V) -> V {
-        _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_NLT_UQ>(a, _mm512_setzero_ps()), a)
+        // SAFETY: the CPU has this module's instructions (every function's contract).
+        unsafe {
+            _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_NLT_UQ>(a, _mm512_setzero_ps()), a)
+        }
     }
 );
 
@@ -320,7 +368,9 @@ macro_rules! variant {
                     done = head;
                 }
             }
-            while done + $tile <= len {
+            // SAFETY: the CPU has `$features` (this function's contract), which every
+            // vector operation below needs; each load and store checks its own bounds.
+            while done + $tile <= len { unsafe {
                 let at = start + done;
                 let mut acc: [$v::V; VECS] = [$v::splat(0.0); VECS];
                 for s in &job.sched.steps {
@@ -392,7 +442,7 @@ macro_rules! variant {
                     }
                 }
                 done += $tile;
-            }
+            } }
             if done < len {
                 job.run_tile(outs, regs, start, done, len - done);
             }

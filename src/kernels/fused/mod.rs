@@ -31,7 +31,7 @@ mod scratch;
 #[cfg(test)]
 mod testutil;
 
-pub use program::{FusedProgram, Instr};
+pub(crate) use program::{FusedProgram, Instr};
 
 use super::{check_input, error, KernelError, Par};
 use crate::ir::Layout;
@@ -40,7 +40,7 @@ use run::{run_on, Path};
 /// Elements per tile of the portable path, whose steps are loops over L1-resident
 /// tiles, long enough to amortise their dispatch. (The vector paths use tiles of 64
 /// (AVX2) or 128 (AVX-512) elements, held in registers.)
-pub const BLOCK: usize = 512;
+pub(super) const BLOCK: usize = 512;
 
 /// Runs `program` over an output of `numel` elements.
 ///
@@ -49,7 +49,7 @@ pub const BLOCK: usize = 512;
 /// exactly `numel` elements. The engine runs [`fused_in_place`]; this form, with no
 /// input read from an output, is for tests.
 #[cfg(test)]
-pub fn fused(
+pub(super) fn fused(
     program: &FusedProgram,
     inputs: &[(&[f32], &Layout)],
     outputs: &mut [&mut [f32]],
@@ -67,7 +67,7 @@ pub fn fused(
 /// output). The kernel reads every element of such an input before it writes the
 /// output element at the same index. An input or output may take part in one pair
 /// at most.
-pub fn fused_in_place(
+pub(crate) fn fused_in_place(
     program: &FusedProgram,
     inputs: &[(&[f32], &Layout)],
     in_place: &[(usize, usize)],

@@ -9,7 +9,7 @@ use crate::kernels::{error, KernelError};
 
 /// One instruction of a fused program; instruction `i` defines register `i`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Instr {
+pub(crate) enum Instr {
     /// Load input `k` (read through its layout).
     Input(u16),
     /// Apply a unary op to a register.
@@ -21,7 +21,7 @@ pub enum Instr {
 /// A fused element-wise program: instructions in SSA order and the registers written
 /// to the outputs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct FusedProgram {
+pub(crate) struct FusedProgram {
     /// Number of inputs the program reads.
     pub inputs: usize,
     /// The instructions; each defines the register of its own index.

@@ -57,9 +57,9 @@ use super::{check_input, error, KernelError, Par};
 use crate::ir::{DType, Layout};
 
 /// Columns of one panel (two AVX-512 vectors).
-pub const NR: usize = 32;
+pub(super) const NR: usize = 32;
 /// Most rows of one tile (`MR × 2` accumulators of the 32 vector registers).
-pub const MR: usize = 14;
+pub(super) const MR: usize = 14;
 
 /// A `[k, n]` matrix packed into panels of 32 columns, kept in f32, bf16 or int8 with
 /// a scale per column, for products `[.., m, k] × [k, n]` by an f32 left operand
@@ -414,7 +414,7 @@ const PAR_WORK: usize = if cfg!(test) { 1 << 9 } else { 64 * 64 * 64 };
 /// (`b * m * n` elements, row-major). A bf16 matrix multiplies the left operand's
 /// elements rounded to bf16, an int8 one its rows quantised to int8 (module `i8`);
 /// both sum in f32.
-pub fn matmul_packed(
+pub(super) fn matmul_packed(
     lhs: &[f32],
     lhs_layout: &Layout,
     rhs: &PackedRhs,

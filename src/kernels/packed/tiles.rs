@@ -57,7 +57,7 @@ pub(super) const ROWS: usize = 2 * TR;
 
 /// The largest `k` of a bf16x3 matrix: 32 rows of its left operand, split, fill the
 /// largest stack scratch (`with_stack`), and a product takes them 32 at a time.
-pub const MAX_K: usize = 8192;
+pub(super) const MAX_K: usize = 8192;
 
 /// The bf16 split of `x`: `(hi, lo)` with `hi = bf16(x)`, `lo = bf16(x - hi)`; a
 /// non-finite `hi` (an infinity, a NaN, or a value beyond bf16's largest finite) has

@@ -14,7 +14,7 @@ pub(crate) struct Graph<'a> {
 }
 
 impl<'a> Graph<'a> {
-    pub fn new(items: &'a [Item], sections: &'a Sections) -> Graph<'a> {
+    pub(crate) fn new(items: &'a [Item], sections: &'a Sections) -> Graph<'a> {
         let n = items.len();
         let mut members = vec![Vec::new(); sections.count];
         let mut load = vec![0u64; sections.count];
@@ -53,7 +53,7 @@ impl<'a> Graph<'a> {
     /// key, compared in turn, larger first. `W` lifetime width, `A` area, `T`
     /// largest section total, `Z` size, `O` overlap count, `C` sections spanned,
     /// `L`/`U` later start/end.
-    pub fn preorder(&self, keys: &str) -> Vec<u32> {
+    pub(crate) fn preorder(&self, keys: &str) -> Vec<u32> {
         let mut order: Vec<u32> = (0..self.items.len() as u32).collect();
         self.sort_by_keys(&mut order, keys, &self.load);
         order

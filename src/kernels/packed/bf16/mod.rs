@@ -567,16 +567,17 @@ fn checked<const R: usize>(kernel: Kernel, t: &Wide<'_>, dst: Out) {
         kernel.widens() && kernel.runs_here(),
         "this CPU has no {kernel:?} bf16 tile"
     );
-    // SAFETY (each call): the CPU has the tile's instructions (asserted), the asserts
-    // above are the bounds the tiles document, and this tile's elements of `dst` are
-    // written by no one else (see `Out`).
     #[cfg(target_arch = "x86_64")]
-    unsafe {
-        avx2::tile::<R>(t, dst.ptr)
+    {
+        // SAFETY: the CPU has the tile's instructions (asserted), the asserts above
+        // are the bounds the tiles document, and this tile's elements of `dst` are
+        // written by no one else (see `Out`).
+        unsafe { avx2::tile::<R>(t, dst.ptr) }
     }
     #[cfg(target_arch = "aarch64")]
-    unsafe {
-        neon::wide_tile::<R>(t, dst.ptr)
+    {
+        // SAFETY: as for the x86 tile just above.
+        unsafe { neon::wide_tile::<R>(t, dst.ptr) }
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     unreachable!("the widening bf16 tiles run on x86_64 and aarch64 only")

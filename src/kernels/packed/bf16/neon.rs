@@ -78,11 +78,14 @@ unsafe fn wide_block<const H: usize>(t: &Wide<'_>, i0: usize, half: usize, dst: 
     let b = t.b.as_ptr().wrapping_add(half * COLS);
     let a = t.a.as_ptr().wrapping_add(i0 * t.lda);
     // The half panel's pair row `q`, widened.
-    // SAFETY (each call): q < ceil(k / 2), so b[q * NR + half * COLS..][..16] is inside
-    // `t.b` (ceil(k / 2) * NR pairs).
-    let pair_row = |q: usize| unsafe {
-        let bq = b.add(q * NR);
-        [0, 4, 8, 12].map(|o| widen(vreinterpretq_u32_u8(vld1q_u8(bq.add(o).cast()))))
+    let pair_row = |q: usize| {
+        // SAFETY: (each call) q < ceil(k / 2), so b[q * NR + half * COLS..][..16] is
+        // inside `t.b` (ceil(k / 2) * NR pairs); the CPU has NEON (the caller's
+        // contract).
+        unsafe {
+            let bq = b.add(q * NR);
+            [0, 4, 8, 12].map(|o| widen(vreinterpretq_u32_u8(vld1q_u8(bq.add(o).cast()))))
+        }
     };
     for q in 0..t.k / 2 {
         let w = pair_row(q);

@@ -253,10 +253,15 @@ pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
     // The two halves of a row's `width` values from `at` (the masks read only the
     // first `width` lanes).
     let load = |at: *const f32| {
-        (
-            _mm512_maskz_loadu_ps(m0, at),
-            _mm512_maskz_loadu_ps(m1, at.wrapping_add(16)),
-        )
+        // SAFETY: the CPU has AVX-512F (this function's contract), and every `at`
+        // given is the first of a row's `width` operand columns, all inside the
+        // operand (checked by `check_epilogue`); the masks read only those lanes.
+        unsafe {
+            (
+                _mm512_maskz_loadu_ps(m0, at),
+                _mm512_maskz_loadu_ps(m1, at.wrapping_add(16)),
+            )
+        }
     };
     let add = |acc: __m512, v: __m512, sum_first: bool| {
         if sum_first {

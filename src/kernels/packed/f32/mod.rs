@@ -296,10 +296,11 @@ fn checked<const R: usize>(isa: Isa, t: &Tile<'_>, dst: Out) {
     assert!(isa.runs(), "this CPU has no {isa:?} f32 tile");
     #[cfg(target_arch = "x86_64")]
     match isa {
-        // SAFETY (both): the CPU has the tile's instructions (asserted), the asserts
-        // above are the bounds the tiles document, and this tile's elements of `dst`
-        // are written by no one else (see `Out`).
+        // SAFETY: the CPU has AVX-512F (asserted), the asserts above are the bounds
+        // the tiles document, and this tile's elements of `dst` are written by no one
+        // else (see `Out`).
         Isa::Avx512 => unsafe { avx512::tile::<R>(t, dst.ptr) },
+        // SAFETY: as for AVX-512 just above, the CPU having AVX2 and FMA.
         Isa::Avx2 => unsafe { avx2::tile::<R>(t, dst.ptr) },
     }
     #[cfg(target_arch = "aarch64")]

@@ -269,12 +269,16 @@ unsafe fn store<const H: usize>(f: &[[__m256; 4]; H], t: &Tile<'_>, dst: *mut f3
         if 16 * half >= t.width {
             break;
         }
-        let mut acc = [[_mm256_setzero_ps(); AVX2_ROWS]; 2];
-        for (i, f) in f.iter().enumerate() {
-            let sa = _mm256_set1_ps(t.sa[i]);
-            acc[0][i] = _mm256_mul_ps(f[2 * half], sa);
-            acc[1][i] = _mm256_mul_ps(f[2 * half + 1], sa);
-        }
+        // SAFETY: the CPU has AVX2 (the caller's contract); no memory is touched.
+        let acc = unsafe {
+            let mut acc = [[_mm256_setzero_ps(); AVX2_ROWS]; 2];
+            for (i, f) in f.iter().enumerate() {
+                let sa = _mm256_set1_ps(t.sa[i]);
+                acc[0][i] = _mm256_mul_ps(f[2 * half], sa);
+                acc[1][i] = _mm256_mul_ps(f[2 * half + 1], sa);
+            }
+            acc
+        };
         // SAFETY: the caller's contract, which is `finish`'s for these `H` rows: the
         // CPU has AVX2 and FMA, `rows` holds columns `at` of the tile's rows, as every
         // epilogue operand does, and the half holds columns (checked above).

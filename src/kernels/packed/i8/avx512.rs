@@ -93,14 +93,14 @@ unsafe fn store<const R: usize>(
     };
     let (m0, m1) = super::super::lane_masks(t.width);
     for i in 0..R {
-        let shift = _mm512_set1_epi32(t.sums[i].wrapping_mul(ZERO as i32));
-        let sa = _mm512_set1_ps(t.sa[i]);
-        let lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i], shift));
-        let hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i], shift));
-        // SAFETY: row i's columns are at at + i * ldc.., inside `dst` (valid for
-        // at + (R - 1) * ldc + width elements); the masks write only the first
-        // `width` lanes.
+        // SAFETY: the CPU has AVX-512F and BW (the caller's contract); row i's columns
+        // are at at + i * ldc.., inside `dst` (valid for at + (R - 1) * ldc + width
+        // elements); the masks write only the first `width` lanes.
         unsafe {
+            let shift = _mm512_set1_epi32(t.sums[i].wrapping_mul(ZERO as i32));
+            let sa = _mm512_set1_ps(t.sa[i]);
+            let lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i], shift));
+            let hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i], shift));
             let row = dst.add(t.at + i * t.ldc);
             _mm512_mask_storeu_ps(row, m0, _mm512_mul_ps(_mm512_mul_ps(lo, sw0), sa));
             let hi = _mm512_mul_ps(_mm512_mul_ps(hi, sw1), sa);

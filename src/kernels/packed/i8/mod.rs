@@ -124,7 +124,7 @@ use crate::kernels::cpu::{self, Tier};
 use crate::kernels::{check_input, error, KernelError};
 
 /// The largest `k` a weight may have: the exact integer sums fit in i32 up to it.
-pub const MAX_K: usize = 1 << 17;
+pub(super) const MAX_K: usize = 1 << 17;
 /// Bytes of one quad of one panel (4 bytes of each of its 32 columns).
 const QUAD: usize = 4 * NR;
 /// The zero of a weight byte (weights are stored shifted to u8).
@@ -243,7 +243,7 @@ impl PackedI8 {
     /// strides and offset) in the format of the tier in use ([`Format::best`]).
     /// Errors when the layout is not 2-D or does not fit `src`, when `k` exceeds
     /// [`MAX_K`], when a weight is not finite, or when the memory cannot be had.
-    pub fn quantize(src: &[f32], layout: &Layout) -> Result<PackedI8, KernelError> {
+    pub(super) fn quantize(src: &[f32], layout: &Layout) -> Result<PackedI8, KernelError> {
         Self::quantize_as(Format::best(), src, layout)
     }
 
@@ -352,7 +352,7 @@ impl PackedI8 {
 
     /// The `[k, n]` weight as the kernel sees it (`q * scale`), row-major, or `None`
     /// when the memory cannot be had.
-    pub fn dequantize(&self) -> Option<Vec<f32>> {
+    pub(super) fn dequantize(&self) -> Option<Vec<f32>> {
         let (k, n) = (self.k, self.n);
         let mut out = Vec::new();
         out.try_reserve_exact(k.checked_mul(n)?).ok()?;
@@ -371,7 +371,7 @@ impl PackedI8 {
     }
 
     /// Bytes held (the packed weight, its scales and column sums).
-    pub fn bytes(&self) -> usize {
+    pub(super) fn bytes(&self) -> usize {
         self.data.capacity()
             + self.scales.capacity() * std::mem::size_of::<f32>()
             + self.sums.capacity() * std::mem::size_of::<i32>()
@@ -779,22 +779,27 @@ fn tile<const R: usize>(path: Path, t: &Tile<'_>, dst: Out) {
         "{:?} weights on the {path:?} tile",
         t.format
     );
-    // SAFETY (each call): the CPU has the path's features (asserted), the asserts
-    // above are the bounds the tiles document, and this tile's elements of `dst` are
-    // written by no one else (see `Out`).
+    // Each call below: the CPU has the path's features (asserted), the asserts above
+    // are the bounds the tiles document, and this tile's elements of `dst` are written
+    // by no one else (see `Out`).
     #[cfg(target_arch = "x86_64")]
     match path {
+        // SAFETY: as said above, for AVX512_VNNI.
         Path::Avx512Vnni => return unsafe { avx512::tile::<R>(t, dst.ptr) },
+        // SAFETY: as said above, for AVX-512F and BW.
         Path::Avx512 => return unsafe { avx512::tile_bw::<R>(t, dst.ptr) },
+        // SAFETY: as said above, for AVX-VNNI.
         Path::Avx2Vnni => return unsafe { avx2::tile_vnni::<R>(t, dst.ptr) },
+        // SAFETY: as said above, for AVX2.
         Path::Avx2 => return unsafe { avx2::tile::<R>(t, dst.ptr) },
         Path::Portable => {}
         Path::NeonDotprod | Path::NeonI8mm => unreachable!("asserted: the CPU runs it"),
     }
-    // SAFETY (each call): as above.
     #[cfg(target_arch = "aarch64")]
     match path {
+        // SAFETY: as said above, for the dot product instructions.
         Path::NeonDotprod => return unsafe { neon::tile_sdot::<R>(t, dst.ptr) },
+        // SAFETY: as said above, for the int8 matrix instructions.
         Path::NeonI8mm => return unsafe { neon::tile_smmla::<R>(t, dst.ptr) },
         Path::Portable => {}
         _ => unreachable!("asserted: the CPU runs it"),

@@ -91,7 +91,7 @@ pub(in crate::kernels::packed) unsafe fn block<M: Mmla, const H: usize>(
 ) -> [[uint32x4_t; 4]; H] {
     const PAIRS: usize = ROWS / 2;
     let pairs = H.div_ceil(2);
-    // SAFETY (whole function): the caller's contract; the loads below read rows
+    // SAFETY: (the whole function) the caller's contract; the loads below read rows
     // 0..H (`row` clamps a lone last row's partner to row H - 1) at bytes 4u..4u + 8
     // for u + 2 <= units (4u..4u + 4 for a last lone unit), and the panel's half of
     // units u < units.

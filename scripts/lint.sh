@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The lints, as CI runs them before the tests (.ci/run): formatting, then clippy on
+# every target with the default features and with none, warnings as errors. The
+# crate's own lint levels (src/lib.rs: missing_docs, unreachable_pub,
+# unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks) are warnings while one
+# works and errors here. scripts/test-aarch64.sh runs the same clippy for aarch64.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$SECONDS
+for component in rustfmt clippy; do
+    if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+        rustup component add "$component"
+    fi
+done
+cargo fmt --all -- --check
+cargo clippy --quiet --all-targets -- -D warnings
+cargo clippy --quiet --all-targets --no-default-features -- -D warnings
+echo "== lints (fmt, clippy with default features and none): $((SECONDS - start)) s"
