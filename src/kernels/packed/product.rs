@@ -1,0 +1,485 @@
+//! Running a product by a packed weight: the one split of a product between threads
+//! (by rows, or by panels for short products), the epilogue the tiles apply
+//! ([`Step`]), the prefetch the bf16 and int8 tiles issue ahead of their panels, and
+//! the shapes the walks share ([`Matrix`], [`Part`], [`Cols`]).
+
+use std::fmt;
+
+use super::{bf16, f32, i8, tiles, PackedRhs, MR, NR};
+use crate::ir::Layout;
+use crate::kernels::par::Out;
+use crate::kernels::{check_input, error, KernelError, Par};
+
+/// How far ahead of the step being multiplied the bf16 and int8 tiles ask for their
+/// panel, in bytes (the next panel's, near the end of one): 4 KiB, about what arrives
+/// from DRAM while 32 steps of 14 rows run. A model's weights are larger than the
+/// cache; without the hint the first row block of each panel waited on DRAM. Measured
+/// when the f32 tile used it too, on a pass over MiniLM's 24 weights at 28 rows in f32
+/// (the hint on and off in alternate passes, medians of 40, on the EPYC): 1 thread 83 →
+/// 87 GFLOP/s, 2 threads 96–112 → 134–144; 896 rows 98 → 100. Into L2 (`T1`): into L1
+/// gained less with 2 threads (115–134). The f32 tile now shares out the next panel
+/// among its row blocks instead (`f32::NextPanel`).
+#[cfg(target_arch = "x86_64")]
+pub(super) const PREFETCH_BYTES: usize = 4096;
+
+/// Asks for the 128 bytes (two cache lines) [`PREFETCH_BYTES`] past `step`, the start
+/// of the panel bytes a tile's current step reads (every form's step reads 128 bytes
+/// of its panel), to be brought into L2. Past the last panel the hint is simply
+/// ignored: a prefetch reads nothing and cannot fault, and `wrapping_add` keeps the
+/// address computation defined for any `step`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) fn prefetch_ahead(step: *const u8) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+    let ahead = step.wrapping_add(PREFETCH_BYTES);
+    // SAFETY: a prefetch is only a hint: it dereferences nothing, whatever the
+    // address, and needs only SSE (always present on x86_64).
+    unsafe {
+        _mm_prefetch::<_MM_HINT_T1>(ahead.cast());
+        _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64).cast());
+    }
+}
+
+/// Products of at most this many rows are split between threads by columns (tests
+/// use fewer, so that both splits run).
+pub(super) const SHORT_M: usize = if cfg!(test) { 20 } else { 128 };
+
+/// Below this many multiply-adds a product runs on one thread.
+pub(super) const PAR_WORK: usize = if cfg!(test) { 1 << 9 } else { 64 * 64 * 64 };
+
+/// Multiplies `[b.., m, k]` (read through `lhs_layout`, any strides; rows with
+/// contiguous elements take the fastest path) by the packed `[k, n]` into `dst`
+/// (`b * m * n` elements, row-major). A bf16 matrix multiplies the left operand's
+/// elements rounded to bf16, an int8 one its rows quantised to int8 (module `i8`);
+/// both sum in f32.
+pub(in crate::kernels) fn matmul_packed(
+    lhs: &[f32],
+    lhs_layout: &Layout,
+    rhs: &PackedRhs,
+    dst: &mut [f32],
+    par: Par,
+) -> Result<(), KernelError> {
+    let form = rhs.form();
+    product(
+        lhs,
+        lhs_layout,
+        (rhs.k, rhs.n),
+        form,
+        form.simd(),
+        &[],
+        dst,
+        par,
+    )
+}
+
+/// One step of an [`Epilogue`]: what the f32 tile does to each of its sums (the
+/// product so far, or the result of the steps before) before it stores it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Step<'a> {
+    /// Adds `values[j]` to column `j` of every row (one value per column of the
+    /// product): a bias.
+    Columns {
+        /// The `n` values.
+        values: &'a [f32],
+        /// Whether the sum is the add's first operand (which NaN payload an add of
+        /// two NaNs keeps, so the bits follow the program's operand order).
+        // Read by the x86 and NEON tiles.
+        #[cfg_attr(
+            not(any(target_arch = "x86_64", target_arch = "aarch64")),
+            allow(dead_code)
+        )]
+        sum_first: bool,
+    },
+    /// Adds element `(i, j)` of a matrix with the product's shape, at
+    /// `data[offset + i * stride + j]`: a residual.
+    Rows {
+        /// The matrix's buffer.
+        data: &'a [f32],
+        /// Where its row 0 starts.
+        offset: usize,
+        /// Elements from one row to the next.
+        stride: usize,
+        /// As for [`Step::Columns`].
+        // As above.
+        #[cfg_attr(
+            not(any(target_arch = "x86_64", target_arch = "aarch64")),
+            allow(dead_code)
+        )]
+        sum_first: bool,
+    },
+    /// GELU of the sum (`math::gelu`, bit for bit).
+    Gelu,
+}
+
+#[cfg(test)]
+impl Step<'_> {
+    /// The step on `acc`, element `(i, j)` of the product, in scalar code (the same
+    /// value as the tile's; which NaN an add of two NaNs gives is not kept): the
+    /// tests' reference.
+    pub(super) fn apply_scalar(self, acc: f32, i: usize, j: usize) -> f32 {
+        match self {
+            Step::Columns { values, .. } => acc + values[j],
+            Step::Rows {
+                data,
+                offset,
+                stride,
+                ..
+            } => acc + data[offset + i * stride + j],
+            Step::Gelu => crate::kernels::math::gelu(acc),
+        }
+    }
+}
+
+impl fmt::Display for Step<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Columns { values, .. } => write!(f, "a bias of {} values", values.len()),
+            Step::Rows {
+                data,
+                offset,
+                stride,
+                ..
+            } => write!(
+                f,
+                "a residual of {} elements read from {offset} with row stride {stride}",
+                data.len()
+            ),
+            Step::Gelu => f.write_str("GELU"),
+        }
+    }
+}
+
+/// Element-wise steps the f32 tile applies to its accumulators, in order, before it
+/// stores them: a matmul epilogue (bias, residual, GELU) run in registers, without a
+/// pass over the output. Every step is the same IEEE operation (or the same GELU) the
+/// element-wise program would do, so the bits are the program's.
+pub(crate) type Epilogue<'a> = &'a [Step<'a>];
+
+/// [`matmul_packed`] followed by `epilogue` on every element of the product, when
+/// `rhs` is packed in f32 (or in int8 or bf16 where its tile takes one,
+/// `i8::takes_epilogue`, `bf16::takes_epilogue`)
+/// and the product is one matrix (no batch dims): the tile applies it to its sums
+/// before it stores them (see [`Epilogue`]). Returns `Ok(false)`, having done nothing,
+/// for the other forms and for batched products (the caller then runs the epilogue
+/// itself); an error when a step's operand does not fit the product.
+pub(crate) fn matmul_packed_epilogue(
+    lhs: &[f32],
+    lhs_layout: &Layout,
+    rhs: &PackedRhs,
+    epilogue: Epilogue<'_>,
+    dst: &mut [f32],
+    par: Par,
+) -> Result<bool, KernelError> {
+    let form = rhs.form();
+    let rank = lhs_layout.dims.len();
+    // (With k = 0 no tile runs to apply the steps.)
+    if !form.takes_epilogue() || rank != 2 || rhs.k == 0 {
+        return Ok(false);
+    }
+    let (m, n) = (lhs_layout.dims[0], rhs.n);
+    for step in epilogue {
+        let fits = match *step {
+            Step::Columns { values, .. } => values.len() == n,
+            Step::Rows {
+                data,
+                offset,
+                stride,
+                ..
+            } => m == 0 || rows_end(offset, stride, m, n).is_some_and(|end| end <= data.len()),
+            Step::Gelu => true,
+        };
+        if !fits {
+            return Err(error(
+                "matmul",
+                format_args!("the epilogue's {step} does not fit a [{m}, {n}] product"),
+            ));
+        }
+    }
+    product(
+        lhs,
+        lhs_layout,
+        (rhs.k, rhs.n),
+        form,
+        form.simd(),
+        epilogue,
+        dst,
+        par,
+    )?;
+    Ok(true)
+}
+
+/// One past the last element of `rows` rows of `n` elements, each `stride` after the
+/// one before, from `offset`; `None` on overflow.
+pub(super) fn rows_end(offset: usize, stride: usize, rows: usize, n: usize) -> Option<usize> {
+    (rows.checked_sub(1)?)
+        .checked_mul(stride)?
+        .checked_add(offset)?
+        .checked_add(n)
+}
+
+/// The panels of a packed matrix, borrowed, in their element type.
+#[derive(Clone, Copy)]
+pub(super) enum Form<'a> {
+    F32(&'a [f32]),
+    Bf16(&'a [u32]),
+    I8(&'a i8::PackedI8),
+    Tiles(&'a tiles::PackedTiles),
+}
+
+impl Form<'_> {
+    /// Whether this CPU runs the form's instruction-set path (f32 panels exist only
+    /// where it does).
+    pub(super) fn simd(self) -> bool {
+        match self {
+            Form::F32(_) => true,
+            Form::Bf16(_) => bf16::simd(),
+            Form::I8(_) => i8::simd(),
+            Form::Tiles(_) => crate::kernels::cpu::has_amx_bf16(),
+        }
+    }
+
+    /// Whether the form's tile applies an [`Epilogue`] (the f32 one, and the int8 and
+    /// bf16 ones of the AVX2 and aarch64 tiers).
+    pub(super) fn takes_epilogue(self) -> bool {
+        match self {
+            Form::F32(_) => true,
+            Form::Bf16(_) => bf16::takes_epilogue(self.simd()),
+            Form::I8(w) => i8::takes_epilogue(w, self.simd()),
+            _ => false,
+        }
+    }
+
+    /// The rows of one tile: a split by rows cuts at multiples of it.
+    pub(super) fn tile_rows(self) -> usize {
+        match self {
+            Form::Tiles(_) => tiles::ROWS,
+            Form::F32(_) => f32::Isa::here().map_or(MR, f32::Isa::rows),
+            Form::Bf16(_) => bf16::tile_rows(),
+            _ => MR,
+        }
+    }
+}
+
+/// [`matmul_packed`] by the `[k, n]` matrix whose panels are `form`, on the
+/// instruction-set path when `simd`, on the portable loops otherwise (the tests run
+/// both).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn product(
+    lhs: &[f32],
+    lhs_layout: &Layout,
+    (k, n): (usize, usize),
+    form: Form<'_>,
+    simd: bool,
+    epilogue: Epilogue<'_>,
+    dst: &mut [f32],
+    par: Par,
+) -> Result<(), KernelError> {
+    let kernel = "matmul";
+    check_input(kernel, "lhs", lhs.len(), lhs_layout)?;
+    let ld = &lhs_layout.dims;
+    let rank = ld.len();
+    if rank < 2 || ld[rank - 1] != k {
+        return Err(error(
+            kernel,
+            format_args!("cannot multiply lhs dims {ld:?} by a packed [{k}, {n}]"),
+        ));
+    }
+    let m = ld[rank - 2];
+    // Strides of size-1 dims are never multiplied by a non-zero index.
+    let lda = if m > 1 {
+        lhs_layout.strides[rank - 2]
+    } else {
+        0
+    };
+    let cs = if k > 1 {
+        lhs_layout.strides[rank - 1]
+    } else {
+        1
+    };
+    let batch: usize = ld[..rank - 2].iter().product();
+    let numel = batch
+        .checked_mul(m)
+        .and_then(|x| x.checked_mul(n))
+        .ok_or_else(|| error(kernel, "output element count overflows"))?;
+    crate::kernels::check_dst(kernel, dst.len(), numel)?;
+    if numel == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        // (`matmul_packed_epilogue` takes no epilogue for k = 0.)
+        debug_assert!(epilogue.is_empty());
+        dst.fill(0.0);
+        return Ok(());
+    }
+    let work = m.saturating_mul(n).saturating_mul(k);
+    let threads = if work >= PAR_WORK { par.threads } else { 1 };
+    for (b, out) in dst.chunks_exact_mut(m * n).enumerate() {
+        let base = crate::kernels::strided::offset_of(
+            &ld[..rank - 2],
+            &lhs_layout.strides[..rank - 2],
+            lhs_layout.offset,
+            b,
+        );
+        // The matrix: element (i, p) at i * lda + p * cs. The layout fits `lhs`
+        // (checked), so its last element is inside it.
+        let a = &lhs[base..base + (m - 1) * lda + (k - 1) * cs + 1];
+        let job = Job {
+            g: Matrix { a, lda, cs, k },
+            n,
+            form,
+            simd,
+            epilogue,
+        };
+        let out = Out::new(out);
+        let panels = (0, n.div_ceil(NR));
+        // The rows of a request or two: split by columns, so each thread reads only
+        // its part of the weight (from DRAM, for a model larger than the cache);
+        // taller products: by rows.
+        if threads > 1 && m > SHORT_M {
+            split_rows(&job, (0, m), out, threads);
+        } else {
+            split_columns(&job, (0, m), out, panels, threads);
+        }
+    }
+    Ok(())
+}
+
+/// The left operand of one product, in f32.
+#[derive(Clone, Copy)]
+pub(super) struct Matrix<'a> {
+    /// Element `(i, p)` is `a[i * lda + p * cs]`; `a` ends at the last one.
+    pub(super) a: &'a [f32],
+    pub(super) lda: usize,
+    pub(super) cs: usize,
+    pub(super) k: usize,
+}
+
+/// One product: the left operand, the panels of the right one (`n` columns), and
+/// whether the instruction-set path runs.
+pub(super) struct Job<'a> {
+    pub(super) g: Matrix<'a>,
+    pub(super) n: usize,
+    pub(super) form: Form<'a>,
+    pub(super) simd: bool,
+    /// Applied to every element of the product (by the forms that take one, see
+    /// [`matmul_packed_epilogue`]).
+    pub(super) epilogue: Epilogue<'a>,
+}
+
+/// Halves rows `rows.0..rows.1` between threads (block-aligned), each computing all
+/// columns of its rows.
+pub(super) fn split_rows(job: &Job<'_>, rows: (usize, usize), out: Out, threads: usize) {
+    let (r0, r1) = rows;
+    let m = r1 - r0;
+    let tile = job.form.tile_rows();
+    if threads <= 1 || m <= 2 * tile {
+        return split_columns(job, rows, out, (0, job.n.div_ceil(NR)), 1);
+    }
+    let mid = r0 + (m / 2).next_multiple_of(tile).min(m - tile);
+    rayon::join(
+        || split_rows(job, (r0, mid), out, threads / 2),
+        || split_rows(job, (mid, r1), out, threads - threads / 2),
+    );
+}
+
+/// Computes panels `panels.0..panels.1` of rows `rows.0..rows.1` of `out` (`m × n`),
+/// halving the panels between `threads` threads.
+pub(super) fn split_columns(
+    job: &Job<'_>,
+    rows: (usize, usize),
+    out: Out,
+    panels: (usize, usize),
+    threads: usize,
+) {
+    let (p0, p1) = panels;
+    if threads > 1 && p1 - p0 >= 2 {
+        let mid = p0 + (p1 - p0) / 2;
+        rayon::join(
+            || split_columns(job, rows, out, (p0, mid), threads / 2),
+            || split_columns(job, rows, out, (mid, p1), threads - threads / 2),
+        );
+        return;
+    }
+    let part = Part {
+        rows,
+        panels,
+        n: job.n,
+    };
+    match job.form {
+        Form::F32(data) => f32::part(job.g, data, job.epilogue, part, out),
+        Form::Bf16(data) => bf16::part(job.g, data, job.epilogue, part, job.simd, out),
+        Form::I8(w) => i8::part(job.g, w, job.epilogue, part, job.simd, out),
+        Form::Tiles(w) => tiles::part(job.g, w, part, job.simd, out),
+    }
+}
+
+/// The part of a product one thread computes: panels `panels` of rows `rows`, of an
+/// output `n` wide.
+#[derive(Clone, Copy)]
+pub(super) struct Part {
+    pub(super) rows: (usize, usize),
+    pub(super) panels: (usize, usize),
+    pub(super) n: usize,
+}
+
+impl Part {
+    /// Calls `f(first row, rows)` for the row blocks of rows `first..first + count`:
+    /// at most [`MR`] rows each, as even as possible (20 rows are two blocks of 10, not
+    /// 14 + 6).
+    pub(super) fn blocks(first: usize, count: usize, f: impl FnMut(usize, usize)) {
+        Part::blocks_of(MR, first, count, f)
+    }
+
+    /// [`Part::blocks`] for tiles of at most `rows` rows.
+    pub(super) fn blocks_of(
+        rows: usize,
+        first: usize,
+        count: usize,
+        mut f: impl FnMut(usize, usize),
+    ) {
+        let blocks = count.div_ceil(rows);
+        let mut r0 = first;
+        for bi in 0..blocks {
+            let h = (first + count - r0).div_ceil(blocks - bi);
+            f(r0, h);
+            r0 += h;
+        }
+    }
+
+    /// Where panel `pj`'s columns go.
+    pub(super) fn cols(self, pj: usize) -> Cols {
+        let j0 = pj * NR;
+        Cols {
+            j0,
+            width: NR.min(self.n - j0),
+            ldc: self.n,
+        }
+    }
+}
+
+/// Where a tile's results go: columns `j0..j0 + width` of rows at stride `ldc`.
+#[derive(Clone, Copy)]
+pub(super) struct Cols {
+    pub(super) j0: usize,
+    pub(super) width: usize,
+    pub(super) ldc: usize,
+}
+
+/// The masks of the two 16-lane halves of a panel that hold its first `width` columns
+/// (the last panel may be narrower).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn lane_masks(width: usize) -> (u16, u16) {
+    let m0 = if width >= 16 {
+        0xffff
+    } else {
+        (1u16 << width) - 1
+    };
+    let m1 = if width >= NR {
+        0xffff
+    } else if width > 16 {
+        (1u16 << (width - 16)) - 1
+    } else {
+        0
+    };
+    (m0, m1)
+}
