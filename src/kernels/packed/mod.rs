@@ -55,11 +55,11 @@ use super::par::Out;
 use super::{check_input, error, KernelError};
 use crate::ir::{DType, Layout};
 pub(super) use product::matmul_packed;
+#[cfg(test)]
+use product::product;
 #[cfg(target_arch = "x86_64")]
 use product::{lane_masks, prefetch_ahead};
 pub(crate) use product::{matmul_packed_epilogue, Epilogue, Step};
-#[cfg(test)]
-use product::product;
 use product::{rows_end, Cols, Form, Matrix, Part};
 #[cfg(target_arch = "x86_64")]
 use stack::store_rows;
@@ -384,8 +384,8 @@ fn pack_panels(src: &[f32], layout: &Layout) -> Option<PackedRhs> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::Par;
     use crate::kernels::testutil::*;
+    use crate::kernels::Par;
 
     /// `(m, k, n)` of the products every form is tested on: row counts 1..=2*MR+3
     /// cover every tile height and uneven blocks; widths cover a partial first half, a

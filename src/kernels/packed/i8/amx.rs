@@ -6,7 +6,8 @@
 //! summed into each i32 as `vpdpbusd` does; the accumulators go through the AVX-512
 //! conversion, so the bits are every other path's.
 
-use super::{avx512, Out, Tile, NR};
+use super::super::Out;
+use super::{avx512, Tile, NR};
 use std::arch::asm;
 
 /// The AMX tile registers, configured for this thread.
