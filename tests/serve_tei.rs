@@ -127,6 +127,23 @@ fn embed_and_info_answer_as_text_embeddings_inference_does() {
                 assert!((*g as f64 - *x as f64 / norm).abs() < 1e-6);
             }
         }
+        // `normalize: false`: the pooled states, whose direction is the vector's.
+        let (status, _, body) = post(json!({"inputs": texts, "normalize": false})).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let raw = vectors(&body);
+        for (r, unit) in raw.iter().zip(&want.vectors) {
+            let norm = r.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+            assert!((norm - 1.0).abs() > 1e-3, "not normalised: norm {norm}");
+            for (x, u) in r.iter().zip(unit) {
+                assert!((*x as f64 / norm - *u as f64).abs() < 1e-6);
+            }
+        }
+        let (_, _, body) =
+            post(json!({"inputs": texts, "normalize": false, "dimensions": 5})).await;
+        let cut = vectors(&body);
+        for (c, r) in cut.iter().zip(&raw) {
+            assert_eq!(c[..], r[..5], "the first values, not normalised again");
+        }
         // A long text: cut at the end by default (as the OpenAI route does), refused
         // with `truncate: false`, cut at the start with `truncation_direction: left`.
         let (status, _, body) = post(json!({ "inputs": long })).await;
@@ -160,10 +177,6 @@ fn embed_and_info_answer_as_text_embeddings_inference_does() {
             (
                 json!({"inputs": [[2, 99999]]}),
                 "outside the model's vocabulary",
-            ),
-            (
-                json!({"inputs": "a", "normalize": false}),
-                "`normalize: false` is not supported",
             ),
             (
                 json!({"inputs": "a", "normalize": 1}),

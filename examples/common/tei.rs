@@ -1,11 +1,11 @@
 //! Text Embeddings Inference's own routes, for users moving from it:
 //!
 //! - `POST /embed`: `{"inputs": str | [str] | [int] | [[int]], "normalize"?: bool
-//!   (true), "truncate"?: bool (true: this server truncates as `--auto-truncate` does),
-//!   "truncation_direction"?: "right" | "left" ("right"), "dimensions"?: int,
-//!   "prompt_name"?: null}` → `[[f32]]`, one vector per input, with TEI's
-//!   `x-compute-tokens` header. `dimensions` cuts each vector to its first values
-//!   (normalised again when `normalize`). Token ids are used as given. With `truncate:
+//!   (true; false gives the pooled states as they are), "truncate"?: bool (true: this
+//!   server truncates as `--auto-truncate` does), "truncation_direction"?: "right" |
+//!   "left" ("right"), "dimensions"?: int, "prompt_name"?: null}` → `[[f32]]`, one
+//!   vector per input, with TEI's `x-compute-tokens` header. `dimensions` cuts each
+//!   vector to its first values (normalised again when `normalize`). Token ids are used as given. With `truncate:
 //!   false` an input longer than the model takes is refused; `"left"` keeps its end
 //!   (the first and last special tokens kept, as the tokenizer's left truncation does
 //!   for a one-text template such as BERT's `[CLS] ... [SEP]`).
@@ -20,8 +20,7 @@
 //! `Validation` or `Tokenizer` (a bad field, an empty or too long input), 429
 //! `Overloaded` with `Retry-After` (a full queue: TEI's status for it, where the
 //! OpenAI routes answer 503), 424 `Backend` (the batch failed; OpenAI's routes say 500)
-//! and 504 `Backend` past `--request-timeout`. `normalize: false` is refused with a
-//! 422: the embedder only gives L2-normalised vectors.
+//! and 504 `Backend` past `--request-timeout`.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -66,6 +65,7 @@ fn invalid(message: impl Into<String>) -> TeiError {
 /// What an `/embed` request asks for.
 struct Embed {
     input: Input,
+    normalize: bool,
     truncate: bool,
     left: bool,
     dimensions: Option<usize>,
@@ -109,12 +109,6 @@ fn parse(body: Result<Bytes, BytesRejection>, dim: usize) -> Result<Embed, TeiEr
         ));
     }
     let input = parse_input(inputs, "inputs").map_err(invalid)?;
-    if !flag(&obj, "normalize", true)? {
-        return Err(invalid(
-            "`normalize: false` is not supported: this server's embedder gives \
-             L2-normalised vectors only",
-        ));
-    }
     if let Some(p) = obj.get("prompt_name").filter(|p| !p.is_null()) {
         return Err(invalid(format!(
             "`prompt_name` {p}: the model has no prompts (sentence-transformers' \
@@ -134,6 +128,7 @@ fn parse(body: Result<Bytes, BytesRejection>, dim: usize) -> Result<Embed, TeiEr
     let dimensions = dimensions(obj.get("dimensions"), dim).map_err(invalid)?;
     Ok(Embed {
         input,
+        normalize: flag(&obj, "normalize", true)?,
         truncate: flag(&obj, "truncate", true)?,
         left,
         dimensions,
@@ -211,7 +206,7 @@ pub(super) async fn embed(State(app): State<App>, body: Result<Bytes, BytesRejec
         .answer();
     }
     let seqs = match &ask.input {
-        Input::Texts(_) if ask.truncate && !ask.left => None,
+        Input::Texts(_) if ask.truncate && !ask.left && ask.normalize => None,
         Input::Texts(t) => match tokenize(&app, t, &ask) {
             Ok(s) => Some(s),
             Err(r) => return with_texts(r.answer(), texts),
@@ -219,7 +214,9 @@ pub(super) async fn embed(State(app): State<App>, body: Result<Bytes, BytesRejec
         Input::Ids(s) => Some(s.clone()),
     };
     let answer = waiting::wait(&app, Queue::Embedder, |done| match (seqs, &ask.input) {
-        (Some(seqs), _) => app.embedder.submit_tokens(seqs, done),
+        (Some(seqs), _) => app
+            .embedder
+            .submit_tokens_normalizing(seqs, ask.normalize, done),
         (None, Input::Texts(t)) => app.embedder.submit(t, done),
         (None, Input::Ids(s)) => app.embedder.submit_tokens(s.clone(), done),
     })
@@ -232,7 +229,12 @@ pub(super) async fn embed(State(app): State<App>, body: Result<Bytes, BytesRejec
                 if i > 0 {
                     out.push(',');
                 }
-                write_vector(&mut out, &truncated(v, ask.dimensions), Encoding::Float);
+                let v = match (ask.normalize, ask.dimensions) {
+                    (true, d) => truncated(v, d),
+                    (false, Some(d)) => v[..d].into(),
+                    (false, None) => v.into(),
+                };
+                write_vector(&mut out, &v, Encoding::Float);
             }
             out.push(']');
             (

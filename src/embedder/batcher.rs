@@ -55,10 +55,18 @@ impl Net {
         }
     }
 
-    /// One ragged forward pass: a vector (or the logits) per sequence, in order.
-    fn run(&self, seqs: &[&[u32]], types: &[&[u32]]) -> crate::Result<Vec<Vec<f32>>> {
+    /// One ragged forward pass: a vector (or the logits) per sequence, in order;
+    /// embeddings L2-normalised where `normalize` says (one flag per sequence).
+    fn run(
+        &self,
+        seqs: &[&[u32]],
+        types: &[&[u32]],
+        normalize: &[bool],
+    ) -> crate::Result<Vec<Vec<f32>>> {
         match self {
-            Net::Embed(model, pooling) => model.embed_packed(seqs, *pooling, Packing::Bucketed),
+            Net::Embed(model, pooling) => {
+                model.embed_packed_normalizing(seqs, *pooling, Packing::Bucketed, normalize)
+            }
             Net::Classify(c) => c.classify_packed(seqs, types, Packing::Bucketed),
         }
     }
@@ -76,6 +84,8 @@ struct Item {
     index: usize,
     /// Tokens of the whole request (the same for each of its items).
     request_tokens: usize,
+    /// Whether its embedding is L2-normalised (the request's choice).
+    normalize: bool,
 }
 
 struct Queue {
@@ -240,6 +250,7 @@ impl Batcher {
         self: &Arc<Self>,
         seqs: Vec<Vec<u32>>,
         types: Vec<Vec<u32>>,
+        normalize: bool,
         done: Done,
     ) -> Result<Ticket, EmbedError> {
         let tokens = seqs.iter().map(Vec::len).sum();
@@ -271,6 +282,7 @@ impl Batcher {
                 request: Arc::clone(&request),
                 index,
                 request_tokens: tokens,
+                normalize,
             });
         }
         drop(q);
@@ -367,7 +379,8 @@ impl Batcher {
         }
         let seqs: Vec<&[u32]> = batch.iter().map(|i| i.ids.as_slice()).collect();
         let types: Vec<&[u32]> = batch.iter().map(|i| i.types.as_slice()).collect();
-        match self.embed(&seqs, &types) {
+        let normalize: Vec<bool> = batch.iter().map(|i| i.normalize).collect();
+        match self.embed(&seqs, &types, &normalize) {
             Ok(vectors) => {
                 for (item, v) in batch.iter().zip(vectors) {
                     item.request.finish(item.index, Ok(v));
@@ -381,7 +394,7 @@ impl Batcher {
                 );
                 for item in &batch {
                     let one = self
-                        .embed(&[&item.ids], &[&item.types])
+                        .embed(&[&item.ids], &[&item.types], &[item.normalize])
                         .map(|mut v| v.remove(0));
                     item.request.finish(item.index, one);
                 }
@@ -390,7 +403,12 @@ impl Batcher {
     }
 
     /// One packed forward pass, its errors and panics as [`EmbedError::Model`].
-    fn embed(&self, seqs: &[&[u32]], types: &[&[u32]]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    fn embed(
+        &self,
+        seqs: &[&[u32]],
+        types: &[&[u32]],
+        normalize: &[bool],
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         #[cfg(test)]
         if seqs.iter().any(|s| s.contains(&tests::POISON)) {
             return Err(EmbedError::Model(crate::Error::Kernel {
@@ -403,7 +421,7 @@ impl Batcher {
             if let Some(o) = &observer {
                 o.batch(seqs);
             }
-            self.net.run(seqs, types)
+            self.net.run(seqs, types, normalize)
         };
         match catch_unwind(AssertUnwindSafe(pass)) {
             Ok(Ok(v)) if v.len() == seqs.len() => Ok(v),
@@ -474,7 +492,7 @@ pub(super) mod tests {
         for (r, seqs) in requests.iter().enumerate() {
             let tx = tx.clone();
             let done: Done = Box::new(move |a| tx.send((r, a)).unwrap());
-            b.submit(seqs.clone(), Vec::new(), done).unwrap();
+            b.submit(seqs.clone(), Vec::new(), true, done).unwrap();
         }
         b.shut_down();
         let worker = {
@@ -573,7 +591,7 @@ pub(super) mod tests {
         {
             let tx = tx.clone();
             let done: Done = Box::new(move |a| tx.send((r, a)).unwrap());
-            tickets.push(b.submit(seqs, Vec::new(), done).unwrap());
+            tickets.push(b.submit(seqs, Vec::new(), true, done).unwrap());
         }
         assert_eq!(
             b.depth(),
@@ -615,8 +633,12 @@ pub(super) mod tests {
         let b = Arc::new(Batcher::new(Net::Embed(tiny_model(), Pooling::Mean), s));
         let never = || -> Done { Box::new(|_| panic!("a refused request is never answered")) };
         // Alone, a request larger than the bound is taken.
-        let big = b.submit(vec![vec![1; 7]], Vec::new(), never()).unwrap();
-        let e = b.submit(vec![vec![1]], Vec::new(), never()).unwrap_err();
+        let big = b
+            .submit(vec![vec![1; 7]], Vec::new(), true, never())
+            .unwrap();
+        let e = b
+            .submit(vec![vec![1]], Vec::new(), true, never())
+            .unwrap_err();
         assert_eq!(
             e,
             EmbedError::Overloaded {
@@ -634,12 +656,13 @@ pub(super) mod tests {
             b.submit(
                 vec![vec![1; n]],
                 Vec::new(),
+                true,
                 Box::new(move |a| tx.send(a).unwrap()),
             )
             .unwrap();
         }
         assert!(matches!(
-            b.submit(vec![vec![1]], Vec::new(), never()),
+            b.submit(vec![vec![1]], Vec::new(), true, never()),
             Err(EmbedError::Overloaded { queued: 5, .. })
         ));
         b.shut_down();
@@ -673,6 +696,7 @@ pub(super) mod tests {
             b.submit(
                 seqs,
                 Vec::new(),
+                true,
                 Box::new(move |a| tx.send((r, a)).unwrap()),
             )
             .unwrap();

@@ -234,7 +234,8 @@ impl std::error::Error for EmbedError {
 /// made (after truncation, special tokens included: OpenAI's `usage.prompt_tokens`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Embeddings {
-    /// One L2-normalised vector of [`Embedder::dim`] values per text.
+    /// One L2-normalised vector of [`Embedder::dim`] values per text (the pooled
+    /// states as they are when asked through [`Embedder::submit_tokens_normalizing`]).
     pub vectors: Vec<Vec<f32>>,
     /// Tokens of all the texts together.
     pub tokens: usize,
@@ -331,12 +332,27 @@ impl Embedder {
         seqs: Vec<Vec<u32>>,
         done: impl FnOnce(Result<Embeddings, EmbedError>) + Send + 'static,
     ) -> Result<Ticket, EmbedError> {
+        self.submit_tokens_normalizing(seqs, true, done)
+    }
+
+    /// [`Embedder::submit_tokens`], with the vectors L2-normalised only when
+    /// `normalize` (else the pooled states as they are: Text Embeddings Inference's
+    /// `normalize: false`). With `normalize` the vectors are
+    /// [`Embedder::submit_tokens`]'s, to the bit.
+    pub fn submit_tokens_normalizing(
+        &self,
+        seqs: Vec<Vec<u32>>,
+        normalize: bool,
+        done: impl FnOnce(Result<Embeddings, EmbedError>) + Send + 'static,
+    ) -> Result<Ticket, EmbedError> {
         let vocab = self.model().config().vocab_size;
         for (index, s) in seqs.iter().enumerate() {
             check_ids(index, s, self.max_tokens, vocab)?;
         }
         let done: Done = Box::new(done);
-        self.workers.batcher().submit(seqs, Vec::new(), done)
+        self.workers
+            .batcher()
+            .submit(seqs, Vec::new(), normalize, done)
     }
 
     /// Sets the observer told of each batch before it runs (see [`BatchObserver`]),
