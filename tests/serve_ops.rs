@@ -340,8 +340,8 @@ fn under_overload_every_answer_is_200_or_503_and_gone_clients_leave_no_work() {
         );
 
         // Clients that go away before their batch runs: one request holds the only
-        // worker for 400 ms while 16 others queue and disconnect.
-        gate.delay_ms.store(400, Ordering::Relaxed);
+        // worker for 1.5 s while 16 others queue and disconnect.
+        gate.delay_ms.store(1500, Ordering::Relaxed);
         let ran_before = gate.ran.load(Ordering::Relaxed);
         let holder = tokio::spawn(one_client(s.host.clone(), vec!["the holder".into()]));
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -434,7 +434,7 @@ fn a_request_past_the_timeout_gets_504_and_leaves_the_queue() {
         gate.delay_ms.store(600, Ordering::Relaxed);
         // The first runs (too slowly), the second waits behind it: both time out.
         let a = tokio::spawn(one_client(s.host.clone(), vec!["first".into()]));
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        tokio::time::sleep(Duration::from_millis(80)).await;
         let b = tokio::spawn(one_client(s.host.clone(), vec!["second".into()]));
         for c in [a, b] {
             let (status, _, body) = c.await.unwrap().expect("answered");
