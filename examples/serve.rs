@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release --example serve -- [--bind ADDR] [--model DIR] [--reranker DIR]
 //!     [--workers N] [--max-batch-tokens N] [--max-wait-ms MS] [--precision f32|bf16|int8]
+//!     [--max-queue-tokens N] [--request-timeout MS] [--api-key KEY]
 //! curl -s localhost:8080/v1/embeddings -H 'content-type: application/json' \
 //!     -d '{"input": ["The cat sits outside", "A man is playing guitar"], "model": "all-MiniLM-L6-v2"}'
 //! curl -s localhost:8080/v1/rerank -H 'content-type: application/json' \
@@ -24,6 +25,14 @@
 //!   batch; `--max-wait-ms MS` (default 2): how long a worker waits for a batch to
 //!   fill; `--precision P` (default f32): the precision of the model's matrix weights
 //!   (`streamfuse::models::Precision`, with the accuracy each keeps).
+//! - `--max-queue-tokens N` (default: unbounded): the most tokens waiting for a
+//!   worker; a request that would pass it gets a 503 with `Retry-After` (a 429 on
+//!   TEI's `/embed`) at once, instead of an ever longer wait. `--request-timeout MS`
+//!   (default: none): a request not answered within it gets a 504 and leaves the queue.
+//!   A request whose client disconnects leaves the queue too, unrun.
+//! - `--api-key KEY` (or `$STREAMFUSE_API_KEY`): every route but `/health` then needs
+//!   `Authorization: Bearer KEY` (OpenAI's client sends its `api_key` so), else a 401.
+//!   The key is compared in constant time and never printed.
 //!
 //! Routes: `POST /v1/embeddings` (`input`: a string, a list of strings, or token ids of
 //! the model's vocabulary, a list or a list of lists; `encoding_format` `"float"` or
@@ -34,11 +43,15 @@
 //! Jina's shape: `query`, `documents`, `top_n`, `return_documents`) and `POST /rerank`
 //! (Text Embeddings Inference's: `query`, `texts`, `raw_scores`, `return_text`,
 //! `truncate`), both sorted most relevant first (`examples/common/rerank.rs` has the
-//! shapes). The official Python client works as it comes:
-//! `OpenAI(base_url="http://127.0.0.1:8080/v1", api_key="x").embeddings.create(...)`. Bad JSON, wrong types, empty texts and bodies over 1 MiB get a 4xx
-//! with a JSON error body. Ctrl-C (or SIGTERM) stops accepting connections, finishes
-//! the requests in flight and exits. The HTTP side runs on two tokio threads; the
-//! forward passes never run there.
+//! shapes); Text Embeddings Inference's `POST /embed` and `GET /info`
+//! (`examples/common/tei.rs`); `GET /metrics`, Prometheus' text format
+//! (`examples/common/metrics.rs` lists the metrics). The official Python client works
+//! as it comes: `OpenAI(base_url="http://127.0.0.1:8080/v1",
+//! api_key="x").embeddings.create(...)`. Bad JSON, wrong types, empty texts and bodies
+//! over 1 MiB get a 4xx with a JSON error body; a batch that fails or panics fails
+//! only its own requests (500). Ctrl-C (or SIGTERM) stops accepting connections,
+//! finishes the requests in flight and exits. The HTTP side runs on two tokio threads;
+//! the forward passes never run there.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -56,7 +69,11 @@ mod server;
 mod tier;
 
 const USAGE: &str = "usage: serve [--bind ADDR] [--model DIR] [--reranker DIR] [--workers N] \
-                     [--max-batch-tokens N] [--max-wait-ms MS] [--precision f32|bf16|int8]";
+                     [--max-batch-tokens N] [--max-wait-ms MS] [--precision f32|bf16|int8] \
+                     [--max-queue-tokens N] [--request-timeout MS] [--api-key KEY]";
+
+/// The environment variable that sets the API key when `--api-key` is not given.
+const API_KEY_ENV: &str = "STREAMFUSE_API_KEY";
 
 /// Resolves on Ctrl-C or SIGTERM.
 async fn shutdown_signal() {
@@ -87,6 +104,8 @@ fn run() -> Result<(), String> {
     let mut model: Option<PathBuf> = None;
     let mut reranker_dir: Option<PathBuf> = None;
     let mut settings = EmbedderSettings::default();
+    let mut options = server::Options::default();
+    let mut api_key = std::env::var(API_KEY_ENV).ok().filter(|k| !k.is_empty());
     cli::each_flag(USAGE, |name, value| {
         match name {
             "--bind" => bind = value()?,
@@ -96,10 +115,20 @@ fn run() -> Result<(), String> {
             "--max-batch-tokens" => settings.max_batch_tokens = cli::count(value()?, name)?,
             "--max-wait-ms" => settings.max_wait = cli::millis(value()?, name)?,
             "--precision" => settings.precision = value()?.parse()?,
+            "--max-queue-tokens" => settings.max_queue_tokens = Some(cli::count(value()?, name)?),
+            "--request-timeout" => {
+                let ms = cli::count(value()?, name)? as u64;
+                options.request_timeout = Some(std::time::Duration::from_millis(ms))
+            }
+            "--api-key" => api_key = Some(value()?),
             other => return Err(format!("unknown argument `{other}`")),
         }
         Ok(())
     })?;
+    options.api_key = api_key
+        .map(|k| server::ApiKey::new(&k))
+        .transpose()
+        .map_err(|e| format!("--api-key / ${API_KEY_ENV}: {e}"))?;
     let dir = fetch::find_or_fetch_model(model.as_deref())?;
     let folder_name = |dir: &std::path::Path, default: &str| {
         dir.file_name()
@@ -136,6 +165,7 @@ fn run() -> Result<(), String> {
             s.max_batch_tokens,
             s.max_wait
         );
+        eprintln!("{}", server::describe(&options, s.max_queue_tokens));
         if let Some((r, _)) = &reranker {
             eprintln!(
                 "reranking with {} ({} tokens a pair at most, scores through {:?})",
@@ -147,14 +177,15 @@ fn run() -> Result<(), String> {
                 r.activation()
             );
         }
-        let rerank = reranker.as_ref().map(|(r, n)| (Arc::clone(r), n.as_str()));
-        server::serve(
-            listener,
-            server::router_with(Arc::clone(&embedder), &name, rerank),
-            shutdown_signal(),
-        )
-        .await
-        .map_err(|e| format!("server: {e}"))
+        let config = server::Config {
+            embedder: Arc::clone(&embedder),
+            model: name,
+            reranker: reranker.as_ref().map(|(r, n)| (Arc::clone(r), n.clone())),
+            options,
+        };
+        server::serve(listener, server::build(config), shutdown_signal())
+            .await
+            .map_err(|e| format!("server: {e}"))
     })?;
     // The last handles: the workers finish what is queued and are joined.
     drop(embedder);

@@ -14,7 +14,11 @@
 # token ids as input; a bad request is the client's BadRequestError naming the field;
 # POST /v1/rerank through plain HTTP (urllib): sorted, top_n, return_documents, and the
 # scores transformers computed for the reranker fixture (tests/data/tiny-reranker,
-# served with --reranker), within 1e-5.
+# served with --reranker), within 1e-5; Text Embeddings Inference's POST /embed (the
+# same vectors as the client's) and GET /info; GET /metrics in Prometheus' text format.
+# When it starts the server itself, it then starts a second one with --api-key and
+# checks the client with that key (answered), with another key (the client's
+# AuthenticationError) and /health without one.
 #
 # Installs under target/client-check/: a virtual environment with openai and numpy.
 # STREAMFUSE_MODEL_DIR or target/models/all-MiniLM-L6-v2 is the model served;
@@ -149,5 +153,86 @@ else:
     check("/v1/rerank with an empty query is a 400 naming it",
           status == 400 and "query" in body["error"]["message"], f"{status} {body}")
 
+
+
+def get(path, body=None):
+    req = urllib.request.Request(sys.argv[1] + path, headers={"content-type": "application/json"},
+                                 data=None if body is None else json.dumps(body).encode())
+    try:
+        with urllib.request.urlopen(req) as resp:
+            return resp.status, resp.headers, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+# Text Embeddings Inference's routes, as its clients post them.
+status, _, body = get("/embed", {"inputs": texts})
+tei = np.array(json.loads(body), dtype=np.float32) if status == 200 else None
+check("TEI /embed gives the client's vectors to the last bit",
+      tei is not None and tei.tobytes() == a.tobytes(), f"{status} {body[:200]}")
+status, _, body = get("/info")
+info = json.loads(body) if status == 200 else {}
+check("TEI /info names the model and its limits",
+      info.get("model_id") == name and info.get("max_input_length", 0) > 0
+      and info.get("dimensions") == 384, f"{status} {info}")
+status, headers, body = get("/metrics")
+text = body.decode()
+check("/metrics is Prometheus text with the request counter",
+      status == 200 and headers.get("content-type", "").startswith("text/plain; version=0.0.4")
+      and 'streamfuse_requests_total{route="/v1/embeddings",status="200"}' in text,
+      f"{status} {text[:200]}")
+
 sys.exit(1 if failed else 0)
 EOF
+
+# A second server with --api-key (through its variable): the client's api_key is the
+# Bearer token.
+if [ -n "$server" ]; then
+    kill $server 2>/dev/null || true
+    wait $server 2>/dev/null || true
+    key=client-check-$RANDOM$RANDOM
+    STREAMFUSE_API_KEY=$key target/release/examples/serve --bind "127.0.0.1:$port" \
+        "${model[@]}" >"$dir/serve-key.log" 2>&1 &
+    server=$!
+    for _ in $(seq 600); do
+        curl -sf "$url/health" >/dev/null 2>&1 && break
+        kill -0 $server 2>/dev/null || { cat "$dir/serve-key.log"; exit 1; }
+        sleep 0.1
+    done
+    "$venv/bin/python" - "$url" "$key" <<'EOF'
+import sys
+import urllib.request
+
+import openai
+from openai import OpenAI
+
+url, key = sys.argv[1], sys.argv[2]
+failed = 0
+
+
+def check(name, ok, detail=""):
+    global failed
+    failed += not ok
+    print(f"{'ok' if ok else 'FAIL'}  {name}" + (f": {detail}" if detail and not ok else ""))
+
+
+right = OpenAI(base_url=url + "/v1", api_key=key)
+r = right.embeddings.create(model="m", input=["The cat sits outside"])
+check("--api-key: the client with the key is answered", len(r.data) == 1)
+try:
+    OpenAI(base_url=url + "/v1", api_key=key + "x", max_retries=0).embeddings.create(
+        model="m", input=["The cat sits outside"])
+    check("--api-key: another key is refused", False, "answered 200")
+except openai.AuthenticationError as e:
+    check("--api-key: another key is the client's AuthenticationError (401)",
+          e.status_code == 401 and key not in str(e), str(e))
+with urllib.request.urlopen(url + "/health") as resp:
+    check("--api-key: /health needs no key", resp.status == 200)
+sys.exit(1 if failed else 0)
+EOF
+    if grep -q "$key" "$dir/serve-key.log"; then
+        echo "FAIL  --api-key: the key appears in the server's log"
+        exit 1
+    fi
+    echo "ok  --api-key: the key is not in the server's log"
+fi

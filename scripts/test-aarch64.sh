@@ -17,7 +17,8 @@
 #
 #      max         every feature QEMU emulates (dotprod, i8mm, bf16, SVE): tier sve.
 #                  The library's tests and every integration test but embedder.rs and
-#                  serve.rs (MAX_SKIPS below): their batching, threads and HTTP have no
+#                  the server's (serve*.rs; MAX_SKIPS below; serve_ops.rs also times
+#                  its load and timeouts): their batching, threads and HTTP have no
 #                  code of their own that depends on the architecture, the products
 #                  they run are the ones tests/minilm.rs runs here, and at about
 #                  0.35 s of emulated CPU per token through the model they cost 5.5
@@ -96,7 +97,7 @@ fi
 lap "setup"
 
 # What each run starts (see above).
-MAX_SKIPS=(embedder serve)
+MAX_SKIPS=(embedder serve serve_ops serve_tei)
 A72_TESTS=(attention precision)
 max_tests=()
 for t in tests/*.rs; do

@@ -19,26 +19,16 @@ mod fetch;
 mod http;
 #[path = "../examples/common/server.rs"]
 mod server;
+#[path = "support/serving.rs"]
+mod serving;
+
+use serving::{error_message, post_json, rerank_fixture, runtime, start};
 
 fn cosine(a: &[f32], b: &[f64]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * y).sum();
     let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
     let nb: f64 = b.iter().map(|x| x * x).sum::<f64>().sqrt();
     dot / (na * nb)
-}
-
-/// The error body's message, after checking its shape.
-fn error_message(status: StatusCode, body: &[u8], want: StatusCode) -> String {
-    assert_eq!(status, want, "{}", String::from_utf8_lossy(body));
-    let v: Value = serde_json::from_slice(body).expect("a JSON error body");
-    let err = &v["error"];
-    let kind = if want.is_client_error() {
-        "invalid_request_error"
-    } else {
-        "server_error"
-    };
-    assert_eq!(err["type"], kind, "{v}");
-    err["message"].as_str().expect("a message").to_string()
 }
 
 async fn post(c: &mut http::Conn, body: Vec<u8>) -> (StatusCode, hyper::body::Bytes) {
@@ -65,7 +55,11 @@ fn the_server_answers_a_real_http_client() {
     let want = embedder.embed_counted(&texts).unwrap();
     runtime().block_on(async {
         let router = server::router(Arc::clone(&embedder), "all-MiniLM-L6-v2");
-        let (host, stop, serving) = start(router).await;
+        let serving::Running {
+            host,
+            stop,
+            serving,
+        } = start(router).await;
         let mut c = http::Conn::connect(&host).await.unwrap();
 
         // A list of texts: OpenAI's shape, the embedder's values.
@@ -246,54 +240,6 @@ fn the_server_answers_a_real_http_client() {
     });
 }
 
-/// The reranker fixture (`scripts/gen-reranker-fixture.py`): a small random
-/// `BertForSequenceClassification` CrossEncoder folder, and transformers' values.
-fn rerank_fixture() -> (std::path::PathBuf, Value) {
-    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
-    let reference = std::fs::read_to_string(data.join("tiny-reranker-reference.json")).unwrap();
-    (
-        data.join("tiny-reranker"),
-        serde_json::from_str(&reference).unwrap(),
-    )
-}
-
-/// A runtime of two threads for a test's server and client.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// POSTs `body` to `path` as JSON.
-async fn post_json(
-    c: &mut http::Conn,
-    path: &str,
-    body: Value,
-) -> (StatusCode, hyper::body::Bytes) {
-    c.request(Method::POST, path, body.to_string().into_bytes())
-        .await
-        .unwrap()
-}
-
-/// Starts `router` on a loopback port; returns its address and what stops it.
-async fn start(
-    router: axum::Router,
-) -> (
-    String,
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<std::io::Result<()>>,
-) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let host = listener.local_addr().unwrap().to_string();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server::serve(listener, router, async {
-        let _ = stopped.await;
-    }));
-    (host, stop, serving)
-}
-
 #[test]
 fn the_rerank_routes_answer_in_cohere_and_tei_shapes() {
     let (dir, reference) = rerank_fixture();
@@ -327,7 +273,11 @@ fn the_rerank_routes_answer_in_cohere_and_tei_shapes() {
             "tiny-encoder",
             Some((Arc::clone(&reranker), "tiny-reranker")),
         );
-        let (host, stop, serving) = start(router).await;
+        let serving::Running {
+            host,
+            stop,
+            serving,
+        } = start(router).await;
         let mut c = http::Conn::connect(&host).await.unwrap();
 
         // Cohere / Jina: every document, sorted, transformers' scores.
@@ -575,8 +525,11 @@ fn the_rerank_routes_answer_in_cohere_and_tei_shapes() {
         serving.await.unwrap().unwrap();
 
         // Without a reranker the routes say how to load one.
-        let (host, stop, serving) =
-            start(server::router(Arc::clone(&embedder), "tiny-encoder")).await;
+        let serving::Running {
+            host,
+            stop,
+            serving,
+        } = start(server::router(Arc::clone(&embedder), "tiny-encoder")).await;
         let mut c = http::Conn::connect(&host).await.unwrap();
         for path in ["/v1/rerank", "/rerank"] {
             let body = json!({"query": "q", "documents": ["a"], "texts": ["a"]});

@@ -6,7 +6,7 @@
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::client::conn::http1::{handshake, SendRequest};
-use hyper::{Method, Request, StatusCode};
+use hyper::{HeaderMap, Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 
 /// The `host:port` of an `http://host:port[/...]` URL.
@@ -54,15 +54,32 @@ impl Conn {
         path: &str,
         body: Vec<u8>,
     ) -> Result<(StatusCode, Bytes), String> {
+        let (status, _, body) = self.send(method, path, body, &[]).await?;
+        Ok((status, body))
+    }
+
+    /// [`Conn::request`] with extra request `headers`, returning the response's
+    /// headers too.
+    pub async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Vec<u8>,
+        headers: &[(&str, &str)],
+    ) -> Result<(StatusCode, HeaderMap, Bytes), String> {
         self.sender
             .ready()
             .await
             .map_err(|e| format!("connection to {}: {e}", self.host))?;
-        let req = Request::builder()
+        let mut req = Request::builder()
             .method(method)
             .uri(path)
             .header("host", &self.host)
-            .header("content-type", "application/json")
+            .header("content-type", "application/json");
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let req = req
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| format!("building the request: {e}"))?;
         let resp = self
@@ -71,12 +88,13 @@ impl Conn {
             .await
             .map_err(|e| format!("{path}: {e}"))?;
         let status = resp.status();
+        let headers = resp.headers().clone();
         let body = resp
             .into_body()
             .collect()
             .await
             .map_err(|e| format!("{path}: reading the body: {e}"))?
             .to_bytes();
-        Ok((status, body))
+        Ok((status, headers, body))
     }
 }

@@ -28,7 +28,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 use streamfuse::embedder::{EmbedError, Reranker, ScoreActivation, Scores, Truncation};
 
-use super::{error, json_response, App};
+use super::metrics::Queue;
+use super::{error, json_response, waiting, with_texts, App};
 
 /// A request that cannot be answered (a 4xx, or a 500): its status and message, sent
 /// as OpenAI's error body.
@@ -146,30 +147,26 @@ fn ask<'a>(
 }
 
 /// Scores `documents` for `query`, awaiting the reranker's workers; a library error
-/// is a 400 when the request was at fault (naming `field`), else a 500.
+/// is a 400 when the request was at fault (naming `field`), a 503 for a full queue, a
+/// 504 past the request timeout, else a 500.
 async fn run(
+    app: &App,
     reranker: &Reranker,
     query: &str,
     documents: &[String],
     truncation: Truncation,
     field: &str,
 ) -> Result<Scores, Refusal> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let queued = reranker.submit(query, documents, truncation, move |r| {
-        let _ = tx.send(r);
-    });
-    let answer = match queued {
-        Ok(()) => rx.await.unwrap_or_else(|_| {
-            Err(EmbedError::Workers(
-                "the reranker dropped the request".into(),
-            ))
-        }),
-        Err(e) => Err(e),
-    };
-    answer.map_err(|e| match e {
-        EmbedError::EmptyQuery => Refusal::bad(format!("`query`: {e}")),
-        e if e.is_input_error() => Refusal::bad(format!("`{field}`: {e}")),
-        e => Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    waiting::wait(app, Queue::Reranker, |done| {
+        reranker.submit(query, documents, truncation, done)
+    })
+    .await
+    .map_err(|f| match f.embed_error() {
+        Some(e @ EmbedError::EmptyQuery) => Refusal::bad(format!("`query`: {e}")),
+        _ => {
+            let (status, message) = f.openai(field);
+            Refusal(status, message)
+        }
     })
 }
 
@@ -178,6 +175,7 @@ pub(super) async fn cohere(
     State(app): State<App>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let mut count = 0;
     let answer = async {
         let Ask {
             reranker,
@@ -185,6 +183,7 @@ pub(super) async fn cohere(
             query,
             docs,
         } = ask(&app, body, "documents", true)?;
+        count = docs.len();
         let top_n = field(
             &obj,
             "top_n",
@@ -200,7 +199,15 @@ pub(super) async fn cohere(
             Value::as_bool,
         )?;
         field(&obj, "model", "a string", Some(""), Value::as_str)?;
-        let scores = run(reranker, &query, &docs, Truncation::Right, "documents").await?;
+        let scores = run(
+            &app,
+            reranker,
+            &query,
+            &docs,
+            Truncation::Right,
+            "documents",
+        )
+        .await?;
         let results: Vec<Value> = scores
             .ranking()
             .into_iter()
@@ -219,14 +226,17 @@ pub(super) async fn cohere(
             &json!({"model": &*app.reranker_name, "results": results, "usage": usage}),
         ))
     };
-    answer.await.unwrap_or_else(Refusal::answer)
+    let response = answer.await.unwrap_or_else(Refusal::answer);
+    with_texts(response, count)
 }
 
 /// `POST /rerank`: Text Embeddings Inference's rerank API.
 pub(super) async fn tei(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Response {
+    let mut count = 0;
     let answer = async {
         let ask = ask(&app, body, "texts", false)?;
         let (reranker, obj, query, texts) = (ask.reranker, ask.obj, ask.query, ask.docs);
+        count = texts.len();
         let raw = field(
             &obj,
             "raw_scores",
@@ -264,7 +274,7 @@ pub(super) async fn tei(State(app): State<App>, body: Result<Bytes, BytesRejecti
         } else {
             Truncation::Refuse
         };
-        let scores = run(reranker, &query, &texts, truncation, "texts").await?;
+        let scores = run(&app, reranker, &query, &texts, truncation, "texts").await?;
         let ranks: Vec<Value> = scores
             .ranking()
             .into_iter()
@@ -297,5 +307,6 @@ pub(super) async fn tei(State(app): State<App>, body: Result<Bytes, BytesRejecti
                 .into_response(),
         )
     };
-    answer.await.unwrap_or_else(Refusal::answer)
+    let response = answer.await.unwrap_or_else(Refusal::answer);
+    with_texts(response, count)
 }

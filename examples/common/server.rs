@@ -1,50 +1,101 @@
-//! The embeddings HTTP API over a shared [`Embedder`], in OpenAI's shapes, as an axum
-//! router: `POST /v1/embeddings`, `GET /v1/models` and `GET /health`; with a
-//! [`Reranker`], also `POST /v1/rerank` (Cohere's and Jina's shape) and `POST /rerank`
-//! (Text Embeddings Inference's), in `rerank.rs`. Shared by `examples/serve.rs` (the
-//! server) and `tests/serve.rs` (which answers it with a real HTTP client).
+//! The embeddings HTTP API over a shared [`Embedder`] as an axum router. Shared by
+//! `examples/serve.rs` (the server) and the tests that answer it with a real HTTP
+//! client (`tests/serve.rs`, `tests/serve_load.rs`). One file a job:
 //!
-//! `/v1/embeddings` takes what OpenAI's embeddings API takes: `input` as a string, a
-//! list of strings, a list of token ids or a list of lists of them (ids of the served
-//! model's own vocabulary, each sequence used as given, special tokens included, as
-//! Text Embeddings Inference takes them); `encoding_format` `"float"` (the default) or
-//! `"base64"` (each vector's f32 values as little-endian bytes, base64-encoded: what
-//! the official Python client asks for unless told otherwise); `dimensions` (the
-//! vector cut to its first `dimensions` values and L2-normalised again, as
-//! sentence-transformers' `truncate_dim` then normalising does); `model` and `user`
-//! (strings, not used).
+//! - `openai.rs`: `POST /v1/embeddings` in OpenAI's shape (texts or token ids,
+//!   `encoding_format` float or base64, `dimensions`), `GET /v1/models[/{id}]`;
+//! - `rerank.rs`: with a [`Reranker`], `POST /v1/rerank` (Cohere's and Jina's shape)
+//!   and `POST /rerank` (Text Embeddings Inference's);
+//! - `tei.rs`: Text Embeddings Inference's own `POST /embed` and `GET /info`;
+//! - `metrics.rs`: `GET /metrics` in Prometheus' text format, and the layer that counts
+//!   every request;
+//! - `auth.rs`: `--api-key`, checked on every route but `/health`;
+//! - `waiting.rs`: handing a request to the embedder and awaiting its answer, bounded
+//!   by `--request-timeout`, withdrawing it from the queue when the client goes away.
 //!
-//! Inference never runs on the async runtime's threads: a handler tokenises, hands the
-//! texts to the embedder's queue with a callback that completes a oneshot channel,
-//! and awaits it; the embedder's worker threads do the forward passes. Every error is
-//! a 4xx or 5xx with OpenAI's JSON error body,
-//! `{"error": {"message", "type", "param", "code"}}`.
+//! This file owns the router, what the handlers share ([`App`]), the server's options
+//! ([`Options`]) and OpenAI's error body, `{"error": {"message", "type", "param",
+//! "code"}}`, which every route but TEI's `/embed` answers errors with. Inference
+//! never runs on the async runtime's threads: the embedder's worker threads do the
+//! forward passes.
 #![allow(dead_code)]
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::DefaultBodyLimit;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
-use streamfuse::embedder::{Embedder, Embeddings, Reranker};
+use streamfuse::embedder::{Embedder, Reranker};
 
+#[path = "auth.rs"]
+pub mod auth;
+#[path = "metrics.rs"]
+pub mod metrics;
+#[path = "openai.rs"]
+mod openai;
 #[path = "rerank.rs"]
 mod rerank;
+#[path = "tei.rs"]
+mod tei;
+#[path = "waiting.rs"]
+mod waiting;
+
+pub use auth::ApiKey;
 
 /// The largest request body accepted (1 MiB); larger ones get 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 /// The most texts one request may hold (OpenAI's limit).
 pub const MAX_INPUTS: usize = 2048;
+/// The `Retry-After` (seconds) of a 503 or 429 for a full queue.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
+/// How the server treats requests, beside the embedder's own settings. Its `Debug`
+/// never shows the API key.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// When set, every route but `/health` needs `Authorization: Bearer KEY`.
+    pub api_key: Option<ApiKey>,
+    /// A request not answered within this long gets a 504 and leaves the queue.
+    pub request_timeout: Option<Duration>,
+}
+
+/// The startup line naming the options (`max_queue_tokens` is the embedder's): the
+/// API key shows as `<redacted>`, never as itself.
+pub fn describe(options: &Options, max_queue_tokens: Option<usize>) -> String {
+    let limit = |v: Option<String>| v.unwrap_or_else(|| "none".into());
+    format!(
+        "api key: {}; request timeout: {}; max queue tokens: {}",
+        limit(options.api_key.as_ref().map(ApiKey::to_string)),
+        limit(
+            options
+                .request_timeout
+                .map(|t| format!("{} ms", t.as_millis()))
+        ),
+        limit(max_queue_tokens.map(|n| n.to_string())),
+    )
+}
+
+/// What the router serves: the embedder and its name, the reranker and its name
+/// when one is loaded, and the options.
+pub struct Config {
+    /// The embedding model.
+    pub embedder: Arc<Embedder>,
+    /// The name answered in `model` (the model folder's name).
+    pub model: String,
+    /// The cross-encoder of the rerank routes and its name, when one is loaded.
+    pub reranker: Option<(Arc<Reranker>, String)>,
+    /// How requests are treated.
+    pub options: Options,
+}
 
 /// What the handlers share.
 #[derive(Clone)]
-struct App {
+pub struct App {
     embedder: Arc<Embedder>,
     /// The name answered in `model` (the model folder's name).
     model: Arc<str>,
@@ -52,6 +103,12 @@ struct App {
     reranker: Option<Arc<Reranker>>,
     /// Its name (its folder's), answered in `model` and listed by `/v1/models`.
     reranker_name: Arc<str>,
+    /// The Prometheus registry behind `/metrics`.
+    metrics: Arc<metrics::Metrics>,
+    /// `Options::request_timeout`.
+    request_timeout: Option<Duration>,
+    /// The embedder's tokenizer without truncation (TEI's `truncate: false`).
+    untruncated: Arc<tokenizers::Tokenizer>,
 }
 
 /// The API's routes over `embedder`; `model` is the name given back in responses. The
@@ -67,31 +124,60 @@ pub fn router_with(
     model: &str,
     reranker: Option<(Arc<Reranker>, &str)>,
 ) -> Router {
-    let (reranker, reranker_name) = match reranker {
+    build(Config {
+        embedder,
+        model: model.into(),
+        reranker: reranker.map(|(r, n)| (r, n.to_string())),
+        options: Options::default(),
+    })
+}
+
+/// The router of `config`. Its metrics observe the embedder's and the reranker's
+/// batches (replacing any observer they had).
+pub fn build(config: Config) -> Router {
+    let (reranker, reranker_name) = match config.reranker {
         Some((r, name)) => (Some(r), name.into()),
         None => (None, "".into()),
     };
+    let metrics = Arc::new(metrics::Metrics::new(&config.embedder, reranker.as_ref()));
+    let mut untruncated = config.embedder.tokenizer().clone();
+    untruncated
+        .with_truncation(None)
+        .expect("turning truncation off cannot fail");
     let app = App {
-        embedder,
-        model: model.into(),
+        embedder: config.embedder,
+        model: config.model.into(),
         reranker,
         reranker_name,
+        metrics: Arc::clone(&metrics),
+        request_timeout: config.options.request_timeout,
+        untruncated: Arc::new(untruncated),
     };
     let post_only = |path: &'static str| {
         move || async move { error(StatusCode::METHOD_NOT_ALLOWED, format!("{path} takes POST")) }
     };
-    Router::new()
+    let mut guarded = Router::new()
         .route(
             "/v1/embeddings",
-            post(embeddings).fallback(post_only("/v1/embeddings")),
+            post(openai::embeddings).fallback(post_only("/v1/embeddings")),
         )
         .route(
             "/v1/rerank",
             post(rerank::cohere).fallback(post_only("/v1/rerank")),
         )
         .route("/rerank", post(rerank::tei).fallback(post_only("/rerank")))
-        .route("/v1/models", get(models))
-        .route("/v1/models/{id}", get(one_model))
+        .route("/embed", post(tei::embed).fallback(post_only("/embed")))
+        .route("/info", get(tei::info))
+        .route("/metrics", get(metrics::scrape))
+        .route("/v1/models", get(openai::models))
+        .route("/v1/models/{id}", get(openai::one_model));
+    if let Some(key) = config.options.api_key {
+        guarded = guarded.route_layer(axum::middleware::from_fn_with_state(
+            Arc::new(key),
+            auth::require_key,
+        ));
+    }
+    guarded
         .route(
             "/health",
             get(|| async { json_response(StatusCode::OK, &json!({"status": "ok"})) }),
@@ -100,10 +186,15 @@ pub fn router_with(
             error(
                 StatusCode::NOT_FOUND,
                 "no such route; the API is POST /v1/embeddings, POST /v1/rerank, POST \
-                 /rerank, GET /v1/models and GET /health"
+                 /rerank, POST /embed, GET /info, GET /v1/models, GET /metrics and GET \
+                 /health"
                     .into(),
             )
         })
+        .layer(axum::middleware::from_fn_with_state(
+            metrics,
+            metrics::count_request,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app)
 }
@@ -120,7 +211,8 @@ pub async fn serve(
         .await
 }
 
-fn json_response(status: StatusCode, body: &Value) -> Response {
+/// `body` as a JSON response with `status`.
+pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "application/json")],
@@ -130,313 +222,37 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
 }
 
 /// OpenAI's error body: `type` is `invalid_request_error` for a 4xx, `server_error`
-/// otherwise.
-fn error(status: StatusCode, message: String) -> Response {
+/// otherwise. A 503 (a full queue) carries `Retry-After`.
+pub(crate) fn error(status: StatusCode, message: String) -> Response {
     let kind = if status.is_client_error() {
         "invalid_request_error"
     } else {
         "server_error"
     };
-    json_response(
+    let mut response = json_response(
         status,
         &json!({"error": {"message": message, "type": kind, "param": null, "code": null}}),
-    )
+    );
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, RETRY_AFTER_SECS.into());
+    }
+    response
 }
 
+/// A 400 in OpenAI's shape.
 fn bad_request(message: impl Into<String>) -> Response {
     error(StatusCode::BAD_REQUEST, message.into())
 }
 
-/// What one `/v1/embeddings` request asks for.
-#[derive(Debug)]
-struct Request {
-    input: Input,
-    encoding: Encoding,
-    /// The leading values each vector is cut to (then normalised again).
-    dimensions: Option<usize>,
-}
+/// The number of texts (or documents) a handler answered, for the request counter:
+/// handlers put it in their response's extensions.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Texts(pub usize);
 
-/// A request's sequences: texts to tokenise, or token ids to use as given.
-#[derive(Debug)]
-enum Input {
-    Texts(Vec<String>),
-    Ids(Vec<Vec<u32>>),
-}
-
-impl Input {
-    fn len(&self) -> usize {
-        match self {
-            Input::Texts(t) => t.len(),
-            Input::Ids(s) => s.len(),
-        }
-    }
-}
-
-/// How the vectors are written in the answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Encoding {
-    /// A JSON array of numbers (each f32's shortest form that reads back the same).
-    Float,
-    /// A string: the f32 values' little-endian bytes in base64 (standard alphabet,
-    /// padded), as OpenAI sends them.
-    Base64,
-}
-
-/// A token id of `input`, or what is wrong with it (`at` names where it is).
-fn token_id(x: &Value, at: &str) -> Result<u32, String> {
-    x.as_u64()
-        .and_then(|id| u32::try_from(id).ok())
-        .ok_or_else(|| format!("`{at}` must be a token id (an integer from 0), got {x}"))
-}
-
-/// The sequences of `input`: a string, a list of strings, a list of token ids (one
-/// sequence) or a list of lists of token ids. A list is all strings or all token
-/// ids, as OpenAI's API has it.
-fn parse_input(input: &Value) -> Result<Input, String> {
-    let items = match input {
-        Value::String(s) => return Ok(Input::Texts(vec![s.clone()])),
-        Value::Array(items) => items,
-        other => {
-            return Err(format!(
-                "`input` must be a string, a list of strings, a list of token ids or a \
-                 list of lists of token ids, got {other}"
-            ))
-        }
-    };
-    let input = match items.first() {
-        None => return Err("`input` must hold at least one text".into()),
-        Some(Value::String(_)) => Input::Texts(
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, x)| {
-                    x.as_str().map(str::to_string).ok_or_else(|| {
-                        format!("`input[{i}]` must be a string like `input[0]`, got {x}")
-                    })
-                })
-                .collect::<Result<_, _>>()?,
-        ),
-        Some(Value::Number(_)) => Input::Ids(vec![items
-            .iter()
-            .enumerate()
-            .map(|(i, x)| token_id(x, &format!("input[{i}]")))
-            .collect::<Result<_, _>>()?]),
-        Some(Value::Array(_)) => Input::Ids(
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, seq)| {
-                    let seq = seq.as_array().ok_or_else(|| {
-                        format!(
-                            "`input[{i}]` must be a list of token ids like `input[0]`, got {seq}"
-                        )
-                    })?;
-                    if seq.is_empty() {
-                        return Err(format!("`input[{i}]` holds no token ids"));
-                    }
-                    seq.iter()
-                        .enumerate()
-                        .map(|(j, x)| token_id(x, &format!("input[{i}][{j}]")))
-                        .collect()
-                })
-                .collect::<Result<_, _>>()?,
-        ),
-        Some(other) => {
-            return Err(format!(
-                "`input[0]` must be a string, a token id or a list of token ids, got {other}"
-            ))
-        }
-    };
-    if input.len() > MAX_INPUTS {
-        return Err(format!(
-            "`input` holds {} sequences; at most {MAX_INPUTS} are allowed",
-            input.len()
-        ));
-    }
-    Ok(input)
-}
-
-/// A request body, or what is wrong with it (a 400). `dim` is the model's vector
-/// width, which `dimensions` may not exceed.
-fn parse_request(body: &[u8], dim: usize) -> Result<Request, String> {
-    let v: Value =
-        serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?;
-    let obj = v
-        .as_object()
-        .ok_or("the body must be a JSON object with an `input` field")?;
-    let input = parse_input(obj.get("input").ok_or("missing field `input`")?)?;
-    for field in ["model", "user"] {
-        if let Some(m) = obj.get(field).filter(|m| !m.is_string() && !m.is_null()) {
-            return Err(format!("`{field}` must be a string, got {m}"));
-        }
-    }
-    let encoding = match obj.get("encoding_format") {
-        None | Some(Value::Null) => Encoding::Float,
-        Some(Value::String(f)) if f == "float" => Encoding::Float,
-        Some(Value::String(f)) if f == "base64" => Encoding::Base64,
-        Some(other) => {
-            return Err(format!(
-                "`encoding_format` must be \"float\" or \"base64\", got {other}"
-            ))
-        }
-    };
-    let dimensions = match obj.get("dimensions") {
-        None | Some(Value::Null) => None,
-        Some(d) => match d.as_u64() {
-            Some(n) if (1..=dim as u64).contains(&n) => Some(n as usize),
-            _ => {
-                return Err(format!(
-                    "`dimensions` must be an integer from 1 to {dim} (the model's \
-                     dimension), got {d}"
-                ))
-            }
-        },
-    };
-    Ok(Request {
-        input,
-        encoding,
-        dimensions,
-    })
-}
-
-/// `v` cut to its first `dimensions` values and L2-normalised (a zero vector stays
-/// zero), or `v` itself when no cut is asked for.
-fn truncated(v: &[f32], dimensions: Option<usize>) -> std::borrow::Cow<'_, [f32]> {
-    let Some(d) = dimensions.filter(|&d| d < v.len()) else {
-        return v.into();
-    };
-    let cut = &v[..d];
-    let norm = cut.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
-    if norm > 0.0 {
-        cut.iter().map(|&x| (x as f64 / norm) as f32).collect()
-    } else {
-        cut.into()
-    }
-}
-
-/// Appends `v` to `out` as `encoding` writes it.
-fn write_vector(out: &mut String, v: &[f32], encoding: Encoding) {
-    match encoding {
-        Encoding::Float => {
-            out.push('[');
-            for (j, x) in v.iter().enumerate() {
-                if j > 0 {
-                    out.push(',');
-                }
-                // f32's shortest form that reads back the same value.
-                if x.is_finite() {
-                    out.push_str(&x.to_string());
-                } else {
-                    out.push_str("null");
-                }
-            }
-            out.push(']');
-        }
-        Encoding::Base64 => {
-            let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-            out.push('"');
-            out.push_str(&base64::encode(bytes));
-            out.push('"');
-        }
-    }
-}
-
-/// The answer to `request`, OpenAI's list of embeddings.
-fn embeddings_body(app: &App, request: &Request, emb: &Embeddings) -> String {
-    let width = request.dimensions.unwrap_or(app.embedder.dim());
-    let mut out = String::with_capacity(emb.vectors.len() * (width * 12 + 60) + 200);
-    out.push_str(r#"{"object":"list","data":["#);
-    for (i, v) in emb.vectors.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(r#"{"object":"embedding","index":"#);
-        out.push_str(&i.to_string());
-        out.push_str(r#","embedding":"#);
-        write_vector(
-            &mut out,
-            &truncated(v, request.dimensions),
-            request.encoding,
-        );
-        out.push('}');
-    }
-    out.push_str(r#"],"model":"#);
-    out.push_str(&Value::from(&*app.model).to_string());
-    out.push_str(&format!(
-        r#","usage":{{"prompt_tokens":{0},"total_tokens":{0}}}}}"#,
-        emb.tokens
-    ));
-    out
-}
-
-async fn embeddings(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Response {
-    let body = match body {
-        Ok(b) => b,
-        Err(rejection) => return error(rejection.status(), rejection.body_text()),
-    };
-    let request = match parse_request(&body, app.embedder.dim()) {
-        Ok(r) => r,
-        Err(msg) => return bad_request(msg),
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let done = move |r| {
-        let _ = tx.send(r);
-    };
-    let queued = match &request.input {
-        Input::Texts(texts) => app.embedder.submit(texts, done),
-        Input::Ids(seqs) => app.embedder.submit_tokens(seqs.clone(), done),
-    };
-    if let Err(e) = queued {
-        return bad_request(format!("`input`: {e}"));
-    }
-    match rx.await {
-        Ok(Ok(emb)) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            embeddings_body(&app, &request, &emb),
-        )
-            .into_response(),
-        Ok(Err(e)) if e.is_input_error() => bad_request(format!("`input`: {e}")),
-        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        Err(_) => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the embedder dropped the request".into(),
-        ),
-    }
-}
-
-/// A served model as OpenAI's model object.
-fn model_object(id: &str) -> Value {
-    json!({"id": id, "object": "model", "created": 0, "owned_by": "streamfuse"})
-}
-
-/// The names of the served models: the embedder's, then the reranker's when loaded.
-fn served(app: &App) -> Vec<&str> {
-    let mut names = vec![&*app.model];
-    if app.reranker.is_some() {
-        names.push(&*app.reranker_name);
-    }
-    names
-}
-
-/// `GET /v1/models`: the models served.
-async fn models(State(app): State<App>) -> Response {
-    let data: Vec<Value> = served(&app).into_iter().map(model_object).collect();
-    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
-}
-
-/// `GET /v1/models/{id}`: a served model, or a 404 naming what is served.
-async fn one_model(State(app): State<App>, Path(id): Path<String>) -> Response {
-    let names = served(&app);
-    if names.contains(&id.as_str()) {
-        json_response(StatusCode::OK, &model_object(&id))
-    } else {
-        error(
-            StatusCode::NOT_FOUND,
-            format!(
-                "no model `{id}`; this server serves `{}`",
-                names.join("` and `")
-            ),
-        )
-    }
+/// `response` with its [`Texts`] count.
+pub(crate) fn with_texts(mut response: Response, texts: usize) -> Response {
+    response.extensions_mut().insert(Texts(texts));
+    response
 }

@@ -17,6 +17,12 @@
 //! so only the requests whose own sequences fail get an error. Panics in a forward
 //! pass or in a caller's callback are caught: a worker never dies while the
 //! [`Embedder`](super::Embedder) lives.
+//!
+//! The queue may be bounded (`max_queue_tokens`): a request that would take it past
+//! its bound is refused at once ([`EmbedError::Overloaded`]) instead of waiting
+//! longer and longer. A withdrawn request ([`Ticket::cancel`], `request.rs`) leaves
+//! the queue at once, and a batch formed before it was withdrawn skips it. An
+//! observer ([`BatchObserver`]) sees each batch's sequences before it runs.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -24,8 +30,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 
+use super::observe::{BatchObserver, QueueDepth};
+use super::request::{Request, Ticket};
 use super::{EmbedError, EmbedderSettings, Embeddings};
 use crate::models::bert::{Packing, Pooling};
 use crate::models::{BertClassifier, BertModel};
@@ -47,10 +55,18 @@ impl Net {
         }
     }
 
-    /// One ragged forward pass: a vector (or the logits) per sequence, in order.
-    fn run(&self, seqs: &[&[u32]], types: &[&[u32]]) -> crate::Result<Vec<Vec<f32>>> {
+    /// One ragged forward pass: a vector (or the logits) per sequence, in order;
+    /// embeddings L2-normalised where `normalize` says (one flag per sequence).
+    fn run(
+        &self,
+        seqs: &[&[u32]],
+        types: &[&[u32]],
+        normalize: &[bool],
+    ) -> crate::Result<Vec<Vec<f32>>> {
         match self {
-            Net::Embed(model, pooling) => model.embed_packed(seqs, *pooling, Packing::Bucketed),
+            Net::Embed(model, pooling) => {
+                model.embed_packed_normalizing(seqs, *pooling, Packing::Bucketed, normalize)
+            }
             Net::Classify(c) => c.classify_packed(seqs, types, Packing::Bucketed),
         }
     }
@@ -58,66 +74,6 @@ impl Net {
 
 /// What a request's caller is called with, once.
 pub(super) type Done = Box<dyn FnOnce(Result<Embeddings, EmbedError>) + Send>;
-
-/// One request: its vectors as they come back, and its caller.
-struct Request {
-    state: Mutex<RequestState>,
-}
-
-struct RequestState {
-    vectors: Vec<Vec<f32>>,
-    /// Sequences not back yet.
-    left: usize,
-    tokens: usize,
-    error: Option<EmbedError>,
-    done: Option<Done>,
-}
-
-impl Request {
-    fn new(texts: usize, tokens: usize, done: Done) -> Arc<Request> {
-        Arc::new(Request {
-            state: Mutex::new(RequestState {
-                vectors: vec![Vec::new(); texts],
-                left: texts,
-                tokens,
-                error: None,
-                done: Some(done),
-            }),
-        })
-    }
-
-    /// Records sequence `index`'s result; the last one calls the caller (outside the
-    /// lock, panics caught).
-    fn finish(&self, index: usize, result: Result<Vec<f32>, EmbedError>) {
-        let answer = {
-            let mut st = self.state.lock();
-            match result {
-                Ok(v) => st.vectors[index] = v,
-                Err(e) => {
-                    st.error.get_or_insert(e);
-                }
-            }
-            st.left -= 1;
-            if st.left > 0 {
-                return;
-            }
-            let done = st.done.take();
-            let answer = match st.error.take() {
-                Some(e) => Err(e),
-                None => Ok(Embeddings {
-                    vectors: std::mem::take(&mut st.vectors),
-                    tokens: st.tokens,
-                }),
-            };
-            done.map(|d| (d, answer))
-        };
-        if let Some((done, answer)) = answer {
-            if catch_unwind(AssertUnwindSafe(|| done(answer))).is_err() {
-                log::error!("an embedding request's callback panicked");
-            }
-        }
-    }
-}
 
 /// One text's tokens and where its vector goes.
 struct Item {
@@ -128,6 +84,8 @@ struct Item {
     index: usize,
     /// Tokens of the whole request (the same for each of its items).
     request_tokens: usize,
+    /// Whether its embedding is L2-normalised (the request's choice).
+    normalize: bool,
 }
 
 struct Queue {
@@ -148,6 +106,8 @@ pub(super) struct Batcher {
     settings: EmbedderSettings,
     queue: Mutex<Queue>,
     ready: Condvar,
+    /// Told of each batch before it runs, when set.
+    observer: RwLock<Option<Arc<dyn BatchObserver>>>,
 }
 
 /// A [`Batcher`] and its worker threads: dropping it lets the workers finish what is
@@ -203,7 +163,7 @@ impl Workers {
     }
 
     /// The batcher the workers take their work from.
-    pub(super) fn batcher(&self) -> &Batcher {
+    pub(super) fn batcher(&self) -> &Arc<Batcher> {
         &self.batcher
     }
 }
@@ -234,7 +194,40 @@ impl Batcher {
                 dirty: false,
             }),
             ready: Condvar::new(),
+            observer: RwLock::new(None),
         }
+    }
+
+    /// Sets (or, with `None`, removes) the observer told of each batch.
+    pub(super) fn observe(&self, observer: Option<Arc<dyn BatchObserver>>) {
+        *self.observer.write() = observer;
+    }
+
+    /// The queue now.
+    pub(super) fn depth(&self) -> QueueDepth {
+        let q = self.queue.lock();
+        QueueDepth {
+            sequences: q.items.len(),
+            tokens: q.tokens,
+            busy_workers: q.busy,
+        }
+    }
+
+    /// Takes the queued sequences of a withdrawn `request` out of the queue; returns
+    /// how many there were.
+    pub(super) fn remove_request(&self, request: &Arc<Request>) -> usize {
+        let mut q = self.queue.lock();
+        let before = q.items.len();
+        let mut freed = 0;
+        q.items.retain(|item| {
+            let keep = !Arc::ptr_eq(&item.request, request);
+            if !keep {
+                freed += item.ids.len();
+            }
+            keep
+        });
+        q.tokens -= freed;
+        before - q.items.len()
     }
 
     /// The forward pass the batches run.
@@ -249,36 +242,52 @@ impl Batcher {
 
     /// Queues one request: its sequences (checked by the caller) with their token
     /// types (`types` empty, or one list per sequence, empty when all are 0); `done`
-    /// gets the answer once the last is back, or right away for no sequences.
-    pub(super) fn submit(&self, seqs: Vec<Vec<u32>>, types: Vec<Vec<u32>>, done: Done) {
+    /// gets the answer once the last is back, or right away for no sequences. With
+    /// `max_queue_tokens` set, a request that would take the queue past it is refused
+    /// (`done` is then dropped, never called), unless the queue is empty: a request
+    /// larger than the bound still runs when it is alone.
+    pub(super) fn submit(
+        self: &Arc<Self>,
+        seqs: Vec<Vec<u32>>,
+        types: Vec<Vec<u32>>,
+        normalize: bool,
+        done: Done,
+    ) -> Result<Ticket, EmbedError> {
         let tokens = seqs.iter().map(Vec::len).sum();
         if seqs.is_empty() {
             done(Ok(Embeddings {
                 vectors: Vec::new(),
                 tokens: 0,
             }));
-            return;
+            return Ok(Ticket::default());
         }
         let request = Request::new(seqs.len(), tokens, done);
         let mut types = types.into_iter();
-        self.push(seqs.into_iter().enumerate().map(|(index, ids)| Item {
-            ids,
-            types: types.next().unwrap_or_default(),
-            request: Arc::clone(&request),
-            index,
-            request_tokens: tokens,
-        }));
-    }
-
-    /// Queues a request's sequences (all at once, so they stay together in line).
-    fn push(&self, items: impl IntoIterator<Item = Item>) {
         let mut q = self.queue.lock();
-        for item in items {
-            q.tokens += item.ids.len();
-            q.items.push_back(item);
+        if let Some(max) = self.settings.max_queue_tokens {
+            if q.tokens > 0 && q.tokens + tokens > max {
+                return Err(EmbedError::Overloaded {
+                    queued: q.tokens,
+                    requested: tokens,
+                    max,
+                });
+            }
+        }
+        // All at once, so a request's sequences stay together in line.
+        for (index, ids) in seqs.into_iter().enumerate() {
+            q.tokens += ids.len();
+            q.items.push_back(Item {
+                ids,
+                types: types.next().unwrap_or_default(),
+                request: Arc::clone(&request),
+                index,
+                request_tokens: tokens,
+                normalize,
+            });
         }
         drop(q);
         self.ready.notify_all();
+        Ok(Ticket::new(&request, self))
     }
 
     /// Tells the workers to finish what is queued and stop.
@@ -362,10 +371,16 @@ impl Batcher {
     }
 
     /// Runs one batch and answers its sequences; on failure, runs each alone.
-    fn run(&self, batch: Vec<Item>) {
+    /// Sequences of requests withdrawn since the batch was formed are left out.
+    fn run(&self, mut batch: Vec<Item>) {
+        batch.retain(|item| !item.request.is_cancelled());
+        if batch.is_empty() {
+            return;
+        }
         let seqs: Vec<&[u32]> = batch.iter().map(|i| i.ids.as_slice()).collect();
         let types: Vec<&[u32]> = batch.iter().map(|i| i.types.as_slice()).collect();
-        match self.embed(&seqs, &types) {
+        let normalize: Vec<bool> = batch.iter().map(|i| i.normalize).collect();
+        match self.embed(&seqs, &types, &normalize) {
             Ok(vectors) => {
                 for (item, v) in batch.iter().zip(vectors) {
                     item.request.finish(item.index, Ok(v));
@@ -379,7 +394,7 @@ impl Batcher {
                 );
                 for item in &batch {
                     let one = self
-                        .embed(&[&item.ids], &[&item.types])
+                        .embed(&[&item.ids], &[&item.types], &[item.normalize])
                         .map(|mut v| v.remove(0));
                     item.request.finish(item.index, one);
                 }
@@ -388,7 +403,12 @@ impl Batcher {
     }
 
     /// One packed forward pass, its errors and panics as [`EmbedError::Model`].
-    fn embed(&self, seqs: &[&[u32]], types: &[&[u32]]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    fn embed(
+        &self,
+        seqs: &[&[u32]],
+        types: &[&[u32]],
+        normalize: &[bool],
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         #[cfg(test)]
         if seqs.iter().any(|s| s.contains(&tests::POISON)) {
             return Err(EmbedError::Model(crate::Error::Kernel {
@@ -396,7 +416,14 @@ impl Batcher {
                 msg: "a poisoned sequence (test)".into(),
             }));
         }
-        match catch_unwind(AssertUnwindSafe(|| self.net.run(seqs, types))) {
+        let observer = self.observer.read().clone();
+        let pass = || {
+            if let Some(o) = &observer {
+                o.batch(seqs);
+            }
+            self.net.run(seqs, types, normalize)
+        };
+        match catch_unwind(AssertUnwindSafe(pass)) {
             Ok(Ok(v)) if v.len() == seqs.len() => Ok(v),
             Ok(Ok(v)) => Err(EmbedError::Model(crate::Error::Internal {
                 msg: format!("embedder: {} vectors for {} sequences", v.len(), seqs.len()),
@@ -465,7 +492,7 @@ pub(super) mod tests {
         for (r, seqs) in requests.iter().enumerate() {
             let tx = tx.clone();
             let done: Done = Box::new(move |a| tx.send((r, a)).unwrap());
-            b.submit(seqs.clone(), Vec::new(), done);
+            b.submit(seqs.clone(), Vec::new(), true, done).unwrap();
         }
         b.shut_down();
         let worker = {
@@ -500,6 +527,7 @@ pub(super) mod tests {
             max_wait: Duration::ZERO,
             idle_trim: None,
             precision: crate::models::Precision::F32,
+            max_queue_tokens: None,
         }
     }
 
@@ -529,5 +557,160 @@ pub(super) mod tests {
             assert_same(got, &alone(s));
         }
         assert_same(&out[1].as_ref().unwrap().vectors[0], &alone(&[2, 2]));
+    }
+
+    /// Counts the sequences and tokens of the batches it sees.
+    #[derive(Default)]
+    struct Counting(Mutex<(usize, usize)>);
+
+    impl BatchObserver for Counting {
+        fn batch(&self, sequences: &[&[u32]]) {
+            let mut c = self.0.lock();
+            c.0 += sequences.len();
+            c.1 += sequences.iter().map(|s| s.len()).sum::<usize>();
+        }
+    }
+
+    #[test]
+    fn a_withdrawn_request_leaves_the_queue_and_is_never_run() {
+        let b = Arc::new(Batcher::new(
+            Net::Embed(tiny_model(), Pooling::Mean),
+            settings(64),
+        ));
+        let seen = Arc::new(Counting::default());
+        b.observe(Some(Arc::clone(&seen) as Arc<dyn BatchObserver>));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut tickets = Vec::new();
+        for (r, seqs) in [
+            vec![vec![1, 2, 3]],
+            vec![vec![4, 5], vec![6]],
+            vec![vec![7, 8]],
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let tx = tx.clone();
+            let done: Done = Box::new(move |a| tx.send((r, a)).unwrap());
+            tickets.push(b.submit(seqs, Vec::new(), true, done).unwrap());
+        }
+        assert_eq!(
+            b.depth(),
+            QueueDepth {
+                sequences: 4,
+                tokens: 8,
+                busy_workers: 0
+            }
+        );
+        assert_eq!(tickets[1].cancel(), 2, "both queued sequences removed");
+        assert_eq!(tickets[1].cancel(), 0, "cancelling twice does nothing");
+        assert_eq!(b.depth().sequences, 2);
+        assert_eq!(b.depth().tokens, 5);
+        // A request withdrawn after its batch was formed is skipped by `run`.
+        let batch = b.next_batch().unwrap();
+        assert_eq!(batch.len(), 2);
+        assert_eq!(tickets[2].cancel(), 0, "nothing of it is queued any more");
+        b.run(batch);
+        b.queue.lock().busy -= 1;
+        drop(tx);
+        let answered: Vec<usize> = rx
+            .into_iter()
+            .map(|(r, a)| {
+                assert!(a.is_ok());
+                r
+            })
+            .collect();
+        assert_eq!(answered, [0], "withdrawn requests are never answered");
+        assert_eq!(*seen.0.lock(), (1, 3), "only request 0 ran");
+        assert_eq!(b.depth(), QueueDepth::default());
+        // An answered request's ticket does nothing.
+        assert_eq!(tickets[0].cancel(), 0);
+    }
+
+    #[test]
+    fn a_bounded_queue_refuses_what_would_pass_its_bound() {
+        let mut s = settings(64);
+        s.max_queue_tokens = Some(5);
+        let b = Arc::new(Batcher::new(Net::Embed(tiny_model(), Pooling::Mean), s));
+        let never = || -> Done { Box::new(|_| panic!("a refused request is never answered")) };
+        // Alone, a request larger than the bound is taken.
+        let big = b
+            .submit(vec![vec![1; 7]], Vec::new(), true, never())
+            .unwrap();
+        let e = b
+            .submit(vec![vec![1]], Vec::new(), true, never())
+            .unwrap_err();
+        assert_eq!(
+            e,
+            EmbedError::Overloaded {
+                queued: 7,
+                requested: 1,
+                max: 5
+            }
+        );
+        assert!(!e.is_input_error());
+        assert!(e.to_string().contains("bound of 5"), "{e}");
+        big.cancel();
+        let (tx, rx) = std::sync::mpsc::channel();
+        for n in [3, 2] {
+            let tx = tx.clone();
+            b.submit(
+                vec![vec![1; n]],
+                Vec::new(),
+                true,
+                Box::new(move |a| tx.send(a).unwrap()),
+            )
+            .unwrap();
+        }
+        assert!(matches!(
+            b.submit(vec![vec![1]], Vec::new(), true, never()),
+            Err(EmbedError::Overloaded { queued: 5, .. })
+        ));
+        b.shut_down();
+        b.work(1);
+        drop(tx);
+        assert_eq!(rx.into_iter().filter(|a| a.is_ok()).count(), 2);
+    }
+
+    #[test]
+    fn a_panicking_observer_fails_only_the_batch_it_panics_on() {
+        struct Poisoned;
+        impl BatchObserver for Poisoned {
+            fn batch(&self, sequences: &[&[u32]]) {
+                assert!(
+                    !sequences.iter().any(|s| s.contains(&(POISON - 1))),
+                    "poisoned"
+                );
+            }
+        }
+        let b = Arc::new(Batcher::new(
+            Net::Embed(tiny_model(), Pooling::Mean),
+            settings(64),
+        ));
+        b.observe(Some(Arc::new(Poisoned)));
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (r, seqs) in [vec![vec![1, 2]], vec![vec![3, POISON - 1]], vec![vec![4]]]
+            .into_iter()
+            .enumerate()
+        {
+            let tx = tx.clone();
+            b.submit(
+                seqs,
+                Vec::new(),
+                true,
+                Box::new(move |a| tx.send((r, a)).unwrap()),
+            )
+            .unwrap();
+        }
+        b.shut_down();
+        b.work(1);
+        drop(tx);
+        let mut out: Vec<_> = rx.into_iter().collect();
+        out.sort_by_key(|(r, _)| *r);
+        assert!(out[0].1.is_ok() && out[2].1.is_ok());
+        let e = out[1].1.as_ref().unwrap_err();
+        assert!(
+            matches!(e, EmbedError::Model(_)) && e.to_string().contains("panicked"),
+            "{e}"
+        );
     }
 }

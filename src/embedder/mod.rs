@@ -7,8 +7,10 @@
 //! (`folder.rs`: weights, config, tokenizer, pooling mode, `max_seq_length`;
 //! `cross_encoder.rs`: a cross-encoder's head, its activation and its pair
 //! tokenizer), tokenising on the submitting thread, and the dynamic batcher
-//! (`batcher.rs`: the queue, the workers, each with its own stream, and the answer of
-//! each request), which both share. The forward passes themselves are the model's
+//! (`batcher.rs`: the queue, bounded when asked, the workers, each with its own
+//! stream; `request.rs`: the answer of each request and the [`Ticket`] that withdraws
+//! it), which both share. `observe.rs` is what a server may watch: a
+//! [`BatchObserver`] told of each batch, and the [`QueueDepth`]. The forward passes themselves are the model's
 //! ([`BertModel::embed_packed`],
 //! [`BertClassifier::classify_packed`](crate::models::BertClassifier::classify_packed)): each batch is
 //! ragged, its sequences packed one after another with no padding.
@@ -28,13 +30,18 @@
 mod batcher;
 mod cross_encoder;
 mod folder;
+mod observe;
+mod request;
 mod rerank;
 
 pub use cross_encoder::ScoreActivation;
+pub use observe::{BatchObserver, QueueDepth};
+pub use request::Ticket;
 pub use rerank::{Reranker, Scores, Truncation};
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokenizers::Tokenizer;
@@ -75,6 +82,13 @@ pub struct EmbedderSettings {
     /// The precision the model's matrix weights are kept in (`F32` by default; see
     /// [`Precision`] for the accuracy each reduced one keeps).
     pub precision: Precision,
+    /// The most tokens that may wait in the queue (not yet in a batch); `None` (the
+    /// default) leaves it unbounded. A request that would take the queue past it is
+    /// refused at once with [`EmbedError::Overloaded`] (a server's 503), unless the
+    /// queue is empty, so that any one request can run. Bounds both the memory of
+    /// the queue and how long a request waits in it (about the bound over the
+    /// throughput).
+    pub max_queue_tokens: Option<usize>,
 }
 
 impl Default for EmbedderSettings {
@@ -86,6 +100,7 @@ impl Default for EmbedderSettings {
             max_wait: Duration::from_millis(2),
             idle_trim: Some(Duration::from_secs(2)),
             precision: Precision::F32,
+            max_queue_tokens: None,
         }
     }
 }
@@ -140,6 +155,15 @@ pub enum EmbedError {
         /// The most the model takes.
         max: usize,
     },
+    /// The queue is full ([`EmbedderSettings::max_queue_tokens`]): try again later.
+    Overloaded {
+        /// Tokens waiting in the queue.
+        queued: usize,
+        /// Tokens of the refused request.
+        requested: usize,
+        /// The queue's bound.
+        max: usize,
+    },
 }
 
 impl EmbedError {
@@ -184,6 +208,15 @@ impl fmt::Display for EmbedError {
                 "document {index}: the query and document make {tokens} tokens, more than \
                  the model's {max}; shorten them or allow truncation"
             ),
+            EmbedError::Overloaded {
+                queued,
+                requested,
+                max,
+            } => write!(
+                f,
+                "overloaded: {queued} tokens are waiting and this request's {requested} \
+                 would pass the queue's bound of {max}; try again shortly"
+            ),
         }
     }
 }
@@ -201,7 +234,8 @@ impl std::error::Error for EmbedError {
 /// made (after truncation, special tokens included: OpenAI's `usage.prompt_tokens`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Embeddings {
-    /// One L2-normalised vector of [`Embedder::dim`] values per text.
+    /// One L2-normalised vector of [`Embedder::dim`] values per text (the pooled
+    /// states as they are when asked through [`Embedder::submit_tokens_normalizing`]).
     pub vectors: Vec<Vec<f32>>,
     /// Tokens of all the texts together.
     pub tokens: usize,
@@ -261,16 +295,17 @@ impl Embedder {
         wait_for(|done| self.submit(texts, done))
     }
 
-    /// Queues `texts` and returns at once; `done` is called, on a worker thread, with
-    /// the answer once every text is embedded (right away, on this thread, for an
-    /// empty list). An empty text or one the tokenizer refuses is an `Err` here, and
-    /// `done` is then never called. `done` should be quick (send the answer
-    /// somewhere): it runs on the thread that embeds the next batch.
+    /// Queues `texts` and returns at once with a [`Ticket`] that can withdraw them;
+    /// `done` is called, on a worker thread, with the answer once every text is
+    /// embedded (right away, on this thread, for an empty list). An empty text, one
+    /// the tokenizer refuses, or a full queue ([`EmbedError::Overloaded`]) is an
+    /// `Err` here, and `done` is then never called. `done` should be quick (send the
+    /// answer somewhere): it runs on the thread that embeds the next batch.
     pub fn submit<S: AsRef<str>>(
         &self,
         texts: &[S],
         done: impl FnOnce(Result<Embeddings, EmbedError>) + Send + 'static,
-    ) -> Result<(), EmbedError> {
+    ) -> Result<Ticket, EmbedError> {
         let mut seqs = Vec::with_capacity(texts.len());
         for (index, text) in texts.iter().enumerate() {
             let text = text.as_ref();
@@ -296,14 +331,39 @@ impl Embedder {
         &self,
         seqs: Vec<Vec<u32>>,
         done: impl FnOnce(Result<Embeddings, EmbedError>) + Send + 'static,
-    ) -> Result<(), EmbedError> {
+    ) -> Result<Ticket, EmbedError> {
+        self.submit_tokens_normalizing(seqs, true, done)
+    }
+
+    /// [`Embedder::submit_tokens`], with the vectors L2-normalised only when
+    /// `normalize` (else the pooled states as they are: Text Embeddings Inference's
+    /// `normalize: false`). With `normalize` the vectors are
+    /// [`Embedder::submit_tokens`]'s, to the bit.
+    pub fn submit_tokens_normalizing(
+        &self,
+        seqs: Vec<Vec<u32>>,
+        normalize: bool,
+        done: impl FnOnce(Result<Embeddings, EmbedError>) + Send + 'static,
+    ) -> Result<Ticket, EmbedError> {
         let vocab = self.model().config().vocab_size;
         for (index, s) in seqs.iter().enumerate() {
             check_ids(index, s, self.max_tokens, vocab)?;
         }
         let done: Done = Box::new(done);
-        self.workers.batcher().submit(seqs, Vec::new(), done);
-        Ok(())
+        self.workers
+            .batcher()
+            .submit(seqs, Vec::new(), normalize, done)
+    }
+
+    /// Sets the observer told of each batch before it runs (see [`BatchObserver`]),
+    /// replacing any earlier one; `None` removes it.
+    pub fn observe(&self, observer: Option<Arc<dyn BatchObserver>>) {
+        self.workers.batcher().observe(observer);
+    }
+
+    /// What waits in the queue now, and how many workers are running a batch.
+    pub fn queue_depth(&self) -> QueueDepth {
+        self.workers.batcher().depth()
     }
 
     /// Width of the vectors (384 for all-MiniLM-L6-v2).
@@ -341,7 +401,7 @@ impl Embedder {
 
 /// Calls `submit` with a callback and blocks until the callback has the answer.
 fn wait_for<T: Send + 'static>(
-    submit: impl FnOnce(Box<dyn FnOnce(Result<T, EmbedError>) + Send>) -> Result<(), EmbedError>,
+    submit: impl FnOnce(Box<dyn FnOnce(Result<T, EmbedError>) + Send>) -> Result<Ticket, EmbedError>,
 ) -> Result<T, EmbedError> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     submit(Box::new(move |r| {

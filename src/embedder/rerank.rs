@@ -10,7 +10,10 @@ use tokenizers::Tokenizer;
 
 use super::batcher::{Done, Net, Workers};
 use super::cross_encoder::{CrossEncoderFolder, ScoreActivation};
-use super::{check_ids, wait_for, EmbedError, EmbedderSettings, Embeddings};
+use super::{
+    check_ids, wait_for, BatchObserver, EmbedError, EmbedderSettings, Embeddings, QueueDepth,
+    Ticket,
+};
 use crate::models::BertModel;
 
 /// What to do with a pair longer than the model takes.
@@ -105,8 +108,9 @@ impl Reranker {
         wait_for(|done| self.submit(query, documents, Truncation::Right, done))
     }
 
-    /// Queues the pairs of `query` and each of `documents` and returns at once; `done`
-    /// is called, on a worker thread, with the scores once every pair is scored. An
+    /// Queues the pairs of `query` and each of `documents` and returns at once with a
+    /// [`Ticket`] that can withdraw them (a full queue is [`EmbedError::Overloaded`]);
+    /// `done` is called, on a worker thread, with the scores once every pair is scored. An
     /// empty query, no documents, more than [`Reranker::MAX_DOCUMENTS`], a text the
     /// tokenizer refuses or (with [`Truncation::Refuse`]) a pair longer than
     /// [`Reranker::max_tokens`] is an `Err` here, and `done` is then never called. An
@@ -118,7 +122,7 @@ impl Reranker {
         documents: &[S],
         truncation: Truncation,
         done: impl FnOnce(Result<Scores, EmbedError>) + Send + 'static,
-    ) -> Result<(), EmbedError> {
+    ) -> Result<Ticket, EmbedError> {
         if query.trim().is_empty() {
             return Err(EmbedError::EmptyQuery);
         }
@@ -171,7 +175,7 @@ impl Reranker {
         &self,
         pairs: Vec<(Vec<u32>, Vec<u32>)>,
         done: impl FnOnce(Result<Scores, EmbedError>) + Send + 'static,
-    ) -> Result<(), EmbedError> {
+    ) -> Result<Ticket, EmbedError> {
         check_count(pairs.len())?;
         let cfg = self.model().config();
         for (index, (ids, types)) in pairs.iter().enumerate() {
@@ -181,8 +185,18 @@ impl Reranker {
         let activation = self.activation;
         let done: Done = Box::new(move |r| done(r.and_then(|e| scores(e, activation))));
         let (seqs, types) = pairs.into_iter().unzip();
-        self.workers.batcher().submit(seqs, types, done);
-        Ok(())
+        self.workers.batcher().submit(seqs, types, true, done)
+    }
+
+    /// Sets the observer told of each batch before it runs (see [`BatchObserver`]);
+    /// `None` removes it.
+    pub fn observe(&self, observer: Option<std::sync::Arc<dyn BatchObserver>>) {
+        self.workers.batcher().observe(observer);
+    }
+
+    /// What waits in the queue now, and how many workers are running a batch.
+    pub fn queue_depth(&self) -> QueueDepth {
+        self.workers.batcher().depth()
     }
 
     /// How logits become scores (read from the folder).

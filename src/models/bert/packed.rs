@@ -81,6 +81,29 @@ impl BertModel {
         pooling: Pooling,
         packing: Packing,
     ) -> Result<Vec<Vec<f32>>> {
+        self.embed_packed_normalizing(seqs, pooling, packing, &vec![true; seqs.len()])
+    }
+
+    /// [`BertModel::embed_packed`], L2-normalising sequence `i` only where
+    /// `normalize[i]` (one flag per sequence); the others are the pooled states as
+    /// they are (Text Embeddings Inference's `normalize: false`). A normalised
+    /// sequence has [`BertModel::embed_packed`]'s bits.
+    pub fn embed_packed_normalizing(
+        &self,
+        seqs: &[&[u32]],
+        pooling: Pooling,
+        packing: Packing,
+        normalize: &[bool],
+    ) -> Result<Vec<Vec<f32>>> {
+        if normalize.len() != seqs.len() {
+            return Err(crate::Error::Internal {
+                msg: format!(
+                    "bert_embed_packed: {} normalize flags for {} sequences",
+                    normalize.len(),
+                    seqs.len()
+                ),
+            });
+        }
         if seqs.is_empty() {
             return Ok(Vec::new());
         }
@@ -90,10 +113,11 @@ impl BertModel {
         let mut at = 0;
         Ok(seqs
             .iter()
-            .map(|s| {
+            .zip(normalize)
+            .map(|(s, &norm)| {
                 let rows = &states[at * h..(at + s.len()) * h];
                 at += s.len();
-                pool(rows, h, pooling)
+                pool(rows, h, pooling, norm)
             })
             .collect())
     }
@@ -223,9 +247,9 @@ impl BertModel {
 }
 
 /// One sequence's embedding from its rows of last hidden states (`rows.len()` a
-/// positive multiple of `h`): pooled, then L2-normalised (as sentence-transformers'
-/// Normalize: divided by the norm, at least 1e-12).
-fn pool(rows: &[f32], h: usize, pooling: Pooling) -> Vec<f32> {
+/// positive multiple of `h`): pooled, then, when `normalize`, L2-normalised (as
+/// sentence-transformers' Normalize: divided by the norm, at least 1e-12).
+fn pool(rows: &[f32], h: usize, pooling: Pooling, normalize: bool) -> Vec<f32> {
     let n = rows.len() / h;
     let mut out = vec![0.0f64; h];
     match pooling {
@@ -246,6 +270,9 @@ fn pool(rows: &[f32], h: usize, pooling: Pooling) -> Vec<f32> {
             };
             out.iter_mut().for_each(|o| *o /= div);
         }
+    }
+    if !normalize {
+        return out.iter().map(|&x| x as f32).collect();
     }
     let norm = out.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
     out.iter().map(|x| (x / norm) as f32).collect()
@@ -275,13 +302,15 @@ mod tests {
     #[test]
     fn pooling_modes() {
         let rows = [3.0f32, 0.0, 3.0, 8.0];
-        assert_eq!(pool(&rows, 2, Pooling::Cls), vec![1.0, 0.0]);
-        let m = pool(&rows, 2, Pooling::Mean);
+        assert_eq!(pool(&rows, 2, Pooling::Cls, true), vec![1.0, 0.0]);
+        assert_eq!(pool(&rows, 2, Pooling::Cls, false), vec![3.0, 0.0]);
+        assert_eq!(pool(&rows, 2, Pooling::Mean, false), vec![3.0, 4.0]);
+        let m = pool(&rows, 2, Pooling::Mean, true);
         assert!(
             (m[0] - 0.6).abs() < 1e-6 && (m[1] - 0.8).abs() < 1e-6,
             "{m:?}"
         );
-        assert_eq!(pool(&rows, 2, Pooling::MeanSqrtLen), m);
-        assert_eq!(pool(&[0.0, 0.0], 2, Pooling::Mean), vec![0.0, 0.0]);
+        assert_eq!(pool(&rows, 2, Pooling::MeanSqrtLen, true), m);
+        assert_eq!(pool(&[0.0, 0.0], 2, Pooling::Mean, true), vec![0.0, 0.0]);
     }
 }
