@@ -8,6 +8,7 @@
 use super::super::f32::tests::{fused_in_order, in_four_parts, left_layouts};
 use super::super::tests::{then, EpilogueOperands};
 use super::super::{matmul_packed, matmul_packed_epilogue, PackedRhs, Panels, Step};
+use super::widen::{STACK_MOST, WIDE_PANEL_ROWS};
 use super::*;
 use crate::kernels::testutil::*;
 use crate::kernels::Par;
