@@ -95,3 +95,17 @@ fn trace_err(e: TraceError) -> PyErr {
         _ => PyRuntimeError::new_err(e.to_string()),
     }
 }
+
+/// The most detailed engine log records passed to Python's `logging`: `"off"`,
+/// `"error"`, `"warn"`, `"info"` (the default), `"debug"` or `"trace"` (every stream
+/// event). A record also needs the Python logger's level to pass.
+#[pyfunction]
+pub fn set_log_level(level: &str) -> PyResult<()> {
+    let filter = level.parse::<log::LevelFilter>().map_err(|_| {
+        pyo3::exceptions::PyValueError::new_err(format!(
+            "unknown log level {level:?}: expected off, error, warn, info, debug or trace"
+        ))
+    })?;
+    log::set_max_level(filter);
+    Ok(())
+}

@@ -5,7 +5,8 @@
 //! controls and counters, and its errors as Python exceptions. Every call that can
 //! run engine work releases the GIL first, so Python threads run at once, each on its
 //! own stream. The engine's `log` records go to Python's `logging` (logger
-//! `streamfuse` and its children, by module path) through `pyo3-log`.
+//! `streamfuse` and its children, by module path) through `pyo3-log`, from `info` up
+//! unless `set_log_level` says otherwise.
 //!
 //! [`Embedder`]: streamfuse::embedder::Embedder
 
@@ -20,8 +21,14 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _streamfuse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The bridge is set once per process; a second import (a subinterpreter) keeps
-    // the first, so its error is ignored.
-    let _ = pyo3_log::try_init();
+    // the first, so its error is ignored. It passes every level, but `log`'s own
+    // maximum starts at `info` (`engine::set_log_level` changes it): the engine's
+    // debug and trace narration then costs nothing, and never waits for the GIL.
+    let bridge = pyo3_log::Logger::new(m.py(), pyo3_log::Caching::LoggersAndLevels)?
+        .filter(log::LevelFilter::Trace);
+    if bridge.install().is_ok() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
     errors::register(m)?;
     m.add_class::<tensor::PyTensor>()?;
     m.add_class::<embed::PyEmbedder>()?;
@@ -33,5 +40,6 @@ fn _streamfuse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(engine::set_kernel_threads, m)?)?;
     m.add_function(wrap_pyfunction!(engine::trace_start, m)?)?;
     m.add_function(wrap_pyfunction!(engine::trace_stop, m)?)?;
+    m.add_function(wrap_pyfunction!(engine::set_log_level, m)?)?;
     Ok(())
 }

@@ -23,8 +23,33 @@ use crate::errors::engine_err;
 )]
 #[derive(Clone)]
 pub struct PyTensor {
+    /// The engine's handle; `None` only inside `drop`, which takes it to release it
+    /// without the GIL.
+    t: Option<Tensor>,
+}
+
+impl PyTensor {
+    fn new(t: Tensor) -> PyTensor {
+        PyTensor { t: Some(t) }
+    }
+
     /// The engine's handle.
-    pub t: Tensor,
+    fn t(&self) -> &Tensor {
+        self.t
+            .as_ref()
+            .expect("a PyTensor's handle is only taken by its drop")
+    }
+}
+
+impl Drop for PyTensor {
+    /// Releases the handle without the GIL: the engine may take a stream's lock to
+    /// forget a queued value, and a worker holding that lock may be waiting for the GIL
+    /// (to log).
+    fn drop(&mut self) {
+        if let Some(t) = self.t.take() {
+            Python::attach(|py| py.detach(move || drop(t)));
+        }
+    }
 }
 
 /// Runs `f` without the GIL and wraps its tensor.
@@ -32,7 +57,7 @@ fn detached(
     py: Python<'_>,
     f: impl FnOnce() -> streamfuse::Result<Tensor> + Send,
 ) -> PyResult<PyTensor> {
-    py.detach(f).map(|t| PyTensor { t }).map_err(engine_err)
+    py.detach(f).map(PyTensor::new).map_err(engine_err)
 }
 
 /// The right-hand operand of an operator as a tensor: a `Tensor`, a NumPy array
@@ -40,7 +65,7 @@ fn detached(
 /// (the operator then returns `NotImplemented`).
 fn operand(other: &Bound<'_, PyAny>) -> PyResult<Option<Tensor>> {
     if let Ok(t) = other.cast::<PyTensor>() {
-        return Ok(Some(t.get().t.clone()));
+        return Ok(Some(t.get().t().clone()));
     }
     if other.cast::<numpy::PyUntypedArray>().is_ok() {
         return from_numpy(other).map(Some);
@@ -49,7 +74,11 @@ fn operand(other: &Bound<'_, PyAny>) -> PyResult<Option<Tensor>> {
         return Ok(None);
     }
     if let Ok(x) = other.extract::<f64>() {
-        return Tensor::full(x as f32, &[]).map(Some).map_err(engine_err);
+        let py = other.py();
+        return py
+            .detach(|| Tensor::full(x as f32, &[]))
+            .map(Some)
+            .map_err(engine_err);
     }
     Ok(None)
 }
@@ -81,7 +110,7 @@ impl PyTensor {
     /// A tensor holding a copy of `array` (float32, uint32 or int64; any strides).
     #[staticmethod]
     fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Self> {
-        from_numpy(array).map(|t| PyTensor { t })
+        from_numpy(array).map(PyTensor::new)
     }
 
     /// A tensor of `shape` filled with zeros.
@@ -110,13 +139,13 @@ impl PyTensor {
     #[staticmethod]
     #[pyo3(signature = (tensors, dim = 0))]
     fn cat(py: Python<'_>, tensors: Vec<PyTensor>, dim: i64) -> PyResult<Self> {
-        let refs: Vec<&Tensor> = tensors.iter().map(|t| &t.t).collect();
+        let refs: Vec<&Tensor> = tensors.iter().map(PyTensor::t).collect();
         detached(py, || Tensor::cat(&refs, dim))
     }
 
     /// The values as a new NumPy array, computing what they wait on first.
     fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_numpy(py, &self.t)
+        to_numpy(py, self.t())
     }
 
     /// NumPy's conversion protocol: `np.asarray(t)` is `t.numpy()`.
@@ -128,7 +157,7 @@ impl PyTensor {
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let _ = copy; // The array is always new: a copy is all there is.
-        let a = to_numpy(py, &self.t)?;
+        let a = to_numpy(py, self.t())?;
         match dtype {
             Some(d) if !d.is_none() => a.call_method1("astype", (d,)),
             _ => Ok(a),
@@ -138,36 +167,36 @@ impl PyTensor {
     /// The dims, as a tuple.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.t.dims())
+        PyTuple::new(py, self.t().dims())
     }
 
     /// The element type's name (`float32`, `uint32`, `int64`, or a packed weight's
     /// `bfloat16`, `int8`, `bf16x3`).
     #[getter]
     fn dtype(&self) -> &'static str {
-        dtype_name(self.t.dtype())
+        dtype_name(self.t().dtype())
     }
 
     /// The rank.
     #[getter]
     fn ndim(&self) -> usize {
-        self.t.rank()
+        self.t().rank()
     }
 
     /// The element count.
     #[getter]
     fn size(&self) -> usize {
-        self.t.numel()
+        self.t().numel()
     }
 
     /// Whether the values are computed (false while the op is only queued).
     #[getter]
     fn is_ready(&self) -> bool {
-        self.t.is_ready()
+        self.t().is_ready()
     }
 
     fn __len__(&self) -> PyResult<usize> {
-        self.t
+        self.t()
             .dims()
             .first()
             .copied()
@@ -175,123 +204,123 @@ impl PyTensor {
     }
 
     fn __repr__(&self) -> String {
-        let state = if self.t.is_ready() {
+        let state = if self.t().is_ready() {
             "ready"
         } else {
             "pending"
         };
         format!(
             "Tensor(shape={:?}, dtype={}, {state})",
-            self.t.dims(),
-            dtype_name(self.t.dtype())
+            self.t().dims(),
+            dtype_name(self.t().dtype())
         )
     }
 
     fn __add__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        binary(py, &self.t, o, false, Tensor::add)
+        binary(py, self.t(), o, false, Tensor::add)
     }
     fn __radd__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        binary(py, &self.t, o, true, Tensor::add)
+        binary(py, self.t(), o, true, Tensor::add)
     }
     fn __sub__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        binary(py, &self.t, o, false, Tensor::sub)
+        binary(py, self.t(), o, false, Tensor::sub)
     }
     fn __rsub__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        binary(py, &self.t, o, true, Tensor::sub)
+        binary(py, self.t(), o, true, Tensor::sub)
     }
     fn __mul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        binary(py, &self.t, o, false, Tensor::mul)
+        binary(py, self.t(), o, false, Tensor::mul)
     }
     fn __rmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        binary(py, &self.t, o, true, Tensor::mul)
+        binary(py, self.t(), o, true, Tensor::mul)
     }
     fn __truediv__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        binary(py, &self.t, o, false, Tensor::div)
+        binary(py, self.t(), o, false, Tensor::div)
     }
     fn __rtruediv__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        binary(py, &self.t, o, true, Tensor::div)
+        binary(py, self.t(), o, true, Tensor::div)
     }
     fn __matmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        binary(py, &self.t, o, false, Tensor::matmul)
+        binary(py, self.t(), o, false, Tensor::matmul)
     }
     fn __rmatmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        binary(py, &self.t, o, true, Tensor::matmul)
+        binary(py, self.t(), o, true, Tensor::matmul)
     }
     fn __neg__(&self, py: Python<'_>) -> PyResult<Self> {
-        detached(py, || self.t.neg())
+        detached(py, || self.t().neg())
     }
     fn __abs__(&self, py: Python<'_>) -> PyResult<Self> {
-        detached(py, || self.t.abs())
+        detached(py, || self.t().abs())
     }
 
     /// Matrix product (batched over leading dims, as `@`).
     fn matmul(&self, py: Python<'_>, other: PyTensor) -> PyResult<Self> {
-        detached(py, || self.t.matmul(&other.t))
+        detached(py, || self.t().matmul(other.t()))
     }
     /// Element-wise maximum of the two.
     fn maximum(&self, py: Python<'_>, other: PyTensor) -> PyResult<Self> {
-        detached(py, || self.t.maximum(&other.t))
+        detached(py, || self.t().maximum(other.t()))
     }
     /// Element-wise minimum of the two.
     fn minimum(&self, py: Python<'_>, other: PyTensor) -> PyResult<Self> {
-        detached(py, || self.t.minimum(&other.t))
+        detached(py, || self.t().minimum(other.t()))
     }
     /// `self * mul + add`, element-wise.
     fn affine(&self, py: Python<'_>, mul: f64, add: f64) -> PyResult<Self> {
-        detached(py, || self.t.affine(mul, add))
+        detached(py, || self.t().affine(mul, add))
     }
     /// `x ** e`, element-wise.
     fn pow(&self, py: Python<'_>, e: f64) -> PyResult<Self> {
-        detached(py, || self.t.powf(e))
+        detached(py, || self.t().powf(e))
     }
     /// `e^x`, element-wise.
     fn exp(&self, py: Python<'_>) -> PyResult<Self> {
-        detached(py, || self.t.exp())
+        detached(py, || self.t().exp())
     }
     /// Natural logarithm, element-wise.
     fn log(&self, py: Python<'_>) -> PyResult<Self> {
-        detached(py, || self.t.log())
+        detached(py, || self.t().log())
     }
     /// Square root, element-wise.
     fn sqrt(&self, py: Python<'_>) -> PyResult<Self> {
-        detached(py, || self.t.sqrt())
+        detached(py, || self.t().sqrt())
     }
     /// `1 / x`, element-wise.
     fn recip(&self, py: Python<'_>) -> PyResult<Self> {
-        detached(py, || self.t.recip())
+        detached(py, || self.t().recip())
     }
     /// `tanh x`, element-wise.
     fn tanh(&self, py: Python<'_>) -> PyResult<Self> {
-        detached(py, || self.t.tanh())
+        detached(py, || self.t().tanh())
     }
     /// The logistic sigmoid, element-wise.
     fn sigmoid(&self, py: Python<'_>) -> PyResult<Self> {
-        detached(py, || self.t.sigmoid())
+        detached(py, || self.t().sigmoid())
     }
     /// `max(x, 0)`, element-wise.
     fn relu(&self, py: Python<'_>) -> PyResult<Self> {
-        detached(py, || self.t.relu())
+        detached(py, || self.t().relu())
     }
     /// GELU (the erf form), element-wise.
     fn gelu(&self, py: Python<'_>) -> PyResult<Self> {
-        detached(py, || self.t.gelu())
+        detached(py, || self.t().gelu())
     }
     /// GELU (the tanh approximation), element-wise.
     fn gelu_tanh(&self, py: Python<'_>) -> PyResult<Self> {
-        detached(py, || self.t.gelu_tanh())
+        detached(py, || self.t().gelu_tanh())
     }
     /// `x * sigmoid(x)`, element-wise.
     fn silu(&self, py: Python<'_>) -> PyResult<Self> {
-        detached(py, || self.t.silu())
+        detached(py, || self.t().silu())
     }
     /// Sum over `dim`.
     #[pyo3(signature = (dim, keepdim = false))]
     fn sum(&self, py: Python<'_>, dim: i64, keepdim: bool) -> PyResult<Self> {
         detached(py, || {
             if keepdim {
-                self.t.sum_keepdim(dim)
+                self.t().sum_keepdim(dim)
             } else {
-                self.t.sum(dim)
+                self.t().sum(dim)
             }
         })
     }
@@ -300,9 +329,9 @@ impl PyTensor {
     fn mean(&self, py: Python<'_>, dim: i64, keepdim: bool) -> PyResult<Self> {
         detached(py, || {
             if keepdim {
-                self.t.mean_keepdim(dim)
+                self.t().mean_keepdim(dim)
             } else {
-                self.t.mean(dim)
+                self.t().mean(dim)
             }
         })
     }
@@ -311,20 +340,20 @@ impl PyTensor {
     fn max(&self, py: Python<'_>, dim: i64, keepdim: bool) -> PyResult<Self> {
         detached(py, || {
             if keepdim {
-                self.t.max_keepdim(dim)
+                self.t().max_keepdim(dim)
             } else {
-                self.t.max(dim)
+                self.t().max(dim)
             }
         })
     }
     /// Index of the maximum over `dim` (uint32), which is removed.
     fn argmax(&self, py: Python<'_>, dim: i64) -> PyResult<Self> {
-        detached(py, || self.t.argmax(dim))
+        detached(py, || self.t().argmax(dim))
     }
     /// Softmax over `dim`.
     #[pyo3(signature = (dim = -1))]
     fn softmax(&self, py: Python<'_>, dim: i64) -> PyResult<Self> {
-        detached(py, || self.t.softmax(dim))
+        detached(py, || self.t().softmax(dim))
     }
     /// Layer norm over the last dim, with `weight` and `bias` of its size.
     #[pyo3(signature = (weight, bias, eps = 1e-5))]
@@ -335,53 +364,53 @@ impl PyTensor {
         bias: PyTensor,
         eps: f64,
     ) -> PyResult<Self> {
-        detached(py, || self.t.layer_norm(&weight.t, &bias.t, eps))
+        detached(py, || self.t().layer_norm(weight.t(), bias.t(), eps))
     }
     /// RMS norm over the last dim, with `weight` of its size.
     #[pyo3(signature = (weight, eps = 1e-6))]
     fn rms_norm(&self, py: Python<'_>, weight: PyTensor, eps: f64) -> PyResult<Self> {
-        detached(py, || self.t.rms_norm(&weight.t, eps))
+        detached(py, || self.t().rms_norm(weight.t(), eps))
     }
     /// The same elements in `shape` (a view when the layout allows it).
     fn reshape(&self, py: Python<'_>, shape: Vec<usize>) -> PyResult<Self> {
-        detached(py, || self.t.reshape(&shape))
+        detached(py, || self.t().reshape(&shape))
     }
     /// Swaps two dims (a view).
     fn transpose(&self, py: Python<'_>, d0: i64, d1: i64) -> PyResult<Self> {
-        detached(py, || self.t.transpose(d0, d1))
+        detached(py, || self.t().transpose(d0, d1))
     }
     /// Reorders the dims (a view).
     fn permute(&self, py: Python<'_>, perm: Vec<usize>) -> PyResult<Self> {
-        detached(py, || self.t.permute(&perm))
+        detached(py, || self.t().permute(&perm))
     }
     /// `length` elements of `dim` from `start` (a view).
     fn narrow(&self, py: Python<'_>, dim: i64, start: usize, length: usize) -> PyResult<Self> {
-        detached(py, || self.t.narrow(dim, start, length))
+        detached(py, || self.t().narrow(dim, start, length))
     }
     /// A new dim of size 1 at `dim` (a view).
     fn unsqueeze(&self, py: Python<'_>, dim: i64) -> PyResult<Self> {
-        detached(py, || self.t.unsqueeze(dim))
+        detached(py, || self.t().unsqueeze(dim))
     }
     /// Removes `dim`, of size 1 (a view).
     fn squeeze(&self, py: Python<'_>, dim: i64) -> PyResult<Self> {
-        detached(py, || self.t.squeeze(dim))
+        detached(py, || self.t().squeeze(dim))
     }
     /// Broadcasts to `shape` (a view).
     fn broadcast_to(&self, py: Python<'_>, shape: Vec<usize>) -> PyResult<Self> {
-        detached(py, || self.t.broadcast_as(&shape))
+        detached(py, || self.t().broadcast_as(&shape))
     }
     /// A contiguous copy (or the tensor itself when it is contiguous).
     fn contiguous(&self, py: Python<'_>) -> PyResult<Self> {
-        detached(py, || self.t.contiguous())
+        detached(py, || self.t().contiguous())
     }
     /// The entries of `dim` at `indices` (a rank-1 uint32 or int64 tensor).
     fn index_select(&self, py: Python<'_>, indices: PyTensor, dim: i64) -> PyResult<Self> {
-        detached(py, || self.t.index_select(&indices.t, dim))
+        detached(py, || self.t().index_select(indices.t(), dim))
     }
     /// The tensor in `dtype`: a float32 weight matrix to a packed `bfloat16`, `int8`
     /// or `bf16x3` one (done now, not lazily), or back to `float32`.
     fn to_dtype(&self, py: Python<'_>, dtype: &str) -> PyResult<Self> {
         let d: DType = parse_dtype(dtype)?;
-        detached(py, || self.t.to_dtype(d))
+        detached(py, || self.t().to_dtype(d))
     }
 }

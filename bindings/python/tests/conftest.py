@@ -1,5 +1,5 @@
 """Fixtures shared by the tests: the reference outputs written by the Rust program
-bindings/python/reference (run by scripts/test-python.sh before pytest), the model
+examples/python_reference.rs (run by scripts/test-python.sh before pytest), the model
 folder it found or fetched, and the tiny reranker fixture of the Rust tests.
 
 ``STREAMFUSE_PY_REF`` names the reference folder (default: target/python-ref at the
@@ -23,7 +23,7 @@ def ref_dir() -> pathlib.Path:
     if not (d / "model.txt").is_file():
         pytest.fail(
             f"{d} has no reference outputs: run scripts/test-python.sh (it runs "
-            "bindings/python/reference before pytest)"
+            "examples/python_reference.rs before pytest)"
         )
     return d
 

@@ -8,7 +8,8 @@
   instance at once, sharing one copy of the weights.
 - :class:`Tensor` drives the engine directly: lazy ops, ``+ - * / @``, ``numpy()``.
 - :func:`stats`, :func:`sync`, :mod:`streamfuse.trace`; the engine's log records go
-  to Python's :mod:`logging` under the ``streamfuse`` logger.
+  to Python's :mod:`logging` under the ``streamfuse`` logger (``info`` and up;
+  :func:`set_log_level` lets ``debug`` or ``trace`` through).
 
 Errors: bad arguments (shapes, dims, values, texts, settings, model folders) raise
 ``ValueError`` (dtype problems :class:`DTypeError`, which is also a ``TypeError``);
@@ -22,11 +23,18 @@ from ._streamfuse import (
     cpu_tier,
     set_fusion,
     set_kernel_threads,
+    set_log_level,
     stats,
     sync,
 )
 from . import trace
 from .models import Embedder, Reranker
+
+import atexit as _atexit
+
+# Log records made while the interpreter shuts down (tensors and streams freed at
+# exit) must not reach `logging`, which is going away: the bridge goes quiet first.
+_atexit.register(set_log_level, "off")
 
 __all__ = [
     "DTypeError",
@@ -36,6 +44,7 @@ __all__ = [
     "cpu_tier",
     "set_fusion",
     "set_kernel_threads",
+    "set_log_level",
     "stats",
     "sync",
     "trace",

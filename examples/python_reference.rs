@@ -2,12 +2,14 @@
 //! finds (or fetches, as the examples do) all-MiniLM-L6-v2, embeds the lines of a
 //! file with [`Embedder`], and scores (query, document) pairs with [`Reranker`],
 //! writing the results as little-endian float32 files. scripts/test-python.sh runs it
-//! before pytest; the tests then hold `streamfuse.Embedder.encode` and
-//! `streamfuse.Reranker.predict` to these values bit for bit.
+//! before pytest; the tests (bindings/python/tests) then hold
+//! `streamfuse.Embedder.encode` and `streamfuse.Reranker.predict` to these values bit
+//! for bit. It is an example of the core crate, not of the bindings, so that CI runs
+//! the binary `cargo test` already built (no second build of the engine).
 //!
 //! ```text
-//! streamfuse-python-reference --out-dir DIR [--model DIR] [--sentences FILE]
-//!     [--reranker DIR --pairs FILE]
+//! cargo run --example python_reference -- --out-dir DIR [--model DIR]
+//!     [--sentences FILE] [--reranker DIR --pairs FILE]
 //! ```
 //!
 //! Writes `DIR/model.txt` (the model folder used), `DIR/embeddings.f32` (one row of
@@ -19,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use streamfuse::embedder::{Embedder, Reranker};
 
-#[path = "../../../../examples/common/fetch.rs"]
+#[path = "common/fetch.rs"]
 mod fetch;
 
 /// The command line.
@@ -100,7 +102,7 @@ fn run() -> Result<(), String> {
 
 fn main() {
     if let Err(e) = run() {
-        eprintln!("streamfuse-python-reference: {e}");
+        eprintln!("python_reference: {e}");
         std::process::exit(1);
     }
 }
