@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The lints, as CI runs them before the tests (.ci/run): formatting, then clippy on
-# every target with the default features and with none, warnings as errors. The
+# every target with the default features and with none, and on the Python package
+# (bindings/python), warnings as errors. The
 # crate's own lint levels (src/lib.rs: missing_docs, unreachable_pub,
 # unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks) are warnings while one
 # works and errors here. scripts/test-aarch64.sh runs the same clippy for aarch64.
@@ -15,4 +16,7 @@ done
 cargo fmt --all -- --check
 cargo clippy --quiet --all-targets -- -D warnings
 cargo clippy --quiet --all-targets --no-default-features -- -D warnings
-echo "== lints (fmt, clippy with default features and none): $((SECONDS - start)) s"
+# The Python package's crate (a workspace member; the root's clippy covers the core
+# crate only).
+cargo clippy --quiet -p streamfuse-python --all-targets -- -D warnings
+echo "== lints (fmt, clippy with default features and none, and the Python package): $((SECONDS - start)) s"
