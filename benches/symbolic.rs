@@ -20,7 +20,8 @@
 //! `cargo bench --bench symbolic`
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use streamfuse::inspect::{clear_plan_cache, forget_plan_instances};
+use streamfuse::clear_plan_cache;
+use streamfuse::inspect::forget_plan_instances;
 use streamfuse::Tensor;
 
 #[path = "../tests/support/mod.rs"]

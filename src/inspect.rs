@@ -5,11 +5,10 @@
 //! controls and statistics) or in [`memory_planner`](crate::memory_planner) and [`models`](crate::models).
 //! This module gathers, in one documented place, the few internals that tests and
 //! benchmarks look at: the memory observer that records what each planned kernel
-//! touched, a way to empty the plan cache, and the raw CPU kernels with the types
+//! touched, a way to forget the plan cache's instances, and the raw CPU kernels with the types
 //! their signatures use, so a benchmark can time one kernel without the engine around
 //! it. Items here may change between releases without notice.
 
-pub use crate::fusion::cache::clear as clear_plan_cache;
 pub use crate::fusion::cache::forget_instances as forget_plan_instances;
 pub use crate::ir::{BinaryOp, UnaryOp};
 pub use crate::runtime::observer;

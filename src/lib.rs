@@ -37,6 +37,13 @@ pub mod cpu {
 
     pub use crate::kernels::cpu::{available, Tier};
 
+    // The seam through which `models` asks which products are fast here (ARCHITECTURE
+    // names it): the tier owner's feature questions, crate-wide.
+    pub(crate) use crate::kernels::cpu::{
+        has_amx_bf16, has_arm_bf16, has_avx2, has_avx512, has_avx512_bf16, has_avx512_vnni,
+        has_avx_vnni, has_dotprod,
+    };
+
     /// The tier the kernels run on (`portable` when `STREAMFUSE_ISA` is wrong: see
     /// [`check`]).
     pub fn tier() -> Tier {
@@ -68,9 +75,11 @@ mod tensor;
 pub mod trace;
 
 pub use error::{Error, Result};
+pub use fusion::cache::clear as clear_plan_cache;
 pub use fusion::cache::{
     plan_cache_limit, set_plan_cache_limit, CacheStats, DEFAULT_PLAN_CACHE_LIMIT,
 };
+pub use fusion::plan_svg;
 pub use ir::{DType, Layout, TensorId, MAX_RANK};
 pub use runtime::{kernel_spin, pool_limit, set_kernel_spin, set_pool_limit, trim_pools};
 pub use stream::{

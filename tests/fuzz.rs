@@ -3524,7 +3524,7 @@ fn random_programs_on_eight_threads_match_one_unfused_thread() {
         if ran.is_multiple_of(1000) {
             // Every distinct segment leaves a plan in the cache (up to its limit), and
             // `stats()` walks them all: this keeps long runs from slowing down.
-            streamfuse::inspect::clear_plan_cache();
+            streamfuse::clear_plan_cache();
         }
         let p = Arc::new(generate(seed, cfg.skip));
         let replay = replay_line(seed, &skip_names);

@@ -422,7 +422,7 @@ fn a_flush_draws_its_memory_plan() {
         "the picture's buffers fill the arena"
     );
     assert!(doc.contains(&format!("{:016x}", info.key)));
-    assert_eq!(trace::plan_svg(info.key ^ 0x5eed), None);
+    assert_eq!(streamfuse::plan_svg(info.key ^ 0x5eed), None);
 }
 
 /// Runs only as the child process of the next test (with `STREAMFUSE_TRACE` set): records

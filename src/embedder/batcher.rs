@@ -441,7 +441,7 @@ impl Batcher {
 /// plan (they are rebuilt, in milliseconds, when work comes back).
 fn trim_memory() {
     crate::trim_pools();
-    crate::fusion::cache::clear();
+    crate::clear_plan_cache();
     log::debug!("embedder idle: pools and plan cache trimmed");
 }
 

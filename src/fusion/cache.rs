@@ -282,7 +282,7 @@ pub(crate) fn get_or_build<T>(
         _ => MISSES.fetch_add(1, Ordering::Relaxed),
     };
     if let (Some(start), Lookup::Miss) = (traced, lookup) {
-        crate::trace::plan_built(start, key, &plan);
+        crate::trace::plan_built(start, key, plan.clone());
     }
     let evicted = {
         let mut cache = CACHE.write();

@@ -45,12 +45,14 @@ mod prune;
 mod symbolic;
 #[cfg(test)]
 pub(crate) mod testutil;
+mod traced;
 mod values;
 
 #[cfg(test)]
 pub(crate) use build::build;
 pub(crate) use kernel::{Chain, Kernel, MatMulHead, NormTail};
 pub(crate) use memory::arena_problem;
+pub use traced::plan_svg;
 
 use std::fmt;
 

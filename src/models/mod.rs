@@ -77,7 +77,7 @@ impl Precision {
     /// each kernel runs on each tier). Where it has none, [`Precision::dtype`] is f32:
     /// a precision never runs slower than f32 on the same CPU.
     pub fn fast_here(self) -> bool {
-        use crate::kernels::cpu;
+        use crate::cpu;
         match self {
             Precision::F32 => true,
             // AMX-BF16 comes with AVX512_BF16, AMX-INT8 with AVX512_VNNI.

@@ -44,6 +44,19 @@ pub enum FlushReason {
     Close,
 }
 
+impl FlushReason {
+    /// The reason's short name (`read`, `sync`, `queue limit`, `drained`, `close`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            FlushReason::Read(_) => "read",
+            FlushReason::Sync => "sync",
+            FlushReason::QueueLimit => "queue limit",
+            FlushReason::Drain { .. } => "drained",
+            FlushReason::Close => "close",
+        }
+    }
+}
+
 impl fmt::Display for FlushReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -86,11 +99,26 @@ pub struct FlushInfo {
 
 impl FlushInfo {
     /// An SVG picture of the memory plan of this segment's structure as first built
-    /// (its arena buffers over the plan's levels; see [`crate::trace::plan_svg`]; the
+    /// (its arena buffers over the plan's levels; see [`crate::plan_svg`]; the
     /// symbol values of that first build, not necessarily this segment's), while the
     /// plan cache holds the structure.
     pub fn plan_svg(&self) -> Option<String> {
-        crate::trace::plan_svg(self.key)
+        crate::fusion::plan_svg(self.key)
+    }
+
+    /// What the timeline records of this flush.
+    fn facts(&self) -> crate::trace::FlushFacts {
+        crate::trace::FlushFacts {
+            reason: self.reason.to_string(),
+            reason_name: self.reason.name(),
+            key: self.key,
+            cache_hit: self.cache_hit,
+            planned: self.planned,
+            ops: self.ops,
+            kernels: self.kernels,
+            arena_bytes: self.arena_bytes,
+            arena_lower_bound: self.arena_lower_bound,
+        }
     }
 }
 
@@ -239,7 +267,7 @@ impl Stream {
         let seg = match (traced, &plan) {
             (Some(_), Ok(Ok(Some(p)))) => Some(SegmentTrace {
                 lane: self.id.0,
-                plan: p.clone(),
+                plan: p.clone() as Arc<dyn crate::trace::TracedPlan>,
             }),
             _ => None,
         };
@@ -260,7 +288,8 @@ impl Stream {
             self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par, seg);
         }
         if let (Some(start), Some(ready)) = (traced, ready) {
-            crate::trace::flush(self.id.0, start, ready, info, seg.map(|s| s.plan));
+            let plan = seg.map(|s| s.plan);
+            crate::trace::flush(self.id.0, start, ready, info.facts(), plan);
         }
         for task in tasks.iter_mut() {
             task.release_slots();

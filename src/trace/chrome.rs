@@ -19,11 +19,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::plan::TracedPlan;
 use super::record::{Event, ThreadBuf, What, WORKER_LANES};
-use super::{io_error, picture, TraceError, Written, MAX_PLAN_PICTURES};
-use crate::fusion::{ExecutionPlan, Kernel};
-use crate::kernels::Instr;
-use crate::stream::FlushReason;
+use super::{io_error, TraceError, Written, MAX_PLAN_PICTURES};
 
 /// Writes `threads`' events to `path` and the pictures of their plans beside it.
 pub(super) fn write(path: &Path, threads: Vec<ThreadBuf>) -> Result<Written, TraceError> {
@@ -172,7 +170,7 @@ fn json_events(e: &Event, thread: &str, pid: u32, plans: &HashMap<u64, String>) 
             ready,
         } => {
             let mut args = json!({
-                "reason": info.reason.to_string(),
+                "reason": info.reason,
                 "key": format!("{:016x}", info.key),
                 "cache_hit": info.cache_hit,
                 "planned": info.planned,
@@ -189,11 +187,7 @@ fn json_events(e: &Event, thread: &str, pid: u32, plans: &HashMap<u64, String>) 
             if plan.is_none() && info.planned {
                 args["error"] = json!("no plan");
             }
-            let mut out = vec![slice(
-                format!("flush: {}", reason(&info.reason)),
-                "flush",
-                args,
-            )];
+            let mut out = vec![slice(format!("flush: {}", info.reason_name), "flush", args)];
             if let Some(id) = f {
                 out.push(flow("s", *id));
             }
@@ -205,20 +199,18 @@ fn json_events(e: &Event, thread: &str, pid: u32, plans: &HashMap<u64, String>) 
             op,
             stream,
         } => {
-            let (name, kind, ops) = kernel_ops(plan, *index as usize, op);
-            let (read, written) = kernel_bytes(plan, *index as usize);
-            let k = *index as usize;
+            let k = plan.kernel(*index as usize, op);
             let args = json!({
-                "kind": kind,
-                "ops": ops,
-                "bytes_read": read,
-                "bytes_written": written,
-                "index": k,
-                "level": plan.levels.get(k),
+                "kind": k.kind,
+                "ops": k.ops,
+                "bytes_read": k.bytes_read,
+                "bytes_written": k.bytes_written,
+                "index": index,
+                "level": k.level,
                 "stream": stream,
                 "ran_on": thread,
             });
-            vec![slice(name, "kernel", args)]
+            vec![slice(k.name, "kernel", args)]
         }
         What::Op {
             name,
@@ -237,19 +229,22 @@ fn json_events(e: &Event, thread: &str, pid: u32, plans: &HashMap<u64, String>) 
                 "fused": false,
             }),
         )],
-        What::Build { key, plan } => vec![slice(
-            "plan build".to_string(),
-            "plan",
-            json!({
-                "key": format!("{key:016x}"),
-                "ops": plan.ops,
-                "dead_ops": plan.dead_ops,
-                "kernels": plan.kernel_count(),
-                "arena_bytes": plan.arena_bytes(),
-                "arena_lower_bound": plan.arena_lower_bound * 4,
-                "plan_svg": plans.get(key),
-            }),
-        )],
+        What::Build { key, plan } => {
+            let p = plan.summary();
+            vec![slice(
+                "plan build".to_string(),
+                "plan",
+                json!({
+                    "key": format!("{key:016x}"),
+                    "ops": p.ops,
+                    "dead_ops": p.dead_ops,
+                    "kernels": p.kernels,
+                    "arena_bytes": p.arena_bytes,
+                    "arena_lower_bound": p.arena_lower_bound,
+                    "plan_svg": plans.get(key),
+                }),
+            )]
+        }
         What::Memory {
             buffers,
             arena,
@@ -274,72 +269,6 @@ fn json_events(e: &Event, thread: &str, pid: u32, plans: &HashMap<u64, String>) 
     }
 }
 
-/// The short name of a flush reason, for the slice's name.
-fn reason(r: &FlushReason) -> &'static str {
-    match r {
-        FlushReason::Read(_) => "read",
-        FlushReason::Sync => "sync",
-        FlushReason::QueueLimit => "queue limit",
-        FlushReason::Drain { .. } => "drained",
-        FlushReason::Close => "close",
-    }
-}
-
-/// A kernel's slice name, kind (`op`, `fused` or `chain`) and the ops it runs, in
-/// order.
-fn kernel_ops(
-    plan: &ExecutionPlan,
-    k: usize,
-    op: &'static str,
-) -> (String, &'static str, Vec<&'static str>) {
-    let program = |p: &crate::kernels::FusedProgram, ops: &mut Vec<&'static str>| {
-        ops.extend(p.instrs.iter().filter_map(|i| match i {
-            Instr::Input(_) => None,
-            Instr::Unary(u, _) => Some(u.name()),
-            Instr::Binary(b, _, _) => Some(b.name()),
-        }))
-    };
-    let mut ops = Vec::new();
-    let kind = match plan.kernels.get(k) {
-        Some(Kernel::Op { .. }) | None => {
-            ops.push(op);
-            return (op.to_string(), "op", ops);
-        }
-        Some(Kernel::Fused { program: p, .. }) => {
-            program(p, &mut ops);
-            "fused"
-        }
-        Some(Kernel::Chain(c)) => {
-            if c.matmul.is_some() {
-                ops.push("matmul");
-            }
-            program(&c.program, &mut ops);
-            if let Some(n) = &c.norm {
-                ops.push(n.kind.name());
-            }
-            "chain"
-        }
-    };
-    let shown: Vec<&str> = ops.iter().copied().take(6).collect();
-    let more = if ops.len() > 6 { "+…" } else { "" };
-    (format!("{kind}: {}{more}", shown.join("+")), kind, ops)
-}
-
-/// Bytes kernel `k` reads (through each input's layout) and writes.
-fn kernel_bytes(plan: &ExecutionPlan, k: usize) -> (usize, usize) {
-    let Some(kernel) = plan.kernels.get(k) else {
-        return (0, 0);
-    };
-    let (ins, outs) = kernel.io();
-    let bytes = |vs: &[u32]| -> usize {
-        vs.iter()
-            .filter_map(|&v| plan.values.get(v as usize))
-            .map(|v| v.layout.numel() * v.dtype.size_in_bytes())
-            .sum()
-    };
-    (bytes(ins), bytes(outs))
-}
-
 /// The folder of a trace's plan pictures: `trace.json` → `trace.plans`.
 fn plans_dir(path: &Path) -> PathBuf {
     path.with_extension("plans")
@@ -352,7 +281,7 @@ fn write_pictures(
     path: &Path,
     events: &[(usize, Event)],
 ) -> Result<(HashMap<u64, String>, usize), TraceError> {
-    let mut chosen: Vec<(u64, &Arc<ExecutionPlan>)> = Vec::new();
+    let mut chosen: Vec<(u64, &Arc<dyn TracedPlan>)> = Vec::new();
     let mut seen: HashMap<u64, ()> = HashMap::new();
     for (_, e) in events {
         let (key, plan) = match &e.what {
@@ -364,7 +293,9 @@ fn write_pictures(
             What::Build { key, plan } => (*key, plan),
             _ => continue,
         };
-        if plan.arena_len > 0 && chosen.len() < MAX_PLAN_PICTURES && seen.insert(key, ()).is_none()
+        if plan.summary().arena_bytes > 0
+            && chosen.len() < MAX_PLAN_PICTURES
+            && seen.insert(key, ()).is_none()
         {
             chosen.push((key, plan));
         }
@@ -380,7 +311,7 @@ fn write_pictures(
         .map(|f| f.to_string_lossy().to_string())
         .unwrap_or_default();
     for (key, plan) in chosen {
-        let Some(svg) = picture(plan, key) else {
+        let Some(svg) = plan.picture(key) else {
             continue;
         };
         let file = format!("{key:016x}.svg");

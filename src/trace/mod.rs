@@ -22,12 +22,18 @@
 //! a trace keeps the plans it ran alive until it is written. `log` narration
 //! (`RUST_LOG=streamfuse=trace`) is separate and unchanged.
 //!
-//! [`plan_svg`] (or [`FlushInfo::plan_svg`](crate::FlushInfo::plan_svg)) draws the
-//! memory plan of a segment whenever its plan is in the plan cache, tracing or not.
+//! [`crate::plan_svg`] (or [`FlushInfo::plan_svg`](crate::FlushInfo::plan_svg)) draws
+//! the memory plan of a segment whenever its plan is in the plan cache, tracing or not.
+//!
+//! This module is a leaf: it knows no plan or stream type. A plan is recorded as a
+//! [`TracedPlan`] (which `fusion` implements) and a flush as plain [`FlushFacts`], so
+//! the modules that record into it never meet it again on their way down.
 
 mod chrome;
+mod plan;
 mod record;
 
+pub(crate) use plan::{FlushFacts, KernelSummary, PlanSummary, TracedPlan};
 pub(crate) use record::{
     drain_begin, drain_end, flush, kernel, memory_planned, now, op, own_stream, plan_built,
     segment_start, SegmentTrace,
@@ -39,9 +45,6 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Once;
 
 use parking_lot::Mutex;
-
-use crate::fusion::{arena_problem, cache, ExecutionPlan};
-use crate::memory_planner::{self, SvgOptions};
 
 /// The environment variable that starts a trace at the first flush: its value is the
 /// path of the trace file, written at [`stop`] or when the process exits.
@@ -178,38 +181,6 @@ pub fn is_recording() -> bool {
 /// The most plan pictures [`stop`] writes beside a trace (the first plans met, by
 /// segment key); flushes of other plans name their key but no picture.
 pub const MAX_PLAN_PICTURES: usize = 256;
-
-/// An SVG picture of the memory plan of the segment with key `key` (a
-/// [`FlushInfo::key`](crate::FlushInfo::key)): its arena buffers over the levels of the
-/// plan, as [`memory_planner::svg`] draws them, named by relative value (`r12`). `None`
-/// when the plan cache holds no plan for that key (never planned, fusion off, or
-/// evicted since). Where two cached segments share a key, the first found is drawn.
-pub fn plan_svg(key: u64) -> Option<String> {
-    let plan = cache::find(key)?;
-    picture(&plan, key)
-}
-
-/// The SVG of `plan` (segment key `key`); `None` (and an error in the log) if the
-/// planner refuses to draw it, which would be a bug.
-pub(crate) fn picture(plan: &ExecutionPlan, key: u64) -> Option<String> {
-    let (problem, offsets) = arena_problem(plan);
-    let options = SvgOptions {
-        title: format!(
-            "segment {key:016x}: {} ops, {} kernels (steps are kernel levels)",
-            plan.ops,
-            plan.kernel_count()
-        ),
-        names: problem
-            .buffers
-            .iter()
-            .map(|b| format!("r{}", b.id))
-            .collect(),
-        ..SvgOptions::default()
-    };
-    memory_planner::svg(&problem, &offsets, &options)
-        .map_err(|e| log::error!("cannot draw the plan of segment {key:016x}: {e}"))
-        .ok()
-}
 
 fn io_error(path: &Path, e: std::io::Error) -> TraceError {
     TraceError::Io {

@@ -3,8 +3,9 @@
 //! Each thread that records gets a buffer of its own (registered once in a global
 //! list, so [`take`] finds the buffers of threads that have ended too); recording an
 //! event locks only that buffer, which nobody else locks while a trace records. An
-//! event stores numbers, `&'static str`s and at most one reference-counted plan;
-//! every string of the trace is made when it is written (`chrome.rs`). Called only when
+//! event stores numbers, `&'static str`s and at most one reference-counted plan (as a
+//! [`TracedPlan`]); the strings of the trace are made when it is written (`chrome.rs`),
+//! but for a flush's reason, which is put in words when the flush is recorded. Called only when
 //! [`super::enabled`] said yes, except [`own_stream`] (once per thread, no allocation).
 
 use std::cell::Cell;
@@ -13,8 +14,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use crate::fusion::ExecutionPlan;
-use crate::stream::FlushInfo;
+use super::plan::{FlushFacts, TracedPlan};
 
 /// The first lane of the kernel pool's threads (stream lanes are the stream ids).
 pub(super) const WORKER_LANES: u64 = 1 << 20;
@@ -33,15 +33,15 @@ pub(super) enum What {
     /// A flush of stream `lane`: its description, its plan (if it had one), the flow
     /// it starts (when another stream drained it) and when its inputs were ready.
     Flush {
-        info: FlushInfo,
-        plan: Option<Arc<ExecutionPlan>>,
+        info: FlushFacts,
+        plan: Option<Arc<dyn TracedPlan>>,
         flow: Option<u64>,
         ready: u64,
     },
     /// Kernel `index` of `plan`, run for stream `stream`; `op` names a single-op
     /// kernel's op.
     Kernel {
-        plan: Arc<ExecutionPlan>,
+        plan: Arc<dyn TracedPlan>,
         index: u32,
         op: &'static str,
         stream: u64,
@@ -54,7 +54,7 @@ pub(super) enum What {
         written: usize,
     },
     /// A plan built on a cache miss.
-    Build { key: u64, plan: Arc<ExecutionPlan> },
+    Build { key: u64, plan: Arc<dyn TracedPlan> },
     /// The memory planner's run for a plan being built.
     Memory {
         buffers: usize,
@@ -166,7 +166,7 @@ pub(crate) struct SegmentTrace {
     /// The stream's lane.
     pub(crate) lane: u64,
     /// The plan the segment runs.
-    pub(crate) plan: Arc<ExecutionPlan>,
+    pub(crate) plan: Arc<dyn TracedPlan>,
 }
 
 /// Records a flush of stream `lane` that started at `start` and had its inputs at
@@ -175,8 +175,8 @@ pub(crate) fn flush(
     lane: u64,
     start: u64,
     ready: u64,
-    info: FlushInfo,
-    plan: Option<Arc<ExecutionPlan>>,
+    info: FlushFacts,
+    plan: Option<Arc<dyn TracedPlan>>,
 ) {
     let flow = FLOW.try_with(Cell::take).ok().flatten();
     push(Event {
@@ -240,15 +240,12 @@ pub(crate) fn op(lane: u64, start: u64, op: &crate::ir::Op) {
 }
 
 /// Records a plan built for segment `key` from `start` to now.
-pub(crate) fn plan_built(start: u64, key: u64, plan: &Arc<ExecutionPlan>) {
+pub(crate) fn plan_built(start: u64, key: u64, plan: Arc<dyn TracedPlan>) {
     push(Event {
         lane: LANE.try_with(Cell::get).unwrap_or(0),
         start,
         end: now(),
-        what: What::Build {
-            key,
-            plan: plan.clone(),
-        },
+        what: What::Build { key, plan },
     });
 }
 
