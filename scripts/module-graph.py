@@ -2,7 +2,7 @@
 """The dependency graph between the crate's top-level modules, and its cycles.
 
 Each file under src/ belongs to the top-level module of its first path component
-(src/fusion/cache.rs to `fusion`, src/error.rs to `error`; lib.rs's inline modules
+(src/fusion/cache/mod.rs to `fusion`, src/error.rs to `error`; lib.rs's inline modules
 to themselves). An edge A -> B is a `crate::B` path (also inside `use crate::{..}`)
 in A's code, comments left out. With --no-tests, test code is left out too (tests.rs
 and testutil.rs files, and a `#[cfg(test)] mod tests { .. }` block to the end of its

@@ -36,64 +36,17 @@ use std::sync::Arc;
 use hashbrown::{HashMap, HashTable};
 use parking_lot::RwLock;
 
+mod bytes;
+mod signature;
+
+use bytes::{heap, plan_bytes, vec_bytes};
+use signature::SigOp;
+
 use super::symbolic::{build_template, instantiate, Template};
-use super::{Chain, ExecutionPlan, Kernel};
+use super::ExecutionPlan;
 use crate::error::Error;
-use crate::ir::relative::{RelativeOp, StableHasher, SymLayout};
-use crate::ir::{DType, Op, OpKind};
-use crate::kernels::FusedProgram;
-
-/// One input or output of a stored op: relative id, dtype, layout in codes.
-type SigValue = (u32, DType, SymLayout);
-
-/// One op of a stored segment, in relative form with its layouts in codes.
-#[derive(Debug)]
-struct SigOp {
-    kind: OpKind,
-    inputs: Vec<SigValue>,
-    output: Option<SigValue>,
-}
-
-impl SigOp {
-    /// The op in codes; `None` when a layout number is not among `symbols` (never, for
-    /// the symbols of the op's own segment).
-    fn new(op: &Op, rel: &RelativeOp, symbols: &[usize]) -> Option<SigOp> {
-        let value = |d: &crate::ir::TensorDesc, r: u32| -> Option<SigValue> {
-            Some((r, d.dtype, SymLayout::new(&d.layout, symbols)?))
-        };
-        Some(SigOp {
-            kind: op.kind.clone(),
-            inputs: op
-                .inputs
-                .iter()
-                .zip(&rel.inputs)
-                .map(|(d, &r)| value(d, r))
-                .collect::<Option<_>>()?,
-            output: match (&op.output, rel.output) {
-                (Some(d), Some(r)) => Some(value(d, r)?),
-                _ => None,
-            },
-        })
-    }
-
-    fn matches(&self, op: &Op, rel: &RelativeOp, symbols: &[usize]) -> bool {
-        let same = |s: &SigValue, d: &crate::ir::TensorDesc, r: u32| {
-            s.0 == r && s.1 == d.dtype && s.2.matches(&d.layout, symbols)
-        };
-        self.kind == op.kind
-            && self.inputs.len() == op.inputs.len()
-            && self
-                .inputs
-                .iter()
-                .zip(op.inputs.iter().zip(&rel.inputs))
-                .all(|(s, (d, &r))| same(s, d, r))
-            && match (&self.output, &op.output, rel.output) {
-                (None, None, None) => true,
-                (Some(s), Some(d), Some(r)) => same(s, d, r),
-                _ => false,
-            }
-    }
-}
+use crate::ir::relative::{RelativeOp, StableHasher};
+use crate::ir::Op;
 
 /// What an entry stores.
 enum Stored {
@@ -433,24 +386,6 @@ pub fn plan_cache_limit() -> usize {
     LIMIT.load(Ordering::Relaxed)
 }
 
-/// Bytes of one heap block holding `n` values of `T`, with the allocator's header.
-fn heap<T>(n: usize) -> usize {
-    /// What a heap block costs beyond its contents (header and rounding, on glibc).
-    const BLOCK_OVERHEAD: usize = 16;
-    match n * size_of::<T>() {
-        0 => 0,
-        b => b + BLOCK_OVERHEAD,
-    }
-}
-
-fn vec_bytes<T>(v: &Vec<T>) -> usize {
-    heap::<T>(v.capacity())
-}
-
-fn program_bytes(p: &FusedProgram) -> usize {
-    vec_bytes(&p.instrs) + vec_bytes(&p.outputs)
-}
-
 /// Estimated heap bytes of a structure entry: the signature (ops and their input
 /// lists, once for all its instances), the symbolic plan, and the entry's own place in
 /// the table. (The first plan it keeps is counted by the first instance, which shares
@@ -463,67 +398,6 @@ fn structure_bytes(signature: &Arc<Vec<SigOp>>, template: &Template) -> usize {
         + vec_bytes(signature);
     for s in signature.iter() {
         bytes += vec_bytes(&s.inputs);
-    }
-    bytes
-}
-
-/// Estimated heap bytes of a plan: its `Arc`, values, kernels and their lists,
-/// programs and layouts, levels.
-fn plan_bytes(plan: &ExecutionPlan) -> usize {
-    // Every field is named, so that a new one must be counted here too.
-    let ExecutionPlan {
-        values,
-        kernels,
-        levels,
-        arena_len: _,
-        arena_lower_bound: _,
-        ops: _,
-        dead_ops: _,
-        work: _,
-    } = plan;
-    let mut bytes = heap::<(AtomicUsize, AtomicUsize, ExecutionPlan)>(1)
-        + vec_bytes(values)
-        + vec_bytes(kernels)
-        + vec_bytes(levels);
-    for kernel in kernels {
-        bytes += match kernel {
-            Kernel::Op {
-                op: _,
-                inputs,
-                output: _,
-            } => vec_bytes(inputs),
-            Kernel::Fused {
-                program,
-                inputs,
-                input_ids,
-                outputs,
-                dims: _,
-                in_place,
-            } => {
-                program_bytes(program)
-                    + vec_bytes(inputs)
-                    + vec_bytes(input_ids)
-                    + vec_bytes(outputs)
-                    + vec_bytes(in_place)
-            }
-            Kernel::Chain(chain) => {
-                let Chain {
-                    matmul: _,
-                    program,
-                    inputs,
-                    norm,
-                    input_ids,
-                    outputs,
-                    dims: _,
-                } = &**chain;
-                heap::<Chain>(1)
-                    + program_bytes(program)
-                    + vec_bytes(inputs)
-                    + norm.as_ref().map_or(0, |n| vec_bytes(&n.params))
-                    + vec_bytes(input_ids)
-                    + vec_bytes(outputs)
-            }
-        };
     }
     bytes
 }

@@ -28,8 +28,14 @@
 use std::fmt;
 use std::mem::size_of;
 
+mod expr;
+mod problem;
+
+pub use expr::{TDim, Term};
+pub use problem::{SymBuffer, SymProblem};
+
 use super::instance::{align_up, lcm};
-use super::{solve, validate, Buffer, InPlace, Options, Placement, PlanError, Problem};
+use super::{solve, validate, InPlace, Options, Placement, PlanError};
 
 /// The arena of an instance may be at most this many times its lower bound before
 /// [`SymPlacement::instantiate`] looks for (or makes) a better plan.
@@ -37,200 +43,6 @@ pub const SLACK: f64 = 1.05;
 
 /// Plans kept per [`SymPlacement`] at most; past it the one used least recently is replaced.
 const MAX_VARIANTS: usize = 16;
-
-/// One product of a [`TDim`]: `coef × s[syms[0]] × s[syms[1]] × …`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Term {
-    /// The constant factor.
-    pub coef: u64,
-    /// The symbols multiplied (by index, repeated for powers), sorted.
-    pub syms: Vec<u32>,
-}
-
-/// A size as an expression of symbols: a sum of [`Term`]s (empty: zero).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct TDim {
-    /// The terms added.
-    pub terms: Vec<Term>,
-}
-
-impl TDim {
-    /// The constant `c`.
-    pub fn constant(c: u64) -> TDim {
-        TDim {
-            terms: vec![Term {
-                coef: c,
-                syms: Vec::new(),
-            }],
-        }
-    }
-
-    /// Symbol `i` alone.
-    pub fn symbol(i: u32) -> TDim {
-        TDim {
-            terms: vec![Term {
-                coef: 1,
-                syms: vec![i],
-            }],
-        }
-    }
-
-    /// `coef × s[syms…]`: one product.
-    pub fn product(coef: u64, syms: &[u32]) -> TDim {
-        let mut syms = syms.to_vec();
-        syms.sort_unstable();
-        TDim {
-            terms: vec![Term { coef, syms }],
-        }
-    }
-
-    /// `self + other`.
-    pub fn add(&self, other: &TDim) -> TDim {
-        let mut terms = self.terms.clone();
-        terms.extend(other.terms.iter().cloned());
-        TDim { terms }
-    }
-
-    /// `self × other`, expanded into a sum of products.
-    pub fn mul(&self, other: &TDim) -> TDim {
-        let mut terms = Vec::with_capacity(self.terms.len() * other.terms.len());
-        for a in &self.terms {
-            for b in &other.terms {
-                let mut syms: Vec<u32> = a.syms.iter().chain(&b.syms).copied().collect();
-                syms.sort_unstable();
-                terms.push(Term {
-                    coef: a.coef.saturating_mul(b.coef),
-                    syms,
-                });
-            }
-        }
-        TDim { terms }
-    }
-
-    /// The largest symbol index used plus one (0 for a constant).
-    pub fn symbols(&self) -> usize {
-        self.terms
-            .iter()
-            .flat_map(|t| t.syms.iter())
-            .map(|&s| s as usize + 1)
-            .max()
-            .unwrap_or(0)
-    }
-
-    /// The value for symbol values `values`; `None` on overflow or when a symbol has no
-    /// value.
-    pub fn eval(&self, values: &[u64]) -> Option<u64> {
-        let mut sum: u64 = 0;
-        for t in &self.terms {
-            let mut p = t.coef;
-            for &s in &t.syms {
-                p = p.checked_mul(*values.get(s as usize)?)?;
-            }
-            sum = sum.checked_add(p)?;
-        }
-        Some(sum)
-    }
-}
-
-impl fmt::Display for TDim {
-    /// `4·s0·s1 + 64`; `0` for the empty sum.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.terms.is_empty() {
-            return f.write_str("0");
-        }
-        for (i, t) in self.terms.iter().enumerate() {
-            if i > 0 {
-                f.write_str(" + ")?;
-            }
-            let mut first = true;
-            if t.coef != 1 || t.syms.is_empty() {
-                write!(f, "{}", t.coef)?;
-                first = false;
-            }
-            for s in &t.syms {
-                if !first {
-                    f.write_str("·")?;
-                }
-                write!(f, "s{s}")?;
-                first = false;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A buffer whose size is an expression of the symbols.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct SymBuffer {
-    /// The caller's id (shown in errors only).
-    pub id: usize,
-    /// First step at which the buffer is live.
-    pub lower: u64,
-    /// First step at which it is no longer live.
-    pub upper: u64,
-    /// Size in bytes, rounded up to a multiple of `alignment` (at least one).
-    pub size: TDim,
-    /// Required alignment of its offset in bytes.
-    pub alignment: u64,
-}
-
-/// A [`Problem`] whose sizes are expressions of `symbols` symbols.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SymProblem {
-    /// The buffers; offsets come back in this order.
-    pub buffers: Vec<SymBuffer>,
-    /// Outputs that may be written over dying inputs (see [`InPlace`]).
-    pub in_place: Vec<InPlace>,
-    /// How many symbols the sizes use (values are given for `0..symbols`).
-    pub symbols: usize,
-}
-
-impl SymProblem {
-    /// The size of buffer `b` at `values`, rounded to its alignment (at least one).
-    pub fn size_at(&self, b: usize, values: &[u64]) -> Result<u64, PlanError> {
-        let buf = &self.buffers[b];
-        let raw = buf.size.eval(values).ok_or_else(|| PlanError::Overflow {
-            context: format!(
-                "size {} of buffer {b} (id {}) at symbol values {values:?}",
-                buf.size, buf.id
-            ),
-        })?;
-        let a = buf.alignment.max(1);
-        raw.max(1)
-            .checked_next_multiple_of(a)
-            .ok_or_else(|| PlanError::Overflow {
-                context: format!("size of buffer {b} (id {}) rounded to {a}", buf.id),
-            })
-    }
-
-    /// The concrete problem at `values` (one per symbol).
-    pub fn at(&self, values: &[u64]) -> Result<Problem, PlanError> {
-        self.check_values(values)?;
-        let mut buffers = Vec::with_capacity(self.buffers.len());
-        for (i, b) in self.buffers.iter().enumerate() {
-            buffers.push(Buffer {
-                id: b.id,
-                lower: b.lower,
-                upper: b.upper,
-                size: self.size_at(i, values)?,
-                alignment: b.alignment,
-            });
-        }
-        let mut p = Problem::new(buffers);
-        p.in_place = self.in_place.clone();
-        Ok(p)
-    }
-
-    fn check_values(&self, values: &[u64]) -> Result<(), PlanError> {
-        if values.len() != self.symbols {
-            return Err(PlanError::Symbols {
-                expected: self.symbols,
-                got: values.len(),
-            });
-        }
-        Ok(())
-    }
-}
 
 /// One placement order, kept as a DAG over groups of buffers (an in-place pair given
 /// one offset is one group).

@@ -27,14 +27,19 @@
 //! program and norm using the threads itself. (Running big panels one after the other
 //! with gemm's own threads instead was measured slower on MiniLM.)
 
-use super::fused::{fused_in_place, FusedProgram, Instr};
+mod epilogue;
+mod geometry;
+
+use epilogue::MAX_STEPS;
+use geometry::{Geometry, Panel, PanelLayout};
+
+use super::fused::{fused_in_place, FusedProgram};
 use super::matmul::{matmul_prepacked, matmul_prepacked_epilogue};
 use super::norm::RowOp;
 use super::packed::{PackedRhs, Step};
 use super::par::{for_each_chunk, join_split, units_per_task, MIN_TASK_WORK};
-use super::strided::offset_of;
 use super::{check_input, error, numel_of, KernelError, Par};
-use crate::ir::{BinaryOp, DType, Layout, UnaryOp};
+use crate::ir::{DType, Layout};
 
 /// About how many bytes of output one panel covers: the size of an L2 cache, so the
 /// product is still in cache when the program reads it, while each gemm gets enough
@@ -224,34 +229,6 @@ pub(crate) fn chain(
     }
 }
 
-/// How the output is cut into panels: `per_matrix` panels of `rows` rows (the last
-/// one of a matrix may be shorter) for each matrix.
-#[derive(Clone, Copy, Debug)]
-struct PanelLayout {
-    rows: usize,
-    per_matrix: usize,
-}
-
-impl PanelLayout {
-    fn panel(self, g: &Geometry<'_>, t: usize) -> Panel {
-        let (b, r0) = (t / self.per_matrix, (t % self.per_matrix) * self.rows);
-        Panel {
-            b,
-            r0,
-            rows: self.rows.min(g.m - r0),
-        }
-    }
-
-    /// Flat index of the first element of panel `t` (`t` may be the panel count).
-    fn start(self, g: &Geometry<'_>, t: usize) -> usize {
-        if t >= g.batch * self.per_matrix {
-            return g.batch * g.m * g.n;
-        }
-        let p = self.panel(g, t);
-        (p.b * g.m + p.r0) * g.n
-    }
-}
-
 /// The gathered parameters of a tail.
 fn row_op(norm: ChainNorm<'_>, n: usize) -> Result<RowOp<'_>, KernelError> {
     Ok(match norm {
@@ -263,101 +240,6 @@ fn row_op(norm: ChainNorm<'_>, n: usize) -> Result<RowOp<'_>, KernelError> {
     })
 }
 
-/// The output seen as `batch` matrices of `m × n` (a rank-1 output is one row).
-struct Geometry<'d> {
-    dims: &'d [usize],
-    batch_dims: &'d [usize],
-    batch: usize,
-    m: usize,
-    n: usize,
-}
-
-impl<'d> Geometry<'d> {
-    fn new(kernel: &str, dims: &'d [usize], matmul: bool) -> Result<Geometry<'d>, KernelError> {
-        let rank = dims.len();
-        if rank == 0 || (matmul && rank < 2) {
-            return Err(error(
-                kernel,
-                format_args!("output dims {dims:?} have too few dims for the chain"),
-            ));
-        }
-        let batch_dims = &dims[..rank.saturating_sub(2)];
-        Ok(Geometry {
-            dims,
-            batch_dims,
-            batch: numel_of(kernel, batch_dims)?,
-            m: if rank >= 2 { dims[rank - 2] } else { 1 },
-            n: dims[rank - 1],
-        })
-    }
-
-    /// Checks the head's operands against the output; returns the inner dim `k`.
-    fn check_matmul(
-        &self,
-        kernel: &str,
-        mm: &ChainMatMul<'_>,
-        n_inputs: usize,
-    ) -> Result<usize, KernelError> {
-        let (ld, rd) = (&mm.lhs.1.dims, &mm.rhs.1.dims);
-        let rank = self.dims.len();
-        let k = ld.last().copied().unwrap_or(0);
-        let ok = ld.len() == rank
-            && rd.len() == rank
-            && ld[..rank - 2] == *self.batch_dims
-            && rd[..rank - 2] == *self.batch_dims
-            && ld[rank - 2] == self.m
-            && rd[rank - 2] == k
-            && rd[rank - 1] == self.n;
-        if !ok || mm.input >= n_inputs {
-            return Err(error(
-                kernel,
-                format_args!(
-                    "cannot multiply lhs dims {ld:?} by rhs dims {rd:?} into {:?} (program input {})",
-                    self.dims, mm.input
-                ),
-            ));
-        }
-        check_input(kernel, "lhs", mm.lhs.0.len(), mm.lhs.1)?;
-        // A packed right operand is read from its panels, not from the slice (which is
-        // empty for a weight kept only packed); the product checks the panels fit.
-        if mm.packed.is_none() {
-            check_input(kernel, "rhs", mm.rhs.0.len(), mm.rhs.1)?;
-        }
-        Ok(k)
-    }
-
-    /// Rows `p.r0..p.r0 + p.rows` of matrix `p.b` of a layout with this geometry's
-    /// batch dims and any last two dims `[_, cols]`, as a 2-D layout `[p.rows, cols]` (a
-    /// rank-1 layout is one row). The caller keeps the rows inside the matrix.
-    fn panel_layout(&self, l: &Layout, p: Panel) -> Layout {
-        let rank = l.dims.len();
-        let cols = l.dims[rank - 1];
-        let col_stride = l.strides[rank - 1];
-        if rank == 1 {
-            return Layout {
-                dims: [1, cols].into(),
-                strides: [0, col_stride].into(),
-                offset: l.offset,
-            };
-        }
-        let row_stride = l.strides[rank - 2];
-        let base = offset_of(self.batch_dims, &l.strides[..rank - 2], l.offset, p.b);
-        Layout {
-            dims: [p.rows, cols].into(),
-            strides: [row_stride, col_stride].into(),
-            offset: base + p.r0 * row_stride,
-        }
-    }
-}
-
-/// Rows `r0..r0 + rows` of matrix `b`.
-#[derive(Clone, Copy, Debug)]
-struct Panel {
-    b: usize,
-    r0: usize,
-    rows: usize,
-}
-
 /// Everything a panel needs, shared by the tasks.
 struct Ctx<'a> {
     geom: &'a Geometry<'a>,
@@ -366,14 +248,6 @@ struct Ctx<'a> {
     inputs: &'a [(&'a [f32], &'a Layout)],
     tail: Option<&'a (RowOp<'a>, usize)>,
 }
-
-/// The most steps of a tile's epilogue ([`Ctx::tile_epilogue`]; MiniLM's longest
-/// are two).
-const MAX_STEPS: usize = 4;
-
-/// The longest program [`Ctx::tile_epilogue`] looks at: the product and, for each
-/// step, an input and an add.
-const MAX_EPILOGUE_INSTRS: usize = 1 + 2 * MAX_STEPS;
 
 /// The inputs one panel reads, kept inline for up to this many program inputs (and
 /// outputs), so that a panel allocates nothing.
@@ -441,80 +315,6 @@ impl Ctx<'_> {
             }
         }
         Ok(())
-    }
-
-    /// When the chain's program is a product followed by steps the packed f32 tile can
-    /// take in its registers (adds of a bias or a residual, GELU; one output): those
-    /// steps on panel `p`, written to `steps`, and how many there are. The tile then
-    /// applies them to its sums before it stores them ([`matmul_prepacked_epilogue`]),
-    /// each the operation the program would do, so the bits are the program's, without
-    /// the program's pass over the panel: a fused QKV projection's bias, the FFN's
-    /// `gelu(product + bias)`, the output projections' `product + bias + residual`
-    /// before their layer norm.
-    ///
-    /// The program must keep one running result: the product first, then each
-    /// instruction an add of that result and an input (a bias reading the same `n`
-    /// contiguous values on every row, or a matrix with contiguous rows) or its GELU.
-    fn tile_epilogue<'s>(&'s self, p: Panel, steps: &mut [Step<'s>; MAX_STEPS]) -> Option<usize> {
-        let head = self.matmul.as_ref()?.input;
-        let program = self.program;
-        if program.outputs.len() != 1 || program.instrs.len() > MAX_EPILOGUE_INSTRS {
-            return None;
-        }
-        // Register r holds input loaded[r] (not the product); `sum` the running result.
-        let mut loaded = [None::<usize>; MAX_EPILOGUE_INSTRS];
-        let mut sum = None::<usize>;
-        let mut len = 0;
-        for (r, instr) in program.instrs.iter().enumerate() {
-            match *instr {
-                Instr::Input(k) if k as usize == head && sum.is_none() => sum = Some(r),
-                Instr::Input(k) if k as usize != head => loaded[r] = Some(k as usize),
-                Instr::Binary(BinaryOp::Add, x, y) => {
-                    let (x, y, s) = (x as usize, y as usize, sum?);
-                    let (other, sum_first) = match (x == s, y == s) {
-                        (true, false) => (y, true),
-                        (false, true) => (x, false),
-                        _ => return None,
-                    };
-                    let k = loaded[other]?;
-                    *steps.get_mut(len)? = self.operand(k, p, sum_first)?;
-                    len += 1;
-                    sum = Some(r);
-                }
-                Instr::Unary(UnaryOp::Gelu, x) if Some(x as usize) == sum => {
-                    *steps.get_mut(len)? = Step::Gelu;
-                    len += 1;
-                    sum = Some(r);
-                }
-                _ => return None,
-            }
-        }
-        (sum? == usize::from(program.outputs[0])).then_some(len)
-    }
-
-    /// Input `k` on panel `p` as the operand of an add in a tile's epilogue: a
-    /// [`Step::Columns`] when every row reads the same `n` contiguous values, a
-    /// [`Step::Rows`] when its rows are contiguous; `None` otherwise.
-    fn operand(&self, k: usize, p: Panel, sum_first: bool) -> Option<Step<'_>> {
-        let (data, layout) = self.inputs[k];
-        let l = self.geom.panel_layout(layout, p);
-        let n = self.geom.n;
-        if l.dims[1] != n || (n > 1 && l.strides[1] != 1) {
-            return None;
-        }
-        Some(if l.dims[0] == 1 || l.strides[0] == 0 {
-            Step::Columns {
-                values: data.get(l.offset..l.offset + n)?,
-                sum_first,
-            }
-        } else {
-            Step::Rows {
-                data,
-                offset: l.offset,
-                stride: l.strides[0],
-                sum_first,
-            }
-        })
     }
 
     /// Runs the chain on one panel; `outs` are the panel's pieces of the outputs. The
