@@ -47,8 +47,14 @@ impl Folder {
         check_dir(dir, "a sentence-transformers model folder")?;
         // The hidden width the head is checked against comes from the encoder's
         // config, read again (cheaply) once the module list names its folder.
-        let probe = crate::models::BertConfig::load(&encoder_dir(dir)?.join("config.json"))
-            .map_err(|e| model_error(dir, e))?;
+        let probe = match crate::models::BertConfig::load(&encoder_dir(dir)?.join("config.json")) {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                // A module the engine does not run is the first thing to say.
+                super::pipeline::check_modules(dir)?;
+                return Err(model_error(dir, e));
+            }
+        };
         let pipeline = Pipeline::load(dir, probe.hidden_size)?;
         let enc = pipeline.encoder.as_path();
         let model = BertModel::load_as(enc, precision).map_err(|e| model_error(enc, e))?;

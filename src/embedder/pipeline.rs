@@ -140,6 +140,16 @@ impl Pipeline {
     }
 }
 
+/// An error naming the first module of `dir`'s `modules.json` that the engine does
+/// not run, if any: what to say first when the encoder itself does not load either.
+pub(super) fn check_modules(dir: &Path) -> Result<(), EmbedError> {
+    let path = dir.join("modules.json");
+    match read_json(&path)? {
+        Some(list) => modules(&path, &list).map(|_| ()),
+        None => Ok(()),
+    }
+}
+
 fn head(
     path: &Path,
     hidden: usize,
@@ -419,6 +429,20 @@ mod tests {
                 "path": "1_Pooling"}}]"#
         ));
         assert_eq!(ok, None);
+    }
+
+    #[test]
+    fn an_unknown_module_is_named_before_a_missing_encoder() {
+        let d = folder(&[(
+            "modules.json",
+            r#"[{"type": "sentence_transformers.models.WordEmbeddings", "path": "0_Words"}]"#,
+        )]);
+        let load = crate::embedder::folder::Folder::load(&d, crate::models::Precision::F32);
+        let m = load.err().unwrap().to_string();
+        assert!(
+            m.contains("sentence_transformers.models.WordEmbeddings"),
+            "{m}"
+        );
     }
 
     #[test]
