@@ -8,8 +8,10 @@
 //! `"base64"` (each vector's f32 values as little-endian bytes, base64-encoded: what
 //! the official Python client asks for unless told otherwise); `dimensions` (the
 //! vector cut to its first `dimensions` values and L2-normalised again, as
-//! sentence-transformers' `truncate_dim` then normalising does); `model` and `user`
-//! (strings, not used). Errors are OpenAI's error body: 400 for a bad request, 503
+//! sentence-transformers' `truncate_dim` then normalising does); `prompt_name` (a
+//! prompt of the model's `config_sentence_transformers.json`, put before each text
+//! as sentence-transformers' `prompt_name` does; absent or null: the model's default
+//! prompt, if any; not with token ids); `model` and `user` (strings, not used). Errors are OpenAI's error body: 400 for a bad request, 503
 //! with `Retry-After` when the queue is full, 504 past `--request-timeout`, 500 when
 //! the batch failed.
 
@@ -19,7 +21,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
-use streamfuse::embedder::Embeddings;
+use streamfuse::embedder::{Embeddings, TextOptions};
 
 use super::metrics::Queue;
 use super::{bad_request, error, json_response, waiting, with_texts, App, MAX_INPUTS};
@@ -31,6 +33,8 @@ struct Request {
     encoding: Encoding,
     /// The leading values each vector is cut to (then normalised again).
     dimensions: Option<usize>,
+    /// The prompt put before each text (`None`: the model's default).
+    prompt_name: Option<String>,
 }
 
 /// A request's sequences: texts to tokenise, or token ids to use as given.
@@ -159,11 +163,28 @@ fn parse_request(body: &[u8], dim: usize) -> Result<Request, String> {
         }
     };
     let dimensions = dimensions(obj.get("dimensions"), dim)?;
+    let prompt_name = prompt_name(obj.get("prompt_name"), &input)?;
     Ok(Request {
         input,
         encoding,
         dimensions,
+        prompt_name,
     })
+}
+
+/// The `prompt_name` field `p` (absent or null: none), or why it cannot be used: not
+/// a string, or given with token ids (whose prompt, if any, is already in them).
+pub(crate) fn prompt_name(p: Option<&Value>, input: &Input) -> Result<Option<String>, String> {
+    match p {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(name)) => match input {
+            Input::Texts(_) => Ok(Some(name.clone())),
+            Input::Ids(_) => Err(format!(
+                "`prompt_name` \"{name}\" applies to texts; token ids are used as given"
+            )),
+        },
+        Some(other) => Err(format!("`prompt_name` must be a string, got {other}")),
+    }
 }
 
 /// The `dimensions` field `d` (absent or null: none), or why it is not an integer
@@ -266,7 +287,13 @@ pub(super) async fn embeddings(
     };
     let texts = request.input.len();
     let answer = waiting::wait(&app, Queue::Embedder, |done| match &request.input {
-        Input::Texts(texts) => app.embedder.submit(texts, done),
+        Input::Texts(texts) => {
+            let options = TextOptions {
+                prompt_name: request.prompt_name.clone(),
+                normalize: None,
+            };
+            app.embedder.submit_with(texts, &options, done)
+        }
         Input::Ids(seqs) => app.embedder.submit_tokens(seqs.clone(), done),
     })
     .await;

@@ -3,12 +3,15 @@
 //! - `POST /embed`: `{"inputs": str | [str] | [int] | [[int]], "normalize"?: bool
 //!   (true; false gives the pooled states as they are), "truncate"?: bool (true: this
 //!   server truncates as `--auto-truncate` does), "truncation_direction"?: "right" |
-//!   "left" ("right"), "dimensions"?: int, "prompt_name"?: null}` → `[[f32]]`, one
+//!   "left" ("right"), "dimensions"?: int, "prompt_name"?: str}` → `[[f32]]`, one
 //!   vector per input, with TEI's `x-compute-tokens` header. `dimensions` cuts each
 //!   vector to its first values (normalised again when `normalize`). Token ids are used as given. With `truncate:
 //!   false` an input longer than the model takes is refused; `"left"` keeps its end
 //!   (the first and last special tokens kept, as the tokenizer's left truncation does
-//!   for a one-text template such as BERT's `[CLS] ... [SEP]`).
+//!   for a one-text template such as BERT's `[CLS] ... [SEP]`). `prompt_name` names a
+//!   prompt of the model's `config_sentence_transformers.json`, put before each text
+//!   (absent or null: the model's default prompt, if any); a prompt is only put
+//!   before texts truncated on the right (the default), and refused otherwise.
 //! - `GET /info`: TEI's `Info` (`model_id`, `model_dtype`, `model_type` with the
 //!   pooling, `max_input_length`, `max_batch_tokens`, `max_client_batch_size`,
 //!   `auto_truncate`, `version`, ...), `max_concurrent_requests` null (this server
@@ -28,11 +31,13 @@ use axum::extract::State;
 use axum::http::{header, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
-use streamfuse::embedder::EmbedError;
+use streamfuse::embedder::{EmbedError, TextOptions};
 use streamfuse::models::bert::Pooling;
 
 use super::metrics::Queue;
-use super::openai::{dimensions, parse_input, truncated, write_vector, Encoding, Input};
+use super::openai::{
+    dimensions, parse_input, prompt_name, truncated, write_vector, Encoding, Input,
+};
 use super::waiting::{self, Failure};
 use super::{json_response, with_texts, App, MAX_INPUTS, RETRY_AFTER_SECS};
 
@@ -69,6 +74,8 @@ struct Embed {
     truncate: bool,
     left: bool,
     dimensions: Option<usize>,
+    /// The prompt asked for (`None`: the model's default, if any).
+    prompt_name: Option<String>,
 }
 
 /// Field `name` of `obj` as a boolean, `default` when absent or null.
@@ -109,12 +116,7 @@ fn parse(body: Result<Bytes, BytesRejection>, dim: usize) -> Result<Embed, TeiEr
         ));
     }
     let input = parse_input(inputs, "inputs").map_err(invalid)?;
-    if let Some(p) = obj.get("prompt_name").filter(|p| !p.is_null()) {
-        return Err(invalid(format!(
-            "`prompt_name` {p}: the model has no prompts (sentence-transformers' \
-             `prompts` are not read)"
-        )));
-    }
+    let prompt_name = prompt_name(obj.get("prompt_name"), &input).map_err(invalid)?;
     let left = match obj.get("truncation_direction") {
         None | Some(Value::Null) => false,
         Some(Value::String(d)) if d.eq_ignore_ascii_case("right") => false,
@@ -132,6 +134,7 @@ fn parse(body: Result<Bytes, BytesRejection>, dim: usize) -> Result<Embed, TeiEr
         truncate: flag(&obj, "truncate", true)?,
         left,
         dimensions,
+        prompt_name,
     })
 }
 
@@ -205,8 +208,20 @@ pub(super) async fn embed(State(app): State<App>, body: Result<Bytes, BytesRejec
         ))
         .answer();
     }
+    let prompted = ask.prompt_name.is_some() || app.embedder.default_prompt_name().is_some();
+    if prompted && matches!(ask.input, Input::Texts(_)) && (!ask.truncate || ask.left) {
+        return with_texts(
+            invalid(
+                "a prompt is only put before texts truncated on the right: \
+                 `truncate: false` and `truncation_direction: \"left\"` are not supported \
+                 with one",
+            )
+            .answer(),
+            texts,
+        );
+    }
     let seqs = match &ask.input {
-        Input::Texts(_) if ask.truncate && !ask.left && ask.normalize => None,
+        Input::Texts(_) if ask.truncate && !ask.left => None,
         Input::Texts(t) => match tokenize(&app, t, &ask) {
             Ok(s) => Some(s),
             Err(r) => return with_texts(r.answer(), texts),
@@ -217,7 +232,13 @@ pub(super) async fn embed(State(app): State<App>, body: Result<Bytes, BytesRejec
         (Some(seqs), _) => app
             .embedder
             .submit_tokens_normalizing(seqs, ask.normalize, done),
-        (None, Input::Texts(t)) => app.embedder.submit(t, done),
+        (None, Input::Texts(t)) => {
+            let options = TextOptions {
+                prompt_name: ask.prompt_name.clone(),
+                normalize: Some(ask.normalize),
+            };
+            app.embedder.submit_with(t, &options, done)
+        }
         (None, Input::Ids(s)) => app.embedder.submit_tokens(s.clone(), done),
     })
     .await;
@@ -255,13 +276,10 @@ pub(super) async fn embed(State(app): State<App>, body: Result<Bytes, BytesRejec
     with_texts(response, texts)
 }
 
-/// TEI's name of a pooling mode.
-fn pooling_name(p: Pooling) -> &'static str {
-    match p {
-        Pooling::Mean => "mean",
-        Pooling::Cls => "cls",
-        Pooling::MeanSqrtLen => "mean_sqrt_len_tokens",
-    }
+/// The pooling modes as TEI names one (several joined with `+`).
+fn pooling_name(modes: &[Pooling]) -> String {
+    let names: Vec<&str> = modes.iter().map(|p| p.name()).collect();
+    names.join("+")
 }
 
 /// `GET /info`.

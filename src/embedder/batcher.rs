@@ -35,13 +35,15 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use super::observe::{BatchObserver, QueueDepth};
 use super::request::{Request, Ticket};
 use super::{EmbedError, EmbedderSettings, Embeddings};
-use crate::models::bert::{Packing, Pooling};
+use crate::models::bert::Packing;
+use crate::models::head::Head;
 use crate::models::{BertClassifier, BertModel};
 
 /// The forward pass the workers run on a batch.
 pub(super) enum Net {
-    /// Sentence embeddings: the encoder, then `pooling` and L2 normalisation.
-    Embed(BertModel, Pooling),
+    /// Sentence embeddings: the encoder, then the head (pooling, `Dense` layers) and
+    /// L2 normalisation where asked.
+    Embed(BertModel, Head),
     /// A classifier's logits for each sequence, with its token types.
     Classify(BertClassifier),
 }
@@ -56,16 +58,18 @@ impl Net {
     }
 
     /// One ragged forward pass: a vector (or the logits) per sequence, in order;
-    /// embeddings L2-normalised where `normalize` says (one flag per sequence).
+    /// embeddings L2-normalised where `normalize` says and with each sequence's
+    /// first `prompt` tokens its prompt (one entry per sequence).
     fn run(
         &self,
         seqs: &[&[u32]],
         types: &[&[u32]],
+        prompt: &[usize],
         normalize: &[bool],
     ) -> crate::Result<Vec<Vec<f32>>> {
         match self {
-            Net::Embed(model, pooling) => {
-                model.embed_packed_normalizing(seqs, *pooling, Packing::Bucketed, normalize)
+            Net::Embed(model, head) => {
+                model.embed_packed_head(seqs, head, Packing::Bucketed, prompt, normalize)
             }
             Net::Classify(c) => c.classify_packed(seqs, types, Packing::Bucketed),
         }
@@ -86,6 +90,8 @@ struct Item {
     request_tokens: usize,
     /// Whether its embedding is L2-normalised (the request's choice).
     normalize: bool,
+    /// Its leading prompt tokens (0 without a prompt).
+    prompt: usize,
 }
 
 struct Queue {
@@ -250,7 +256,7 @@ impl Batcher {
         self: &Arc<Self>,
         seqs: Vec<Vec<u32>>,
         types: Vec<Vec<u32>>,
-        normalize: bool,
+        (normalize, prompt): (bool, usize),
         done: Done,
     ) -> Result<Ticket, EmbedError> {
         let tokens = seqs.iter().map(Vec::len).sum();
@@ -283,6 +289,7 @@ impl Batcher {
                 index,
                 request_tokens: tokens,
                 normalize,
+                prompt,
             });
         }
         drop(q);
@@ -380,7 +387,8 @@ impl Batcher {
         let seqs: Vec<&[u32]> = batch.iter().map(|i| i.ids.as_slice()).collect();
         let types: Vec<&[u32]> = batch.iter().map(|i| i.types.as_slice()).collect();
         let normalize: Vec<bool> = batch.iter().map(|i| i.normalize).collect();
-        match self.embed(&seqs, &types, &normalize) {
+        let prompt: Vec<usize> = batch.iter().map(|i| i.prompt).collect();
+        match self.embed(&seqs, &types, &prompt, &normalize) {
             Ok(vectors) => {
                 for (item, v) in batch.iter().zip(vectors) {
                     item.request.finish(item.index, Ok(v));
@@ -394,7 +402,12 @@ impl Batcher {
                 );
                 for item in &batch {
                     let one = self
-                        .embed(&[&item.ids], &[&item.types], &[item.normalize])
+                        .embed(
+                            &[&item.ids],
+                            &[&item.types],
+                            &[item.prompt],
+                            &[item.normalize],
+                        )
                         .map(|mut v| v.remove(0));
                     item.request.finish(item.index, one);
                 }
@@ -407,6 +420,7 @@ impl Batcher {
         &self,
         seqs: &[&[u32]],
         types: &[&[u32]],
+        prompt: &[usize],
         normalize: &[bool],
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
         #[cfg(test)]
@@ -421,7 +435,7 @@ impl Batcher {
             if let Some(o) = &observer {
                 o.batch(seqs);
             }
-            self.net.run(seqs, types, normalize)
+            self.net.run(seqs, types, prompt, normalize)
         };
         match catch_unwind(AssertUnwindSafe(pass)) {
             Ok(Ok(v)) if v.len() == seqs.len() => Ok(v),
@@ -460,10 +474,16 @@ pub(super) mod tests {
 
     use super::*;
     use crate::models::bert::testing;
+    use crate::models::pooling::Pooling;
     use crate::models::BertConfig;
 
     /// A token whose batch fails (`Batcher::embed` under test).
     pub(crate) const POISON: u32 = 13;
+
+    /// [`tiny_model`] with mean pooling.
+    fn tiny_net() -> Net {
+        Net::Embed(tiny_model(), Head::pooling_only(8, Pooling::Mean))
+    }
 
     /// A one-layer BERT of width 8 with deterministic weights.
     fn tiny_model() -> BertModel {
@@ -484,15 +504,12 @@ pub(super) mod tests {
         settings: EmbedderSettings,
         requests: &[Vec<Vec<u32>>],
     ) -> Vec<Result<Embeddings, EmbedError>> {
-        let b = Arc::new(Batcher::new(
-            Net::Embed(tiny_model(), Pooling::Mean),
-            settings,
-        ));
+        let b = Arc::new(Batcher::new(tiny_net(), settings));
         let (tx, rx) = std::sync::mpsc::channel();
         for (r, seqs) in requests.iter().enumerate() {
             let tx = tx.clone();
             let done: Done = Box::new(move |a| tx.send((r, a)).unwrap());
-            b.submit(seqs.clone(), Vec::new(), true, done).unwrap();
+            b.submit(seqs.clone(), Vec::new(), (true, 0), done).unwrap();
         }
         b.shut_down();
         let worker = {
@@ -573,10 +590,7 @@ pub(super) mod tests {
 
     #[test]
     fn a_withdrawn_request_leaves_the_queue_and_is_never_run() {
-        let b = Arc::new(Batcher::new(
-            Net::Embed(tiny_model(), Pooling::Mean),
-            settings(64),
-        ));
+        let b = Arc::new(Batcher::new(tiny_net(), settings(64)));
         let seen = Arc::new(Counting::default());
         b.observe(Some(Arc::clone(&seen) as Arc<dyn BatchObserver>));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -591,7 +605,7 @@ pub(super) mod tests {
         {
             let tx = tx.clone();
             let done: Done = Box::new(move |a| tx.send((r, a)).unwrap());
-            tickets.push(b.submit(seqs, Vec::new(), true, done).unwrap());
+            tickets.push(b.submit(seqs, Vec::new(), (true, 0), done).unwrap());
         }
         assert_eq!(
             b.depth(),
@@ -630,14 +644,14 @@ pub(super) mod tests {
     fn a_bounded_queue_refuses_what_would_pass_its_bound() {
         let mut s = settings(64);
         s.max_queue_tokens = Some(5);
-        let b = Arc::new(Batcher::new(Net::Embed(tiny_model(), Pooling::Mean), s));
+        let b = Arc::new(Batcher::new(tiny_net(), s));
         let never = || -> Done { Box::new(|_| panic!("a refused request is never answered")) };
         // Alone, a request larger than the bound is taken.
         let big = b
-            .submit(vec![vec![1; 7]], Vec::new(), true, never())
+            .submit(vec![vec![1; 7]], Vec::new(), (true, 0), never())
             .unwrap();
         let e = b
-            .submit(vec![vec![1]], Vec::new(), true, never())
+            .submit(vec![vec![1]], Vec::new(), (true, 0), never())
             .unwrap_err();
         assert_eq!(
             e,
@@ -656,13 +670,13 @@ pub(super) mod tests {
             b.submit(
                 vec![vec![1; n]],
                 Vec::new(),
-                true,
+                (true, 0),
                 Box::new(move |a| tx.send(a).unwrap()),
             )
             .unwrap();
         }
         assert!(matches!(
-            b.submit(vec![vec![1]], Vec::new(), true, never()),
+            b.submit(vec![vec![1]], Vec::new(), (true, 0), never()),
             Err(EmbedError::Overloaded { queued: 5, .. })
         ));
         b.shut_down();
@@ -682,10 +696,7 @@ pub(super) mod tests {
                 );
             }
         }
-        let b = Arc::new(Batcher::new(
-            Net::Embed(tiny_model(), Pooling::Mean),
-            settings(64),
-        ));
+        let b = Arc::new(Batcher::new(tiny_net(), settings(64)));
         b.observe(Some(Arc::new(Poisoned)));
         let (tx, rx) = std::sync::mpsc::channel();
         for (r, seqs) in [vec![vec![1, 2]], vec![vec![3, POISON - 1]], vec![vec![4]]]
@@ -696,7 +707,7 @@ pub(super) mod tests {
             b.submit(
                 seqs,
                 Vec::new(),
-                true,
+                (true, 0),
                 Box::new(move |a| tx.send((r, a)).unwrap()),
             )
             .unwrap();

@@ -1,22 +1,23 @@
 //! Reading a sentence-transformers model folder: the BERT weights and config, the
 //! tokenizer set up as sentence-transformers runs it (no padding, truncation at the
-//! model's `max_seq_length`), and the pooling mode. Every failure names the file and
+//! model's `max_seq_length`), and the module list after the encoder (`pipeline.rs`). Every failure names the file and
 //! what was wrong with it. The helpers a cross-encoder folder also needs (the JSON
 //! files, the tokenizer, the model's errors) are here too.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams};
 
+use super::pipeline::Pipeline;
 use super::EmbedError;
-use crate::models::bert::Pooling;
 use crate::models::{BertModel, ModelError, Precision};
 
 /// What [`Embedder`](super::Embedder) needs from a model folder.
 pub(super) struct Folder {
     pub(super) model: BertModel,
     pub(super) tokenizer: Tokenizer,
-    pub(super) pooling: Pooling,
+    /// The modules after the encoder, the prompts.
+    pub(super) pipeline: Pipeline,
     /// Tokens per text after truncation (special tokens included).
     pub(super) max_tokens: usize,
 }
@@ -44,15 +45,28 @@ pub(super) fn read_json(path: &Path) -> Result<Option<serde_json::Value>, EmbedE
 impl Folder {
     pub(super) fn load(dir: &Path, precision: Precision) -> Result<Folder, EmbedError> {
         check_dir(dir, "a sentence-transformers model folder")?;
-        let model = BertModel::load_as(dir, precision).map_err(|e| model_error(dir, e))?;
+        // The hidden width the head is checked against comes from the encoder's
+        // config, read again (cheaply) once the module list names its folder.
+        let probe = match crate::models::BertConfig::load(&encoder_dir(dir)?.join("config.json")) {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                // A module the engine does not run is the first thing to say.
+                super::pipeline::check_modules(dir)?;
+                return Err(model_error(dir, e));
+            }
+        };
+        let pipeline = Pipeline::load(dir, probe.hidden_size)?;
+        let enc = pipeline.encoder.as_path();
+        let model = BertModel::load_as(enc, precision).map_err(|e| model_error(enc, e))?;
         let cfg = model.config();
-        let max_tokens = max_seq_length(dir)?
+        let max_tokens = max_seq_length(enc)?
+            .or(max_seq_length(dir)?)
             .unwrap_or(cfg.max_position_embeddings)
             .min(cfg.max_position_embeddings);
-        let mut tokenizer = load_tokenizer(dir, cfg.vocab_size)?;
-        truncate(&mut tokenizer, dir, max_tokens, TruncationDirection::Right)?;
+        let mut tokenizer = load_tokenizer(enc, cfg.vocab_size)?;
+        truncate(&mut tokenizer, enc, max_tokens, TruncationDirection::Right)?;
         Ok(Folder {
-            pooling: pooling(dir)?,
+            pipeline,
             model,
             tokenizer,
             max_tokens,
@@ -150,66 +164,26 @@ pub(super) fn max_seq_length(dir: &Path) -> Result<Option<usize>, EmbedError> {
     }
 }
 
-/// The folder of the pooling module: the `path` of the `…Pooling` entry of
-/// `modules.json`, else `1_Pooling`.
-fn pooling_dir(dir: &Path) -> Result<PathBuf, EmbedError> {
-    let modules = dir.join("modules.json");
-    if let Some(serde_json::Value::Array(list)) = read_json(&modules)? {
-        for m in &list {
-            let kind = m.get("type").and_then(|t| t.as_str()).unwrap_or("");
-            if kind.ends_with("Pooling") {
-                if let Some(p) = m.get("path").and_then(|p| p.as_str()) {
-                    return Ok(dir.join(p));
-                }
-            }
+/// The folder of the encoder: the `path` of the Transformer module, the first of
+/// `modules.json` (the folder itself when it has no list or an empty path).
+fn encoder_dir(dir: &Path) -> Result<std::path::PathBuf, EmbedError> {
+    let first = read_json(&dir.join("modules.json"))?
+        .and_then(|v| v.get(0).and_then(|m| m.get("path")).cloned());
+    match first.as_ref().and_then(|p| p.as_str()) {
+        Some(p) if !p.is_empty() && !p.contains("..") && !Path::new(p).is_absolute() => {
+            Ok(dir.join(p))
         }
-    }
-    Ok(dir.join("1_Pooling"))
-}
-
-/// The pooling mode of the folder's pooling config; mean pooling when there is none.
-fn pooling(dir: &Path) -> Result<Pooling, EmbedError> {
-    let path = pooling_dir(dir)?.join("config.json");
-    let Some(v) = read_json(&path)? else {
-        return Ok(Pooling::Mean);
-    };
-    let on = |key: &str| v.get(key).and_then(|x| x.as_bool()).unwrap_or(false);
-    let supported = [
-        ("pooling_mode_mean_tokens", Pooling::Mean),
-        ("pooling_mode_cls_token", Pooling::Cls),
-        ("pooling_mode_mean_sqrt_len_tokens", Pooling::MeanSqrtLen),
-    ];
-    let unsupported = [
-        "pooling_mode_max_tokens",
-        "pooling_mode_weightedmean_tokens",
-        "pooling_mode_lasttoken",
-    ];
-    if let Some(key) = unsupported.iter().find(|k| on(k)) {
-        return Err(load_error(
-            &path,
-            format!("{key} is not supported (mean, CLS and mean/sqrt(len) pooling are)"),
-        ));
-    }
-    let modes: Vec<Pooling> = supported
-        .iter()
-        .filter(|(k, _)| on(k))
-        .map(|&(_, p)| p)
-        .collect();
-    match modes[..] {
-        [] => Ok(Pooling::Mean),
-        [one] => Ok(one),
-        _ => Err(load_error(
-            &path,
-            "several pooling modes at once (concatenated embeddings) are not supported",
-        )),
+        _ => Ok(dir.to_path_buf()),
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+    use std::path::PathBuf;
 
-    fn folder(files: &[(&str, &str)]) -> PathBuf {
+    /// A temporary folder holding `files` (path, text).
+    pub(crate) fn folder(files: &[(&str, &str)]) -> PathBuf {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static N: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
@@ -227,38 +201,7 @@ mod tests {
     }
 
     #[test]
-    fn pooling_is_read_from_the_module_list_or_defaults_to_mean() {
-        let d = folder(&[]);
-        assert_eq!(pooling(&d).unwrap(), Pooling::Mean);
-        let d = folder(&[(
-            "1_Pooling/config.json",
-            r#"{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}"#,
-        )]);
-        assert_eq!(pooling(&d).unwrap(), Pooling::Cls);
-        let d = folder(&[
-            (
-                "modules.json",
-                r#"[{"type": "sentence_transformers.models.Pooling", "path": "pool"}]"#,
-            ),
-            (
-                "pool/config.json",
-                r#"{"pooling_mode_mean_sqrt_len_tokens": true}"#,
-            ),
-        ]);
-        assert_eq!(pooling(&d).unwrap(), Pooling::MeanSqrtLen);
-    }
-
-    #[test]
     fn unsupported_or_broken_configs_name_the_file() {
-        let d = folder(&[(
-            "1_Pooling/config.json",
-            r#"{"pooling_mode_max_tokens": true}"#,
-        )]);
-        let e = pooling(&d).unwrap_err().to_string();
-        assert!(
-            e.contains("pooling_mode_max_tokens") && e.contains("config.json"),
-            "{e}"
-        );
         let d = folder(&[("sentence_bert_config.json", "{not json")]);
         let e = max_seq_length(&d).unwrap_err().to_string();
         assert!(

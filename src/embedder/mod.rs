@@ -4,7 +4,8 @@
 //! does the same for a cross-encoder folder, scoring (query, document) pairs.
 //!
 //! This module owns the path from text to vector or score: reading the folders
-//! (`folder.rs`: weights, config, tokenizer, pooling mode, `max_seq_length`;
+//! (`folder.rs`: weights, config, tokenizer, `max_seq_length`; `pipeline.rs`: the
+//! module list of `modules.json`, pooling, `Dense`, `Normalize`, and the prompts;
 //! `cross_encoder.rs`: a cross-encoder's head, its activation and its pair
 //! tokenizer), tokenising on the submitting thread, and the dynamic batcher
 //! (`batcher.rs`: the queue, bounded when asked, the workers, each with its own
@@ -31,6 +32,7 @@ mod batcher;
 mod cross_encoder;
 mod folder;
 mod observe;
+mod pipeline;
 mod request;
 mod rerank;
 
@@ -39,6 +41,7 @@ pub use observe::{BatchObserver, QueueDepth};
 pub use request::Ticket;
 pub use rerank::{Reranker, Scores, Truncation};
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -155,6 +158,14 @@ pub enum EmbedError {
         /// The most the model takes.
         max: usize,
     },
+    /// A request named a prompt the model's `config_sentence_transformers.json` does
+    /// not have.
+    UnknownPrompt {
+        /// The name asked for.
+        name: String,
+        /// The prompts the model has.
+        known: Vec<String>,
+    },
     /// The queue is full ([`EmbedderSettings::max_queue_tokens`]): try again later.
     Overloaded {
         /// Tokens waiting in the queue.
@@ -178,6 +189,7 @@ impl EmbedError {
                 | EmbedError::NoDocuments
                 | EmbedError::TooManyDocuments { .. }
                 | EmbedError::TooLong { .. }
+                | EmbedError::UnknownPrompt { .. }
         )
     }
 }
@@ -208,6 +220,15 @@ impl fmt::Display for EmbedError {
                 "document {index}: the query and document make {tokens} tokens, more than \
                  the model's {max}; shorten them or allow truncation"
             ),
+            EmbedError::UnknownPrompt { name, known } => write!(
+                f,
+                "`prompt_name` `{name}` is not one of the model's prompts ({})",
+                if known.is_empty() {
+                    "it has none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ),
             EmbedError::Overloaded {
                 queued,
                 requested,
@@ -234,8 +255,9 @@ impl std::error::Error for EmbedError {
 /// made (after truncation, special tokens included: OpenAI's `usage.prompt_tokens`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Embeddings {
-    /// One L2-normalised vector of [`Embedder::dim`] values per text (the pooled
-    /// states as they are when asked through [`Embedder::submit_tokens_normalizing`]).
+    /// One vector of [`Embedder::dim`] values per text: L2-normalised when the
+    /// folder's module list ends with `Normalize` (or has no list), unless the
+    /// request said otherwise ([`TextOptions::normalize`]).
     pub vectors: Vec<Vec<f32>>,
     /// Tokens of all the texts together.
     pub tokens: usize,
@@ -248,8 +270,13 @@ pub struct Embeddings {
 /// are **truncated** to it, as sentence-transformers does, keeping the special
 /// tokens) and queues them; the embedder's worker threads take queued texts of all
 /// callers in ragged batches of up to [`EmbedderSettings::max_batch_tokens`] tokens
-/// and run each as one forward pass with no padding. The pooling is the folder's
-/// (mean when it names none) and every vector is L2-normalised.
+/// and run each as one forward pass with no padding. After the encoder come the
+/// folder's modules (`modules.json`): pooling in the modes its config names (mean
+/// when there is none), its `Dense` layers, and L2 normalisation when the list ends
+/// with `Normalize` (a folder without `modules.json` is always normalised). A module
+/// the engine does not run exactly makes [`Embedder::load`] fail with an error naming
+/// it. The prompts of `config_sentence_transformers.json` are prepended as
+/// sentence-transformers does ([`TextOptions::prompt_name`]).
 ///
 /// Requests fail alone: an empty text is refused at once; if a batch fails, its texts
 /// are run again one by one so only the request whose text fails gets the error.
@@ -257,14 +284,38 @@ pub struct Embeddings {
 pub struct Embedder {
     workers: Workers,
     tokenizer: Tokenizer,
-    pooling: Pooling,
     max_tokens: usize,
+    /// The pooling modes and the vectors' width (the head's, which the workers own).
+    pooling: Vec<Pooling>,
+    dim: usize,
+    /// Whether vectors are normalised when a request does not say.
+    normalize: bool,
+    prompts: BTreeMap<String, String>,
+    default_prompt: Option<String>,
+}
+
+/// What a request may choose ([`Embedder::embed_with`], [`Embedder::submit_with`]);
+/// `Default` is the folder's behaviour, what [`Embedder::embed`] does.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TextOptions {
+    /// The prompt (a name in the folder's `config_sentence_transformers.json`
+    /// `prompts`) put before each text, as sentence-transformers' `prompt_name`:
+    /// `None` uses the folder's `default_prompt_name`, if any. An empty prompt adds
+    /// nothing. When the pooling config says `include_prompt: false`, the prompt's
+    /// tokens (without the tokenizer's trailing special token) are left out of the
+    /// mean and max pooling modes.
+    pub prompt_name: Option<String>,
+    /// Whether vectors are L2-normalised: `None` follows the folder (its module list
+    /// ends with `Normalize`, or it has no list); `Some` is the caller's choice and
+    /// wins over the folder's.
+    pub normalize: Option<bool>,
 }
 
 impl Embedder {
     /// Loads the sentence-transformers folder `dir` (config.json, model.safetensors,
-    /// tokenizer.json; the pooling module's config.json and sentence_bert_config.json
-    /// when present) and starts the workers with default settings.
+    /// tokenizer.json; modules.json and its modules' folders, sentence_bert_config.json
+    /// and config_sentence_transformers.json when present) and starts the workers with
+    /// default settings.
     pub fn load(dir: impl AsRef<Path>) -> Result<Embedder, EmbedError> {
         Embedder::load_with(dir, EmbedderSettings::default())
     }
@@ -275,17 +326,23 @@ impl Embedder {
         settings: EmbedderSettings,
     ) -> Result<Embedder, EmbedError> {
         let f = folder::Folder::load(dir.as_ref(), settings.precision)?;
-        let net = Net::Embed(f.model, f.pooling);
+        let p = f.pipeline;
+        let (pooling, dim) = (p.head.pooling().to_vec(), p.head.dim());
+        let net = Net::Embed(f.model, p.head);
         Ok(Embedder {
             workers: Workers::start(net, settings, f.max_tokens, "streamfuse-embed")?,
             tokenizer: f.tokenizer,
-            pooling: f.pooling,
             max_tokens: f.max_tokens,
+            pooling,
+            dim,
+            normalize: p.normalize,
+            prompts: p.prompts,
+            default_prompt: p.default_prompt,
         })
     }
 
-    /// One L2-normalised vector per text, in order; blocks until they are made. An
-    /// empty list gives an empty list.
+    /// One vector per text, in order, as the folder makes them (see [`Embeddings`]);
+    /// blocks until they are made. An empty list gives an empty list.
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         self.embed_counted(texts).map(|e| e.vectors)
     }
@@ -293,6 +350,15 @@ impl Embedder {
     /// [`Embedder::embed`], with the number of tokens the texts made.
     pub fn embed_counted<S: AsRef<str>>(&self, texts: &[S]) -> Result<Embeddings, EmbedError> {
         wait_for(|done| self.submit(texts, done))
+    }
+
+    /// [`Embedder::embed_counted`] with a request's choices (prompt, normalisation).
+    pub fn embed_with<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        options: &TextOptions,
+    ) -> Result<Embeddings, EmbedError> {
+        wait_for(|done| self.submit_with(texts, options, done))
     }
 
     /// Queues `texts` and returns at once with a [`Ticket`] that can withdraw them;
@@ -306,53 +372,103 @@ impl Embedder {
         texts: &[S],
         done: impl FnOnce(Result<Embeddings, EmbedError>) + Send + 'static,
     ) -> Result<Ticket, EmbedError> {
+        self.submit_with(texts, &TextOptions::default(), done)
+    }
+
+    /// [`Embedder::submit`] with a request's choices: the prompt put before each text
+    /// and whether vectors are normalised ([`TextOptions`]). A prompt name the folder
+    /// does not have is [`EmbedError::UnknownPrompt`].
+    pub fn submit_with<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        options: &TextOptions,
+        done: impl FnOnce(Result<Embeddings, EmbedError>) + Send + 'static,
+    ) -> Result<Ticket, EmbedError> {
+        let prompt = match options
+            .prompt_name
+            .as_ref()
+            .or(self.default_prompt.as_ref())
+        {
+            None => "",
+            Some(name) => self
+                .prompts
+                .get(name)
+                .ok_or_else(|| EmbedError::UnknownPrompt {
+                    name: name.clone(),
+                    known: self.prompts.keys().cloned().collect(),
+                })?,
+        };
+        let encode = |index: usize, text: &str| {
+            self.tokenizer
+                .encode(text, true)
+                .map_err(|e| EmbedError::Tokenize {
+                    index,
+                    msg: e.to_string(),
+                })
+        };
+        let prompt_tokens = if prompt.is_empty() {
+            0
+        } else {
+            // sentence-transformers' prompt length: the prompt's tokens, less the
+            // tokenizer's trailing special token (its [SEP] or EOS).
+            let enc = encode(0, prompt)?;
+            let trailing = enc.get_special_tokens_mask().last() == Some(&1);
+            enc.len() - usize::from(trailing)
+        };
         let mut seqs = Vec::with_capacity(texts.len());
         for (index, text) in texts.iter().enumerate() {
             let text = text.as_ref();
             if text.trim().is_empty() {
                 return Err(EmbedError::EmptyText { index });
             }
-            let enc = self
-                .tokenizer
-                .encode(text, true)
-                .map_err(|e| EmbedError::Tokenize {
-                    index,
-                    msg: e.to_string(),
-                })?;
+            let enc = if prompt.is_empty() {
+                encode(index, text)?
+            } else {
+                encode(index, &format!("{prompt}{text}"))?
+            };
             seqs.push(enc.get_ids().to_vec());
         }
-        self.submit_tokens(seqs, done)
+        let normalize = options.normalize.unwrap_or(self.normalize);
+        self.submit_ids(seqs, (normalize, prompt_tokens), Box::new(done))
     }
 
-    /// [`Embedder::submit`] for texts already tokenised (with their special tokens):
-    /// each sequence must have 1 to [`Embedder::max_tokens`] ids, each in the model's
-    /// vocabulary; a sequence that does not is an `Err` naming it.
+    /// [`Embedder::submit`] for texts already tokenised (with their special tokens,
+    /// and no prompt): each sequence must have 1 to [`Embedder::max_tokens`] ids,
+    /// each in the model's vocabulary; a sequence that does not is an `Err` naming
+    /// it. Vectors are normalised as the folder says ([`Embeddings`]).
     pub fn submit_tokens(
         &self,
         seqs: Vec<Vec<u32>>,
         done: impl FnOnce(Result<Embeddings, EmbedError>) + Send + 'static,
     ) -> Result<Ticket, EmbedError> {
-        self.submit_tokens_normalizing(seqs, true, done)
+        self.submit_tokens_normalizing(seqs, self.normalize, done)
     }
 
     /// [`Embedder::submit_tokens`], with the vectors L2-normalised only when
-    /// `normalize` (else the pooled states as they are: Text Embeddings Inference's
-    /// `normalize: false`). With `normalize` the vectors are
-    /// [`Embedder::submit_tokens`]'s, to the bit.
+    /// `normalize` (else as the last module makes them: Text Embeddings Inference's
+    /// `normalize: false`), whatever the folder says. With `normalize` the vectors
+    /// of a folder that normalises are [`Embedder::submit_tokens`]'s, to the bit.
     pub fn submit_tokens_normalizing(
         &self,
         seqs: Vec<Vec<u32>>,
         normalize: bool,
         done: impl FnOnce(Result<Embeddings, EmbedError>) + Send + 'static,
     ) -> Result<Ticket, EmbedError> {
+        self.submit_ids(seqs, (normalize, 0), Box::new(done))
+    }
+
+    /// Checks `seqs` and queues them with (normalize, prompt tokens).
+    fn submit_ids(
+        &self,
+        seqs: Vec<Vec<u32>>,
+        how: (bool, usize),
+        done: Done,
+    ) -> Result<Ticket, EmbedError> {
         let vocab = self.model().config().vocab_size;
         for (index, s) in seqs.iter().enumerate() {
             check_ids(index, s, self.max_tokens, vocab)?;
         }
-        let done: Done = Box::new(done);
-        self.workers
-            .batcher()
-            .submit(seqs, Vec::new(), normalize, done)
+        self.workers.batcher().submit(seqs, Vec::new(), how, done)
     }
 
     /// Sets the observer told of each batch before it runs (see [`BatchObserver`]),
@@ -366,9 +482,10 @@ impl Embedder {
         self.workers.batcher().depth()
     }
 
-    /// Width of the vectors (384 for all-MiniLM-L6-v2).
+    /// Width of the vectors (384 for all-MiniLM-L6-v2): the pooled width, or the
+    /// last `Dense` module's.
     pub fn dim(&self) -> usize {
-        self.model().dim()
+        self.dim
     }
 
     /// The most tokens a text keeps (the folder's `max_seq_length`, else the model's
@@ -387,9 +504,25 @@ impl Embedder {
         self.workers.batcher().net().model()
     }
 
-    /// The pooling mode read from the folder.
-    pub fn pooling(&self) -> Pooling {
-        self.pooling
+    /// The pooling modes read from the folder, in the order they are concatenated.
+    pub fn pooling(&self) -> &[Pooling] {
+        &self.pooling
+    }
+
+    /// Whether vectors are L2-normalised when a request does not say (the folder's
+    /// module list ends with `Normalize`, or it has none).
+    pub fn normalizes(&self) -> bool {
+        self.normalize
+    }
+
+    /// The prompts by name (`config_sentence_transformers.json`).
+    pub fn prompts(&self) -> &BTreeMap<String, String> {
+        &self.prompts
+    }
+
+    /// The prompt used when a request names none.
+    pub fn default_prompt_name(&self) -> Option<&str> {
+        self.default_prompt.as_deref()
     }
 
     /// The folder's tokenizer, set up as the embedder uses it (truncation at

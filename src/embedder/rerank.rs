@@ -185,7 +185,7 @@ impl Reranker {
         let activation = self.activation;
         let done: Done = Box::new(move |r| done(r.and_then(|e| scores(e, activation))));
         let (seqs, types) = pairs.into_iter().unzip();
-        self.workers.batcher().submit(seqs, types, true, done)
+        self.workers.batcher().submit(seqs, types, (true, 0), done)
     }
 
     /// Sets the observer told of each batch before it runs (see [`BatchObserver`]);

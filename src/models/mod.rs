@@ -12,6 +12,8 @@
 
 pub mod accuracy;
 pub mod bert;
+pub mod head;
+pub mod pooling;
 
 pub use accuracy::{agreement, Agreement};
 pub use bert::{BertClassifier, BertConfig, BertModel, EmbedOptions};

@@ -91,6 +91,18 @@ impl BertConfig {
                 (None, None) => 2,
             },
         };
+        // The architecture comes from `model_type`; a config without one (older
+        // exports) is taken as BERT.
+        match obj.get("model_type") {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::String(t)) if t == "bert" => {}
+            Some(other) => {
+                return Err(format!(
+                    "model_type {other} is not supported (only `bert`); the folder's \
+                     architecture cannot be run"
+                ))
+            }
+        }
         if let Some(kind) = obj.get("position_embedding_type").and_then(|x| x.as_str()) {
             if kind != "absolute" {
                 return Err(format!(
@@ -194,12 +206,17 @@ mod tests {
         assert_eq!(cfg.num_labels, 2, "Hugging Face's default");
     }
 
-    #[test]
-    fn labels_come_from_id2label_then_num_labels() {
+    /// A small valid config with the fields `extra` (`, "key": value, ...`) added.
+    fn tiny_with(extra: &str) -> std::result::Result<BertConfig, String> {
         let base = r#""vocab_size": 10, "hidden_size": 4, "num_hidden_layers": 1,
                 "num_attention_heads": 2, "intermediate_size": 8,
                 "max_position_embeddings": 8"#;
-        let cfg = |extra: &str| BertConfig::from_json(&format!("{{{base}{extra}}}"));
+        BertConfig::from_json(&format!("{{{base}{extra}}}"))
+    }
+
+    #[test]
+    fn labels_come_from_id2label_then_num_labels() {
+        let cfg = tiny_with;
         assert_eq!(
             cfg(r#", "id2label": {"0": "LABEL_0"}"#).unwrap().num_labels,
             1
@@ -215,6 +232,16 @@ mod tests {
         assert!(e.contains("id2label"), "{e}");
         // No labels is the classifier's error, not the encoder's.
         assert_eq!(cfg(r#", "id2label": {}"#).unwrap().num_labels, 0);
+    }
+
+    #[test]
+    fn an_unknown_model_type_or_activation_is_named() {
+        let cfg = tiny_with;
+        assert!(cfg(r#", "model_type": "bert""#).is_ok());
+        let e = cfg(r#", "model_type": "xlm-roberta""#).unwrap_err();
+        assert!(e.contains("xlm-roberta") && e.contains("model_type"), "{e}");
+        let e = cfg(r#", "hidden_act": "silu""#).unwrap_err();
+        assert!(e.contains("silu") && e.contains("hidden_act"), "{e}");
     }
 
     #[test]

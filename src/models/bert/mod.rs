@@ -31,10 +31,11 @@ mod packed;
 pub(crate) mod testing;
 mod weights;
 
+pub use super::pooling::Pooling;
 pub use classify::BertClassifier;
 pub use config::BertConfig;
 pub use embed::{length_sorted_batches, EmbedOptions};
-pub use packed::{Packing, Pooling};
+pub use packed::Packing;
 
 use super::Precision;
 use crate::Tensor;

@@ -3,8 +3,9 @@
 //! another into `[total_tokens, hidden]`, so every dense op (the projections, the
 //! feed-forward, the norms) works on real tokens only; each sequence's positions come
 //! from the position table by index; attention runs per sequence over the packed rows
-//! ([`Tensor::attention_ragged`], given the sequences' offsets); pooling and L2
-//! normalisation are done per sequence on the last hidden states.
+//! ([`Tensor::attention_ragged`], given the sequences' offsets); then the
+//! [`Head`] (pooling, `Dense` layers, L2 normalisation) runs on the last hidden
+//! states as engine ops too.
 //!
 //! [`Packing::Bucketed`] rounds the packed length up (by at most 1/16, as one filler
 //! sequence that is computed and thrown away) so that a server seeing every possible
@@ -14,20 +15,9 @@
 //! ARCHITECTURE.md), and the `Embedder` keeps `Bucketed`.
 
 use super::BertModel;
+use crate::models::head::Head;
+use crate::models::pooling::{Pooling, Span};
 use crate::{Error, Result, Tensor};
-
-/// How a sentence embedding is pooled from the last hidden states of its tokens
-/// (sentence-transformers' `1_Pooling/config.json` names these modes).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Pooling {
-    /// The mean over the tokens (`pooling_mode_mean_tokens`; all-MiniLM-L6-v2's).
-    #[default]
-    Mean,
-    /// The first token's state (`pooling_mode_cls_token`).
-    Cls,
-    /// The sum over the tokens divided by √length (`pooling_mode_mean_sqrt_len_tokens`).
-    MeanSqrtLen,
-}
 
 /// Whether a packed batch is run at its exact length or rounded up to a bucket.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -107,19 +97,51 @@ impl BertModel {
         if seqs.is_empty() {
             return Ok(Vec::new());
         }
+        let head = Head::pooling_only(self.dim(), pooling);
+        self.embed_packed_head(seqs, &head, packing, &vec![0; seqs.len()], normalize)
+    }
+
+    /// Vectors of `seqs` from one ragged forward pass through the encoder and `head`
+    /// (pooling, `Dense` layers), in input order: sequence `i`'s first `prompt[i]`
+    /// tokens are its prompt (left out of pooling unless the head includes prompts),
+    /// and it is L2-normalised where `normalize[i]`. All of it is engine ops, the
+    /// pooling included.
+    pub fn embed_packed_head(
+        &self,
+        seqs: &[&[u32]],
+        head: &Head,
+        packing: Packing,
+        prompt: &[usize],
+        normalize: &[bool],
+    ) -> Result<Vec<Vec<f32>>> {
+        if normalize.len() != seqs.len() || prompt.len() != seqs.len() {
+            return Err(crate::Error::Internal {
+                msg: format!(
+                    "bert_embed_packed: {} normalize flags and {} prompt lengths for {} sequences",
+                    normalize.len(),
+                    prompt.len(),
+                    seqs.len()
+                ),
+            });
+        }
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
         let packed = self.pack("bert_embed_packed", seqs, &[], packing)?;
-        let states = self.encode_packed(&packed)?.to_vec::<f32>()?;
-        let h = self.dim();
-        let mut at = 0;
-        Ok(seqs
+        let spans: Vec<Span> = seqs
             .iter()
-            .zip(normalize)
-            .map(|(s, &norm)| {
-                let rows = &states[at * h..(at + s.len()) * h];
-                at += s.len();
-                pool(rows, h, pooling, norm)
+            .zip(&packed.starts)
+            .zip(prompt)
+            .map(|((s, &start), &skip)| Span {
+                start: start as usize,
+                len: s.len(),
+                // The last token always stays in.
+                skip: skip.min(s.len() - 1),
             })
-            .collect())
+            .collect();
+        let states = self.encode_packed(&packed)?;
+        let v = head.apply(&states, &spans, normalize)?.to_vec::<f32>()?;
+        Ok(v.chunks_exact(head.dim()).map(<[f32]>::to_vec).collect())
     }
 
     /// `seqs` packed one after another for [`BertModel::encode_packed`], after checking
@@ -246,38 +268,6 @@ impl BertModel {
     }
 }
 
-/// One sequence's embedding from its rows of last hidden states (`rows.len()` a
-/// positive multiple of `h`): pooled, then, when `normalize`, L2-normalised (as
-/// sentence-transformers' Normalize: divided by the norm, at least 1e-12).
-fn pool(rows: &[f32], h: usize, pooling: Pooling, normalize: bool) -> Vec<f32> {
-    let n = rows.len() / h;
-    let mut out = vec![0.0f64; h];
-    match pooling {
-        Pooling::Cls => {
-            for (o, &x) in out.iter_mut().zip(&rows[..h]) {
-                *o = f64::from(x);
-            }
-        }
-        Pooling::Mean | Pooling::MeanSqrtLen => {
-            for row in rows.chunks_exact(h) {
-                for (o, &x) in out.iter_mut().zip(row) {
-                    *o += f64::from(x);
-                }
-            }
-            let div = match pooling {
-                Pooling::Mean => n as f64,
-                _ => (n as f64).sqrt(),
-            };
-            out.iter_mut().for_each(|o| *o /= div);
-        }
-    }
-    if !normalize {
-        return out.iter().map(|&x| x as f32).collect();
-    }
-    let norm = out.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
-    out.iter().map(|x| (x / norm) as f32).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,20 +287,5 @@ mod tests {
         }
         let distinct: std::collections::BTreeSet<usize> = (1..=2048).map(bucket_tokens).collect();
         assert!(distinct.len() <= 100, "{} buckets", distinct.len());
-    }
-
-    #[test]
-    fn pooling_modes() {
-        let rows = [3.0f32, 0.0, 3.0, 8.0];
-        assert_eq!(pool(&rows, 2, Pooling::Cls, true), vec![1.0, 0.0]);
-        assert_eq!(pool(&rows, 2, Pooling::Cls, false), vec![3.0, 0.0]);
-        assert_eq!(pool(&rows, 2, Pooling::Mean, false), vec![3.0, 4.0]);
-        let m = pool(&rows, 2, Pooling::Mean, true);
-        assert!(
-            (m[0] - 0.6).abs() < 1e-6 && (m[1] - 0.8).abs() < 1e-6,
-            "{m:?}"
-        );
-        assert_eq!(pool(&rows, 2, Pooling::MeanSqrtLen, true), m);
-        assert_eq!(pool(&[0.0, 0.0], 2, Pooling::Mean, true), vec![0.0, 0.0]);
     }
 }

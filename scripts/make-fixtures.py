@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Makes the sentence-transformers pipeline fixtures: small random-initialised BERT
+folders under tests/data/st-pipeline/<name>/, each with the embeddings
+sentence-transformers itself computes for a few texts (tests/data/st-pipeline/<name>/
+reference.json). CI does not run this: the files are committed, and the Rust tests
+(tests/pipeline.rs) compare the Embedder against them. Run it by hand after changing
+what a fixture holds:
+
+    python3 -m venv target/fixtures/venv   # with torch importable (see below)
+    target/fixtures/venv/bin/pip install transformers sentence-transformers
+    target/fixtures/venv/bin/python scripts/make-fixtures.py
+
+(PyPI's default torch wheel pulls gigabytes of CUDA libraries; any CPU torch will
+do, e.g. one already installed, made importable with a `.pth` file in the venv.)
+Versions used for the committed files: torch 2.15.0, transformers 5.24.0,
+sentence-transformers 6.2.0 (each reference.json records its own).
+
+Each fixture is one BERT encoder (hidden 32, 2 layers, 4 heads, feed-forward 64, 64
+positions, GELU; weights normal with standard deviation 0.3 and non-trivial biases and
+layer-norm parameters, seeded, so a misplaced weight shows) with the tiny WordPiece
+tokenizer of tests/data/tiny-reranker (284 tokens cut from all-MiniLM-L6-v2's; [CLS]
+and [SEP] are ids 2 and 3, not BERT's 101 and 102), then the modules named:
+
+- max:            Pooling(max)                        (classic modules.json)
+- weightedmean:   Pooling(weightedmean)
+- lasttoken:      Pooling(lasttoken)
+- dense-tanh:     Pooling(mean), Dense(32 -> 16, Tanh) (classic modules.json)
+- cls-normalize:  Pooling(cls), Normalize
+- concat:         Pooling(cls, max, mean) concatenated, Normalize
+- prompt:         Pooling(mean, include_prompt=False), Normalize, with prompts
+                  `query` and `passage` and no default prompt
+
+"classic" rewrites modules.json with the `sentence_transformers.models.X` type names of
+sentence-transformers up to 5, and the pooling config with its one boolean key per
+mode (both of which 6 still loads); the others keep the module paths
+sentence-transformers 6 writes. The references are computed in float64 (the model cast
+to double), one per (fixture, prompt name) case, for every text.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+import sentence_transformers
+import torch
+import transformers
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.base.modules import Dense, Normalize, Transformer
+from sentence_transformers.sentence_transformer.modules import Pooling
+from transformers import AutoTokenizer, BertConfig, BertModel
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "tests", "data", "st-pipeline")
+TOKENIZER = os.path.join(ROOT, "tests", "data", "tiny-reranker")
+
+TEXTS = [
+    "The cat sits outside",
+    "A man is playing guitar",
+    "hello",
+    "The new movie is awesome, and the food at the party was great too",
+    "Is the weather nice today? It might rain later in the evening.",
+    "x",
+    "Two dogs run across a green field while a child watches them from the porch",
+]
+
+CLASSIC = {
+    "Transformer": "sentence_transformers.models.Transformer",
+    "Pooling": "sentence_transformers.models.Pooling",
+    "Dense": "sentence_transformers.models.Dense",
+    "Normalize": "sentence_transformers.models.Normalize",
+}
+
+
+def encoder(seed, tmp):
+    """A random BERT with the tiny tokenizer, saved to `tmp` for Transformer()."""
+    torch.manual_seed(seed)
+    tok = AutoTokenizer.from_pretrained(TOKENIZER)
+    cfg = BertConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        type_vocab_size=2,
+        hidden_act="gelu",
+        pad_token_id=tok.pad_token_id,
+    )
+    model = BertModel(cfg, add_pooling_layer=False)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm.weight" in name:
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            else:
+                p.copy_(0.3 * torch.randn_like(p))
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    return Transformer(tmp, max_seq_length=64)
+
+
+def build(name, seed, modes, include_prompt=True, dense=False, normalize=False, prompts=None):
+    with tempfile.TemporaryDirectory() as tmp:
+        word = encoder(seed, tmp)
+        modules = [word]
+        pool = Pooling(32, pooling_mode=tuple(modes) if len(modes) > 1 else modes[0],
+                       include_prompt=include_prompt)
+        modules.append(pool)
+        if dense:
+            torch.manual_seed(seed + 1)
+            d = Dense(32 * len(modes), 16, activation_function=torch.nn.Tanh())
+            with torch.no_grad():
+                d.linear.weight.copy_(0.3 * torch.randn_like(d.linear.weight))
+                d.linear.bias.copy_(0.3 * torch.randn_like(d.linear.bias))
+            modules.append(d)
+        if normalize:
+            modules.append(Normalize())
+        st = SentenceTransformer(modules=modules, prompts=prompts or {}, device="cpu")
+        path = os.path.join(OUT, name)
+        shutil.rmtree(path, ignore_errors=True)
+        st.save(path)
+    return st, path
+
+
+def classic(path):
+    mods_path = os.path.join(path, "modules.json")
+    mods = json.load(open(mods_path))
+    for m in mods:
+        m["type"] = CLASSIC[m["type"].rsplit(".", 1)[1]]
+    json.dump(mods, open(mods_path, "w"), indent=2)
+    # And the pooling config as it wrote it: one boolean key per mode.
+    pool_path = os.path.join(path, "1_Pooling", "config.json")
+    pool = json.load(open(pool_path))
+    modes = pool.pop("pooling_mode")
+    modes = [modes] if isinstance(modes, str) else modes
+    keys = {
+        "cls": "pooling_mode_cls_token",
+        "max": "pooling_mode_max_tokens",
+        "mean": "pooling_mode_mean_tokens",
+        "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
+        "weightedmean": "pooling_mode_weightedmean_tokens",
+        "lasttoken": "pooling_mode_lasttoken",
+    }
+    legacy = {"word_embedding_dimension": pool.pop("embedding_dimension")}
+    legacy.update({key: mode in modes for mode, key in keys.items()})
+    legacy.update(pool)
+    json.dump(legacy, open(pool_path, "w"), indent=2)
+
+
+def reference(st, path, prompt_names):
+    # Reload as a user would, so the saved folder is what is measured.
+    st = SentenceTransformer(path, device="cpu").double()
+    cases = []
+    for prompt_name in prompt_names:
+        emb = st.encode(TEXTS, prompt_name=prompt_name, convert_to_numpy=True,
+                        normalize_embeddings=False, batch_size=len(TEXTS))
+        cases.append({"prompt_name": prompt_name, "embeddings": emb.tolist()})
+    ref = {
+        "texts": TEXTS,
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "sentence_transformers": sentence_transformers.__version__,
+        },
+        "dtype": str(next(st.parameters()).dtype),
+        "cases": cases,
+    }
+    with open(os.path.join(path, "reference.json"), "w") as f:
+        json.dump(ref, f)
+    # The model card is large and says nothing the tests use.
+    for junk in ["README.md"]:
+        p = os.path.join(path, junk)
+        if os.path.exists(p):
+            os.remove(p)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    specs = [
+        ("max", 11, ["max"], {}, True),
+        ("weightedmean", 12, ["weightedmean"], {}, False),
+        ("lasttoken", 13, ["lasttoken"], {}, False),
+        ("dense-tanh", 14, ["mean"], {"dense": True}, True),
+        ("cls-normalize", 15, ["cls"], {"normalize": True}, False),
+        ("concat", 16, ["cls", "max", "mean"], {"normalize": True}, False),
+        (
+            "prompt",
+            17,
+            ["mean"],
+            {
+                "include_prompt": False,
+                "normalize": True,
+                "prompts": {"query": "query: ", "passage": "passage: "},
+            },
+            False,
+        ),
+    ]
+    for name, seed, modes, kw, is_classic in specs:
+        st, path = build(name, seed, modes, **kw)
+        if is_classic:
+            classic(path)
+        names = [None] + sorted((kw.get("prompts") or {}).keys())
+        reference(st, path, names)
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+        print(f"{name}: {size // 1024} KiB")
+
+
+if __name__ == "__main__":
+    main()
