@@ -106,7 +106,8 @@ impl PyEmbedder {
 
     /// One L2-normalised float32 vector per text, as an array `(len(texts), dim)`;
     /// the texts go to the workers in chunks of `batch_size`, all queued at once, and
-    /// `progress(k)` is called as each chunk of `k` texts is done.
+    /// `progress(k)` is called as each chunk of `k` texts is done. An empty or
+    /// all-whitespace text is `[CLS] [SEP]` (see [`token_ids`]).
     #[pyo3(signature = (texts, batch_size = 32, progress = None))]
     fn embed<'py>(
         &self,
@@ -122,9 +123,13 @@ impl PyEmbedder {
         let chunks = py.detach(|| -> PyResult<usize> {
             let mut count = 0;
             for (c, part) in texts.chunks(size).enumerate() {
+                let mut seqs = Vec::with_capacity(part.len());
+                for (i, text) in part.iter().enumerate() {
+                    seqs.push(token_ids(&self.inner, c * size + i, text).map_err(embed_err)?);
+                }
                 let tx = tx.clone();
                 self.inner
-                    .submit(part, move |r| {
+                    .submit_tokens(seqs, move |r| {
                         let _ = tx.send((c, r));
                     })
                     .map_err(|e| embed_err(offset(e, c * size)))?;
@@ -175,6 +180,20 @@ impl PyEmbedder {
                 .map_err(|e| PyValueError::new_err(e.to_string()))
         })
     }
+}
+
+/// The token ids `embedder` runs for text `index` of a call, special tokens included:
+/// those of [`Embedder::submit`], except that an empty or all-whitespace text is
+/// `[CLS] [SEP]` (what sentence-transformers embeds for it) where `submit` refuses it.
+fn token_ids(embedder: &Embedder, index: usize, text: &str) -> Result<Vec<u32>, EmbedError> {
+    embedder
+        .tokenizer()
+        .encode(text, true)
+        .map(|e| e.get_ids().to_vec())
+        .map_err(|e| EmbedError::Tokenize {
+            index,
+            msg: e.to_string(),
+        })
 }
 
 /// `e` with the text index it names moved by `by` (a chunk's index → the call's).

@@ -94,7 +94,9 @@ class _Embedder:
         texts: Sequence[str],
         batch_size: int = 32,
         progress: Optional[Callable[[int], None]] = None,
-    ) -> npt.NDArray[np.float32]: ...
+    ) -> npt.NDArray[np.float32]:
+        """One L2-normalised vector per text, ``(len(texts), dim)``; an empty or
+        all-whitespace text is ``[CLS] [SEP]``, as in sentence-transformers."""
     @property
     def dim(self) -> int: ...
     @property

@@ -157,7 +157,7 @@ class Embedder(_Model):
         defaults (``convert_to_numpy=True``) returns.
 
         Args:
-            sentences: a string or a sequence of strings (each non-empty).
+            sentences: a string or a sequence of strings.
             batch_size: texts per chunk handed to the workers; all chunks are queued
                 at once, and the workers batch them by tokens
                 (``max_batch_tokens``). The vectors do not depend on it.
@@ -174,9 +174,10 @@ class Embedder(_Model):
             show_progress_bar: draw a bar (tqdm's when installed, else a line on
                 stderr) as chunks come back.
 
-        An empty list gives an array ``(0, dim)``. An empty or all-whitespace text
-        raises ``ValueError`` naming its index (sentence-transformers embeds it as
-        ``[CLS] [SEP]``).
+        An empty list gives an array ``(0, dim)``. An empty or all-whitespace text is
+        embedded as sentence-transformers embeds it: as the tokens ``[CLS] [SEP]``
+        alone (the Rust ``Embedder::embed`` refuses such a text; the package sends
+        the tokens through ``submit_tokens``).
         """
         single = isinstance(sentences, str)
         texts = [sentences] if single else list(sentences)
