@@ -290,3 +290,47 @@ fn an_unknown_model_type_or_hidden_act_is_refused_by_name() {
     let m = refusal(&d);
     assert!(m.contains("silu") && m.contains("hidden_act"), "{m}");
 }
+
+/// A vector's bits do not depend on the batch it ran in: every pooling mode gives
+/// each text, embedded alone, the bits it gets among the others (the mean modes are
+/// summed per sequence; a product over the whole batch's rows gave other bits).
+#[test]
+fn every_mode_gives_a_text_the_same_bits_alone_as_in_a_batch() {
+    for name in [
+        "max",
+        "weightedmean",
+        "lasttoken",
+        "concat",
+        "cls-normalize",
+    ] {
+        let dir = fixture(name);
+        let e = load(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // Enough texts of enough lengths that the batch's rows run to the hundreds.
+        let words = "the quick brown fox jumps over a lazy dog while it rains on the hills";
+        let texts: Vec<String> = (0..48)
+            .map(|i| {
+                let n = 1 + (i * 7) % 15;
+                words
+                    .split(' ')
+                    .cycle()
+                    .skip(i)
+                    .take(n)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let together = e.embed(&texts).unwrap();
+        for (i, t) in texts.iter().enumerate() {
+            let alone = e.embed(&[*t]).unwrap();
+            let same = alone[0]
+                .iter()
+                .zip(&together[i])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "{name}: text {i} alone differs from text {i} in a batch"
+            );
+        }
+    }
+}

@@ -3,13 +3,14 @@
 //! sequence, in each mode sentence-transformers' `Pooling` module names, several at
 //! once concatenated in its order.
 //!
-//! Nothing here loops over hidden states on the host: each mode is lazy tensor ops
-//! that fuse and are planned like the rest of the forward pass. The host only builds
-//! the small inputs that say where each sequence lies: row indices for the token that
-//! `cls` and `lasttoken` take, a `[sequences, total]` weight matrix whose product with
-//! the states gives the (weighted) sums of the mean modes, and, for `max`, the rows of
-//! each sequence gathered into `[sequences, longest, hidden]` with a large negative
-//! bias on the slots past its end before a max reduction over the tokens.
+//! `cls`, `lasttoken` and `max` are lazy tensor ops that are planned like the rest of
+//! the forward pass: row indices for the token `cls` and `lasttoken` take, and, for
+//! `max`, the rows of each sequence gathered into `[sequences, longest, hidden]` with
+//! a large negative bias on the slots past its end before a max reduction over the
+//! tokens (a max is exact, so where a sequence sits does not change its bits). The
+//! mean modes are summed on the host, each sequence on its own in f64, so that a
+//! vector's bits never depend on the batch it ran in (the contract of the Embedder's
+//! dynamic batching and of `encode`'s `batch_size`).
 //!
 //! A sequence's first `skip` tokens are its prompt when the pooling config says
 //! `include_prompt: false`: sentence-transformers 6 masks them out, so they are left
@@ -95,34 +96,38 @@ fn rows(spans: &[Span], pick: impl Fn(&Span) -> usize) -> Result<Tensor> {
     Tensor::from_vec(idx, &[spans.len()])
 }
 
-/// `[n, hidden]`: the (weighted) mean modes as one product of a `[n, total]` weight
-/// matrix with the states, divided by each sequence's denominator.
-fn weighted(states: &Tensor, spans: &[Span], mode: Pooling) -> Result<Tensor> {
-    let total = states.dims()[0];
-    let n = spans.len();
-    let mut w = vec![0.0f32; n * total];
-    let mut den = Vec::with_capacity(n);
-    for (i, s) in spans.iter().enumerate() {
-        let row = &mut w[i * total..(i + 1) * total];
+/// `[n, hidden]`: the (weighted) mean modes, each sequence's rows of `data` (the
+/// states, `[total, hidden]`, read once) summed in f64 in token order and divided by
+/// its denominator. Summed per sequence on its own, so a vector's bits never depend on
+/// which other sequences share its batch or where its rows sit: a product by a
+/// `[n, total]` weight matrix, tried first, gave other bits when a sequence moved
+/// (the tile's accumulation order follows the position along `total`).
+fn weighted(data: &[f32], h: usize, spans: &[Span], mode: Pooling) -> Result<Tensor> {
+    let mut out = Vec::with_capacity(spans.len() * h);
+    let mut acc = vec![0.0f64; h];
+    for s in spans {
+        acc.iter_mut().for_each(|a| *a = 0.0);
         let mut sum = 0.0f64;
         for p in s.skip..s.len {
             // Positions count from 1 in the weighted mean, the prompt included.
             let weight = if mode == Pooling::WeightedMean {
-                (p + 1) as f32
+                (p + 1) as f64
             } else {
                 1.0
             };
-            row[s.start + p] = weight;
-            sum += f64::from(weight);
+            let row = &data[(s.start + p) * h..(s.start + p + 1) * h];
+            for (a, &x) in acc.iter_mut().zip(row) {
+                *a += weight * f64::from(x);
+            }
+            sum += weight;
         }
-        den.push(match mode {
-            Pooling::MeanSqrtLen => sum.sqrt() as f32,
-            _ => sum.max(1e-9) as f32,
-        });
+        let den = match mode {
+            Pooling::MeanSqrtLen => sum.sqrt(),
+            _ => sum.max(1e-9),
+        };
+        out.extend(acc.iter().map(|&a| (a / den) as f32));
     }
-    Tensor::from_vec(w, &[n, total])?
-        .matmul(states)?
-        .div(&Tensor::from_vec(den, &[n, 1])?)
+    Tensor::from_vec(out, &[spans.len(), h])
 }
 
 /// `[n, hidden]`: each feature's largest value over each sequence's tokens (those
@@ -180,6 +185,18 @@ pub fn pool(states: &Tensor, spans: &[Span], modes: &[Pooling]) -> Result<Tensor
             msg: format!("sequence {i} ({s:?}) is empty, all prompt, or past the {total} rows"),
         });
     }
+    let h = states.dims()[1];
+    let means = modes.iter().any(|m| {
+        matches!(
+            m,
+            Pooling::Mean | Pooling::MeanSqrtLen | Pooling::WeightedMean
+        )
+    });
+    let data = if means {
+        states.to_vec::<f32>()?
+    } else {
+        Vec::new()
+    };
     let parts = modes
         .iter()
         .map(|&mode| match mode {
@@ -187,7 +204,7 @@ pub fn pool(states: &Tensor, spans: &[Span], modes: &[Pooling]) -> Result<Tensor
             Pooling::LastToken => states.index_select(&rows(spans, |s| s.start + s.len - 1)?, 0),
             Pooling::Max => max(states, spans),
             Pooling::Mean | Pooling::MeanSqrtLen | Pooling::WeightedMean => {
-                weighted(states, spans, mode)
+                weighted(&data, h, spans, mode)
             }
         })
         .collect::<Result<Vec<Tensor>>>()?;

@@ -104,18 +104,22 @@ impl PyEmbedder {
         Ok(PyEmbedder { inner })
     }
 
-    /// One L2-normalised float32 vector per text, as an array `(len(texts), dim)`;
-    /// the texts go to the workers in chunks of `batch_size`, all queued at once, and
-    /// `progress(k)` is called as each chunk of `k` texts is done. An empty or
-    /// all-whitespace text is `[CLS] [SEP]` (see [`token_ids`]).
-    #[pyo3(signature = (texts, batch_size = 32, progress = None))]
+    /// One float32 vector per text, as an array `(len(texts), dim)`: L2-normalised
+    /// when the folder's modules end with `Normalize` or `normalize` asks for it (as
+    /// sentence-transformers' `normalize_embeddings`); the texts go to the workers in
+    /// chunks of `batch_size`, all queued at once, and `progress(k)` is called as each
+    /// chunk of `k` texts is done. An empty or all-whitespace text is `[CLS] [SEP]`
+    /// (see [`token_ids`]).
+    #[pyo3(signature = (texts, batch_size = 32, progress = None, normalize = false))]
     fn embed<'py>(
         &self,
         py: Python<'py>,
         texts: Vec<String>,
         batch_size: usize,
         progress: Option<Py<PyAny>>,
+        normalize: bool,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let normalize = normalize || self.inner.normalizes();
         let size = chunk(batch_size)?;
         let dim = self.inner.dim();
         let n = texts.len();
@@ -129,7 +133,7 @@ impl PyEmbedder {
                 }
                 let tx = tx.clone();
                 self.inner
-                    .submit_tokens(seqs, move |r| {
+                    .submit_tokens_normalizing(seqs, normalize, move |r| {
                         let _ = tx.send((c, r));
                     })
                     .map_err(|e| embed_err(offset(e, c * size)))?;

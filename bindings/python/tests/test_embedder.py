@@ -40,15 +40,17 @@ def test_vectors_are_unit_length_and_normalize_false_follows_the_folder(embedder
     # all-MiniLM-L6-v2 has a Normalize module: sentence-transformers normalises
     # whatever normalize_embeddings says, and so does encode.
     assert same_bits(embedder.encode(sentences[:4], normalize_embeddings=False), v)
-    # A folder without one: False would differ from sentence-transformers, so it is refused.
+    # A folder without one: the pooled vectors as they are unless asked, as
+    # sentence-transformers returns them, and normalised when asked.
     folder = _copy_folder(model_dir, tmp_path, modules=[
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
     ])
     e = streamfuse.Embedder(folder, workers=1)
-    with pytest.raises(ValueError, match="always L2-normalises"):
-        e.encode("a text", normalize_embeddings=False)
-    assert same_bits(e.encode(sentences[:4]), v)
+    raw = e.encode(sentences[:4])
+    assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0, atol=1e-3)
+    assert np.allclose(raw / np.linalg.norm(raw, axis=1, keepdims=True), v, atol=1e-6)
+    assert same_bits(e.encode(sentences[:4], normalize_embeddings=True), v)
 
 
 def _copy_folder(model_dir, tmp_path, modules=None, st_config=None, name="model"):

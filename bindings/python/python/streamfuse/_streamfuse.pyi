@@ -94,8 +94,10 @@ class _Embedder:
         texts: Sequence[str],
         batch_size: int = 32,
         progress: Optional[Callable[[int], None]] = None,
+        normalize: bool = False,
     ) -> npt.NDArray[np.float32]:
-        """One L2-normalised vector per text, ``(len(texts), dim)``; an empty or
+        """One vector per text, ``(len(texts), dim)``, L2-normalised when the
+        folder ends with a Normalize module or ``normalize`` asks; an empty or
         all-whitespace text is ``[CLS] [SEP]``, as in sentence-transformers."""
     @property
     def dim(self) -> int: ...

@@ -79,8 +79,8 @@ class Embedder(_Model):
         kernel_threads: threads each worker's kernels run on (0, the default: the
             cores shared between the workers).
 
-    Vectors are always L2-normalised (the Rust embedder normalises every vector);
-    see ``encode``'s ``normalize_embeddings``.
+    Vectors are L2-normalised when the folder's modules end with ``Normalize`` or
+    ``encode``'s ``normalize_embeddings`` asks, as in sentence-transformers.
     """
 
     _NATIVE = _Embedder
@@ -147,7 +147,7 @@ class Embedder(_Model):
         self,
         sentences: Union[str, Sequence[str]],
         batch_size: int = 32,
-        normalize_embeddings: bool = True,
+        normalize_embeddings: bool = False,
         prompt_name: Optional[str] = None,
         prompt: Optional[str] = None,
         show_progress_bar: bool = False,
@@ -161,11 +161,11 @@ class Embedder(_Model):
             batch_size: texts per chunk handed to the workers; all chunks are queued
                 at once, and the workers batch them by tokens
                 (``max_batch_tokens``). The vectors do not depend on it.
-            normalize_embeddings: the vectors are always L2-normalised. ``False`` is
-                accepted only for a folder whose modules.json has a ``Normalize``
-                module (sentence-transformers normalises those whatever this says);
-                for any other folder it raises ``ValueError`` rather than return
-                vectors that differ from sentence-transformers'.
+            normalize_embeddings: L2-normalise the vectors. A folder whose modules.json
+                ends with a ``Normalize`` module (all-MiniLM-L6-v2's does) normalises
+                them whatever this says, as sentence-transformers does; for any other
+                folder ``False`` (the default, as sentence-transformers') returns the
+                vectors its pooling (and Dense layers) make.
             prompt_name: a key of the folder's ``prompts``
                 (config_sentence_transformers.json); its text is prepended to every
                 sentence. An unknown name raises ``ValueError`` naming the known ones.
@@ -181,12 +181,6 @@ class Embedder(_Model):
         """
         single = isinstance(sentences, str)
         texts = [sentences] if single else list(sentences)
-        if not normalize_embeddings and not self._normalizes:
-            raise ValueError(
-                "normalize_embeddings=False: streamfuse's Embedder always L2-normalises, "
-                f"and {self.path} has no Normalize module, so sentence-transformers would "
-                "return unnormalised vectors; pass normalize_embeddings=True"
-            )
         text = self._prompt(prompt_name, prompt)
         if text:
             if not self._pooling_includes_prompt:
@@ -197,7 +191,9 @@ class Embedder(_Model):
             texts = [text + t for t in texts]
         bar = _progress.bar(show_progress_bar, len(texts), "Batches")
         try:
-            out = self._native.embed(texts, batch_size, _progress.callback(bar))
+            out = self._native.embed(
+                texts, batch_size, _progress.callback(bar), normalize_embeddings
+            )
         finally:
             if bar is not None:
                 bar.close()
