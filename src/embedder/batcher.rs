@@ -11,7 +11,9 @@
 //! sequences of many requests. A worker takes sequences in arrival order while they
 //! fit in its budget (`max_batch_tokens`, or an even share of the queued tokens when
 //! other workers are idle too), keeping each request's texts in one batch unless the
-//! request alone is over `max_batch_tokens`, waits at most `max_wait` for more when it emptied the
+//! request alone is over `max_batch_tokens` or idle workers share the queue (then a
+//! request's texts are spread over them by tokens, so a lone request of 32 texts
+//! runs on every worker at once rather than on one), waits at most `max_wait` for more when it emptied the
 //! queue and has room, runs the batch as one packed forward pass on its own stream,
 //! and hands each vector to its request. If a batch fails, each of its sequences is run again alone,
 //! so only the requests whose own sequences fail get an error. Panics in a forward
@@ -343,19 +345,23 @@ impl Batcher {
             }
         }
         let max = self.settings.max_batch_tokens;
-        let budget = match self.settings.workers.saturating_sub(q.busy) {
-            0 | 1 => max,
-            idle => q.tokens.div_ceil(idle).min(max),
+        let (budget, sharing) = match self.settings.workers.saturating_sub(q.busy) {
+            0 | 1 => (max, false),
+            idle => (q.tokens.div_ceil(idle).min(max), true),
         };
         let deadline = Instant::now() + self.settings.max_wait;
         let mut batch = Vec::new();
         let mut tokens = 0;
         loop {
             while let Some(next) = q.items.front() {
-                // A request's texts stay together (one batch answers it), unless it
-                // is larger than max_batch_tokens: a request starts a batch or fits
-                // whole in the budget; its next texts follow up to the hard limit.
+                // Shared between idle workers, the queue is cut by tokens alone, even
+                // inside a request: its parts run at once on the idle workers, so it
+                // comes back sooner than from one batch. Otherwise a request's texts
+                // stay together (one batch answers it), unless it is larger than
+                // max_batch_tokens: a request starts a batch or fits whole in the
+                // budget; its next texts follow up to the hard limit.
                 let fits = match next.index {
+                    _ if sharing => tokens + next.ids.len() <= budget,
                     0 => tokens + next.request_tokens <= budget,
                     _ => tokens + next.ids.len() <= max,
                 };
@@ -574,6 +580,46 @@ pub(super) mod tests {
             assert_same(got, &alone(s));
         }
         assert_same(&out[1].as_ref().unwrap().vectors[0], &alone(&[2, 2]));
+    }
+
+    #[test]
+    fn idle_workers_share_a_request_by_tokens_and_a_busy_one_keeps_it_whole() {
+        let b = Arc::new(Batcher::new(
+            tiny_net(),
+            EmbedderSettings {
+                workers: 2,
+                ..settings(64)
+            },
+        ));
+        let texts = |n: u32| -> Vec<Vec<u32>> { (0..n).map(|i| vec![1 + i, 2, 3, 4]).collect() };
+        let sizes = |batch: &[Item]| {
+            batch
+                .iter()
+                .map(|i| (i.index, i.ids.len()))
+                .collect::<Vec<_>>()
+        };
+        // Both workers idle, one request of eight texts of 4 tokens: the first batch
+        // takes half its tokens, the second (one worker idle now) the rest.
+        b.submit(texts(8), Vec::new(), (true, 0), Box::new(|_| {}))
+            .unwrap();
+        let first = b.next_batch().unwrap();
+        let second = b.next_batch().unwrap();
+        assert_eq!(sizes(&first), (0..4).map(|i| (i, 4)).collect::<Vec<_>>());
+        assert_eq!(sizes(&second), (4..8).map(|i| (i, 4)).collect::<Vec<_>>());
+        // One worker idle (the other busy): requests stay whole, even when the next
+        // would fill the batch only in part.
+        b.queue.lock().busy = 1;
+        b.submit(texts(3), Vec::new(), (true, 0), Box::new(|_| {}))
+            .unwrap();
+        b.submit(texts(15), Vec::new(), (true, 0), Box::new(|_| {}))
+            .unwrap();
+        let whole = b.next_batch().unwrap();
+        assert_eq!(
+            sizes(&whole).len(),
+            3,
+            "the 15-text request does not fit whole"
+        );
+        assert_eq!(b.next_batch().unwrap().len(), 15);
     }
 
     /// Counts the sequences and tokens of the batches it sees.
