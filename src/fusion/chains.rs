@@ -16,7 +16,7 @@ use super::{Home, Kernel, Value};
 use crate::error::Error;
 use crate::ir::relative::RelativeOp;
 use crate::ir::{DType, Dims, Layout, Op, OpKind};
-use crate::kernels::{FusedProgram, Instr};
+use crate::kernels::{FusedProgram, Instr, TileEpilogue};
 
 /// A fused group (or none) extended into a [`Chain`](super::Chain): the matmul op whose product only
 /// it reads, and/or the norm op that alone reads its result.
@@ -292,6 +292,7 @@ pub(super) fn chain_kernel(
                 rhs: (b, rhs),
                 product,
                 input,
+                epilogue: TileEpilogue::plan(&program, input),
             })
         }
     };
@@ -398,6 +399,23 @@ mod tests {
         let c = the_chain(&p);
         assert_eq!(c.matmul.as_ref().map(|m| (m.op, m.product)), Some((0, 2)));
         assert!(c.norm.is_none(), "{p}");
+        // The plan decides the tile's epilogue: the bias add, then GELU.
+        use crate::kernels::TileEpilogue;
+        let steps = c
+            .matmul
+            .as_ref()
+            .and_then(|m| m.epilogue.as_ref())
+            .map(TileEpilogue::steps);
+        assert!(
+            matches!(
+                steps,
+                Some([
+                    crate::kernels::EpilogueStep::Add { .. },
+                    crate::kernels::EpilogueStep::Gelu
+                ])
+            ),
+            "{steps:?}"
+        );
         assert_eq!(
             (&c.input_ids[..], &c.outputs[..]),
             (&[0, 1, 3][..], &[5][..])

@@ -3,7 +3,7 @@
 //! the values each reads and writes.
 
 use crate::ir::{Dims, Layout, OpKind};
-use crate::kernels::FusedProgram;
+use crate::kernels::{FusedProgram, TileEpilogue};
 
 /// One kernel of a plan.
 #[derive(Clone, Debug)]
@@ -76,6 +76,9 @@ pub(crate) struct MatMulHead {
     pub product: u32,
     /// Which program input the product is.
     pub input: usize,
+    /// The steps of the program the packed f32 tile applies to its sums, decided here
+    /// once ([`TileEpilogue::plan`]); `None` when the program is not such steps.
+    pub epilogue: Option<TileEpilogue>,
 }
 
 /// The row normalisation at the tail of a [`Chain`].

@@ -77,7 +77,9 @@ pub(crate) mod teardown;
 mod testutil;
 
 pub(crate) use attention::{attention, attention_ragged, MAX_HEAD_DIM};
-pub(crate) use chain::{chain, ChainMatMul, ChainNorm};
+#[cfg(test)]
+pub(crate) use chain::EpilogueStep;
+pub(crate) use chain::{chain, ChainMatMul, ChainNorm, TileEpilogue};
 pub use copy::copy;
 pub(crate) use copy::{cast, cat, fill};
 pub use elementwise::{binary, unary};

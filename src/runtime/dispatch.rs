@@ -221,6 +221,7 @@ fn run_chain<'a>(
             ),
             input: m.input,
             packed,
+            epilogue: m.epilogue,
         }),
         None => None,
     };

@@ -3,51 +3,79 @@
 //! packed f32 tile, which applies them to its sums before it stores them, with the
 //! program's bits, and the program's pass over the panel disappears.
 
-use super::super::fused::Instr;
+use super::super::fused::{FusedProgram, Instr};
 use super::super::packed::Step;
 use super::geometry::Panel;
 use super::Ctx;
 use crate::ir::{BinaryOp, UnaryOp};
 
-/// The most steps of a tile's epilogue ([`Ctx::tile_epilogue`]; MiniLM's longest
-/// are two).
-pub(super) const MAX_STEPS: usize = 4;
+/// The most steps of a tile's epilogue (MiniLM's longest are two).
+pub(crate) const MAX_STEPS: usize = 4;
 
-/// The longest program [`Ctx::tile_epilogue`] looks at: the product and, for each
+/// The longest program [`TileEpilogue::plan`] looks at: the product and, for each
 /// step, an input and an add.
-pub(super) const MAX_EPILOGUE_INSTRS: usize = 1 + 2 * MAX_STEPS;
+const MAX_EPILOGUE_INSTRS: usize = 1 + 2 * MAX_STEPS;
 
-impl Ctx<'_> {
-    /// When the chain's program is a product followed by steps the packed f32 tile can
-    /// take in its registers (adds of a bias or a residual, GELU; one output): those
-    /// steps on panel `p`, written to `steps`, and how many there are. The tile then
-    /// applies them to its sums before it stores them ([`matmul_prepacked_epilogue`]),
+/// One step of a [`TileEpilogue`], as planned: which program input an add reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum EpilogueStep {
+    /// The running sum plus program input `input` (`sum_first`: the sum is the add's
+    /// left operand, which keeps the program's bits for either order).
+    Add {
+        /// The program input added.
+        input: u8,
+        /// Whether the running sum is the left operand.
+        sum_first: bool,
+    },
+    /// GELU of the running sum.
+    Gelu,
+}
+
+/// What the packed f32 tile of a chain applies to its sums before it stores them,
+/// decided once when the chain is planned (`fusion/chains.rs`) and stored on its
+/// matmul head: the kernel only binds each add's operand to the panel it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct TileEpilogue {
+    steps: [EpilogueStep; MAX_STEPS],
+    len: u8,
+}
+
+impl TileEpilogue {
+    /// When `program` is its product (program input `head`) followed by steps the
+    /// packed f32 tile can take in its registers (adds of a bias or a residual, GELU;
+    /// one output): those steps. The tile applies them to its sums before it stores
+    /// them ([`matmul_prepacked_epilogue`](super::super::matmul::matmul_prepacked_epilogue)),
     /// each the operation the program would do, so the bits are the program's, without
     /// the program's pass over the panel: a fused QKV projection's bias, the FFN's
     /// `gelu(product + bias)`, the output projections' `product + bias + residual`
     /// before their layer norm.
     ///
     /// The program must keep one running result: the product first, then each
-    /// instruction an add of that result and an input (a bias reading the same `n`
-    /// contiguous values on every row, or a matrix with contiguous rows) or its GELU.
-    pub(super) fn tile_epilogue<'s>(
-        &'s self,
-        p: Panel,
-        steps: &mut [Step<'s>; MAX_STEPS],
-    ) -> Option<usize> {
-        let head = self.matmul.as_ref()?.input;
-        let program = self.program;
+    /// instruction an add of that result and another input, or its GELU. Whether an
+    /// add's operand can be read by the tile (a bias with the same `n` contiguous
+    /// values on every row, or a matrix with contiguous rows) depends on its layout,
+    /// and is checked when the kernel binds it to a panel.
+    pub(crate) fn plan(program: &FusedProgram, head: usize) -> Option<TileEpilogue> {
         if program.outputs.len() != 1 || program.instrs.len() > MAX_EPILOGUE_INSTRS {
             return None;
         }
+        let mut plan = TileEpilogue {
+            steps: [EpilogueStep::Gelu; MAX_STEPS],
+            len: 0,
+        };
         // Register r holds input loaded[r] (not the product); `sum` the running result.
-        let mut loaded = [None::<usize>; MAX_EPILOGUE_INSTRS];
+        let mut loaded = [None::<u8>; MAX_EPILOGUE_INSTRS];
         let mut sum = None::<usize>;
-        let mut len = 0;
         for (r, instr) in program.instrs.iter().enumerate() {
-            match *instr {
-                Instr::Input(k) if k as usize == head && sum.is_none() => sum = Some(r),
-                Instr::Input(k) if k as usize != head => loaded[r] = Some(k as usize),
+            let step = match *instr {
+                Instr::Input(k) if k as usize == head && sum.is_none() => {
+                    sum = Some(r);
+                    continue;
+                }
+                Instr::Input(k) if k as usize != head => {
+                    loaded[r] = Some(u8::try_from(k).ok()?);
+                    continue;
+                }
                 Instr::Binary(BinaryOp::Add, x, y) => {
                     let (x, y, s) = (x as usize, y as usize, sum?);
                     let (other, sum_first) = match (x == s, y == s) {
@@ -55,20 +83,46 @@ impl Ctx<'_> {
                         (false, true) => (x, false),
                         _ => return None,
                     };
-                    let k = loaded[other]?;
-                    *steps.get_mut(len)? = self.operand(k, p, sum_first)?;
-                    len += 1;
-                    sum = Some(r);
+                    EpilogueStep::Add {
+                        input: loaded[other]?,
+                        sum_first,
+                    }
                 }
-                Instr::Unary(UnaryOp::Gelu, x) if Some(x as usize) == sum => {
-                    *steps.get_mut(len)? = Step::Gelu;
-                    len += 1;
-                    sum = Some(r);
-                }
+                Instr::Unary(UnaryOp::Gelu, x) if Some(x as usize) == sum => EpilogueStep::Gelu,
                 _ => return None,
-            }
+            };
+            *plan.steps.get_mut(usize::from(plan.len))? = step;
+            plan.len += 1;
+            sum = Some(r);
         }
-        (sum? == usize::from(program.outputs[0])).then_some(len)
+        (sum? == usize::from(program.outputs[0])).then_some(plan)
+    }
+
+    /// The steps, in order.
+    pub(crate) fn steps(&self) -> &[EpilogueStep] {
+        &self.steps[..usize::from(self.len)]
+    }
+}
+
+impl Ctx<'_> {
+    /// The head's planned epilogue bound to panel `p`: its steps written to `steps`,
+    /// and how many there are; `None` when the head has none or an add's operand is
+    /// not one the tile reads (see [`Ctx::operand`]), and then the program runs.
+    pub(super) fn tile_epilogue<'s>(
+        &'s self,
+        p: Panel,
+        steps: &mut [Step<'s>; MAX_STEPS],
+    ) -> Option<usize> {
+        let plan = self.matmul.as_ref()?.epilogue?;
+        for (slot, step) in steps.iter_mut().zip(plan.steps()) {
+            *slot = match *step {
+                EpilogueStep::Add { input, sum_first } => {
+                    self.operand(usize::from(input), p, sum_first)?
+                }
+                EpilogueStep::Gelu => Step::Gelu,
+            };
+        }
+        Some(plan.steps().len())
     }
 
     /// Input `k` on panel `p` as the operand of an add in a tile's epilogue: a

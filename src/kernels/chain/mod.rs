@@ -20,7 +20,7 @@
 //! norm's input get no memory of their own. When the weight is packed in f32 and the
 //! program only carries the product through adds (a bias, a residual) and GELU, the
 //! packed tile applies those steps to its sums before it stores them
-//! ([`Ctx::tile_epilogue`]), with the program's bits, and the program's pass over the
+//! ([`TileEpilogue`], decided when the chain is planned), with the program's bits, and the program's pass over the
 //! panel disappears. With several threads, runs of panels are
 //! halved across `rayon::join` (a few per thread, each with single-threaded gemms);
 //! a chain with too few panels for that runs them one after the other, each gemm,
@@ -30,6 +30,9 @@
 mod epilogue;
 mod geometry;
 
+#[cfg(test)]
+pub(crate) use epilogue::EpilogueStep;
+pub(crate) use epilogue::TileEpilogue;
 use epilogue::MAX_STEPS;
 use geometry::{Geometry, Panel, PanelLayout};
 
@@ -73,6 +76,9 @@ pub(crate) struct ChainMatMul<'a> {
     /// The right operand packed for the packed kernel, when it is a weight that has
     /// been (then `rhs`'s slice is not read, and may be empty).
     pub packed: Option<&'a PackedRhs>,
+    /// What the packed f32 tile applies to its sums, as the plan decided
+    /// ([`TileEpilogue::plan`]); `None`: the program runs over the product.
+    pub epilogue: Option<TileEpilogue>,
 }
 
 /// The row-wise normalisation at the tail of a chain, with its parameters (1-D of the
@@ -480,6 +486,7 @@ mod tests {
                     rhs: (&[], &rhs),
                     input: 0,
                     packed: None,
+                    epilogue: TileEpilogue::plan(&program, 0),
                 }),
                 program: &program,
                 inputs: &inputs,
@@ -584,6 +591,7 @@ mod tests {
                             rhs: (&rb, &rl),
                             input: 0,
                             packed,
+                            epilogue: TileEpilogue::plan(program, 0),
                         };
                         let mut out = vec![f32::NAN; m * n];
                         let outs = &mut [&mut out[..]];
@@ -663,6 +671,7 @@ mod tests {
                     rhs: (&rb, &rl),
                     input: 0,
                     packed,
+                    epilogue: TileEpilogue::plan(&program, 0),
                 };
                 let (mut g, mut out) = (vec![f32::NAN; numel], vec![f32::NAN; numel]);
                 chain(
@@ -798,6 +807,7 @@ mod tests {
             rhs: (&a, &l),
             input: 0,
             packed: None,
+            epilogue: None,
         };
         let e = chain(
             &[2, 3],
@@ -816,6 +826,7 @@ mod tests {
             rhs: (&a, &l32),
             input: 0,
             packed: None,
+            epilogue: None,
         };
         assert!(chain(
             &[2, 3],
