@@ -24,7 +24,7 @@
 use gemm::Parallelism;
 
 use super::packed::{matmul_packed, matmul_packed_epilogue, Epilogue, PackedRhs};
-use super::par::for_each_chunk;
+use super::par::{for_each_chunk, Out, PRODUCT_PAR_WORK, SHORT_M};
 use super::strided::offset_of;
 use super::{check_dst, check_input, error, KernelError, Par};
 use crate::ir::Layout;
@@ -77,9 +77,6 @@ fn packs_for(packed: &PackedRhs, lhs_layout: &Layout, rhs_layout: &Layout) -> bo
         && l[..l.len() - 2] == r[..r.len() - 2]
         && packed.packs(rhs_layout)
 }
-
-/// Below this many multiply-adds a single gemm runs single-threaded.
-const PAR_GEMM_WORK: usize = if cfg!(test) { 1 << 9 } else { 64 * 64 * 64 };
 
 /// Multiplies `[b.., m, k] x [b.., k, n] -> [b.., m, n]`.
 ///
@@ -159,7 +156,7 @@ pub fn matmul(
             b,
         )
     };
-    if par.threads > 1 && work >= PAR_GEMM_WORK {
+    if par.threads > 1 && work >= PRODUCT_PAR_WORK {
         for (b, out) in dst.chunks_exact_mut(mn).enumerate() {
             let (l, r) = (&lhs[lhs_base(b)..], &rhs[rhs_base(b)..]);
             if m <= SHORT_M && n >= 2 * COLUMN_ALIGN {
@@ -185,9 +182,6 @@ pub fn matmul(
     Ok(())
 }
 
-/// Products with at most this many rows are split between threads by columns (see
-/// [`gemm_columns`]).
-const SHORT_M: usize = 128;
 /// Column blocks start at multiples of this (a whole number of vectors).
 const COLUMN_ALIGN: usize = 16;
 
@@ -196,20 +190,9 @@ const COLUMN_ALIGN: usize = 16;
 /// few dozen tokens) are too few for gemm's own split, which scaled poorly: by
 /// columns each thread reads (and packs) only its part of `rhs`, the weight.
 fn gemm_columns(lhs: &[f32], rhs: &[f32], dst: &mut [f32], g: Geometry, threads: usize) {
-    /// `dst`, written by tasks at disjoint columns.
-    struct Columns(*mut f32);
-    // SAFETY: the tasks of `split` write disjoint column ranges of `dst` (each column
-    // belongs to one range), so no element is written twice, and `dst` is not read
-    // until `gemm_columns` returns (rayon::join waits for both halves).
-    unsafe impl Sync for Columns {}
-    fn split(
-        lhs: &[f32],
-        rhs: &[f32],
-        dst: &Columns,
-        g: Geometry,
-        cols: (usize, usize),
-        pieces: usize,
-    ) {
+    // `dst` is written by the tasks of `split` at disjoint column ranges (each column
+    // belongs to one range), through the split's shared output handle.
+    fn split(lhs: &[f32], rhs: &[f32], dst: Out, g: Geometry, cols: (usize, usize), pieces: usize) {
         let (c0, c1) = cols;
         let width = c1 - c0;
         if pieces > 1 && width >= 2 * COLUMN_ALIGN {
@@ -224,13 +207,15 @@ fn gemm_columns(lhs: &[f32], rhs: &[f32], dst: &mut [f32], g: Geometry, threads:
             return;
         }
         // SAFETY: columns c0..c1 < n of every row of the m x n output: inside `dst`
-        // (which holds m * n elements); `rhs` is read from column c0 on, within the
-        // checked layout (see `gemm_raw`).
+        // (which holds m * n elements, `debug_assert`ed by `gemm_columns`), written by
+        // this task alone (the ranges of `split` are disjoint) and not read until
+        // `gemm_columns` returns; `rhs` is read from column c0 on, within the checked
+        // layout (see `gemm_raw`).
         unsafe {
             gemm_raw(
                 lhs.as_ptr(),
                 rhs.as_ptr().offset(c0 as isize * g.rhs_cs),
-                dst.0.add(c0),
+                dst.ptr.add(c0),
                 Geometry { n: width, ..g },
                 g.n,
                 Parallelism::None,
@@ -238,7 +223,7 @@ fn gemm_columns(lhs: &[f32], rhs: &[f32], dst: &mut [f32], g: Geometry, threads:
         }
     }
     debug_assert_eq!(dst.len(), g.m * g.n);
-    split(lhs, rhs, &Columns(dst.as_mut_ptr()), g, (0, g.n), threads);
+    split(lhs, rhs, Out::new(dst), g, (0, g.n), threads);
     super::teardown::after_gemm();
 }
 

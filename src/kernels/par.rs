@@ -20,6 +20,18 @@ use super::Par;
 /// tiny value so that small tensors exercise the chunked code paths.
 pub(crate) const MIN_TASK_WORK: usize = if cfg!(test) { 24 } else { 1 << 16 };
 
+/// The one split policy of a matrix product, whichever kernel runs it (the packed
+/// tiles, `kernels/packed/product.rs`, or `gemm`, `kernels/matmul.rs`): below
+/// [`PRODUCT_PAR_WORK`] multiply-adds it runs on one thread; otherwise a product of at
+/// most [`SHORT_M`] rows (the tokens of a request or two) is split between threads by
+/// columns, so each thread reads only its part of the weight (from DRAM, for a model
+/// larger than the cache), and a taller one by rows. Tests use fewer rows, so that
+/// both splits run on small matrices.
+pub(crate) const SHORT_M: usize = if cfg!(test) { 20 } else { 128 };
+
+/// Below this many multiply-adds a product runs on one thread (see [`SHORT_M`]).
+pub(crate) const PRODUCT_PAR_WORK: usize = if cfg!(test) { 1 << 9 } else { 64 * 64 * 64 };
+
 /// Whether `work` element operations are worth more than one thread (at least two
 /// tasks' worth; below that every kernel would run on one thread anyway).
 pub(crate) fn worth_splitting(work: usize) -> bool {
@@ -126,7 +138,7 @@ impl Out {
 }
 
 // SAFETY: an `Out` is shared only by the tasks of one split (the packed product's
-// `split_rows` and `split_columns`, attention's `Job::split`), which write disjoint
+// `split_rows` and `split_columns`, `gemm_columns`, attention's `Job::split`), which write disjoint
 // elements (disjoint rows, or disjoint columns of the same rows); nobody reads the
 // output until the split returns (rayon::join waits for both halves), and the `&mut`
 // borrow it was made from outlives the split.

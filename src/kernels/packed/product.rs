@@ -7,7 +7,7 @@ use std::fmt;
 
 use super::{bf16, f32, i8, tiles, PackedRhs, MR, NR};
 use crate::ir::Layout;
-use crate::kernels::par::Out;
+use crate::kernels::par::{Out, PRODUCT_PAR_WORK, SHORT_M};
 use crate::kernels::{check_input, error, KernelError, Par};
 
 /// How far ahead of the step being multiplied the bf16 and int8 tiles ask for their
@@ -39,13 +39,6 @@ pub(super) fn prefetch_ahead(step: *const u8) {
         _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64).cast());
     }
 }
-
-/// Products of at most this many rows are split between threads by columns (tests
-/// use fewer, so that both splits run).
-pub(super) const SHORT_M: usize = if cfg!(test) { 20 } else { 128 };
-
-/// Below this many multiply-adds a product runs on one thread.
-pub(super) const PAR_WORK: usize = if cfg!(test) { 1 << 9 } else { 64 * 64 * 64 };
 
 /// Multiplies `[b.., m, k]` (read through `lhs_layout`, any strides; rows with
 /// contiguous elements take the fastest path) by the packed `[k, n]` into `dst`
@@ -312,7 +305,11 @@ pub(super) fn product(
         return Ok(());
     }
     let work = m.saturating_mul(n).saturating_mul(k);
-    let threads = if work >= PAR_WORK { par.threads } else { 1 };
+    let threads = if work >= PRODUCT_PAR_WORK {
+        par.threads
+    } else {
+        1
+    };
     for (b, out) in dst.chunks_exact_mut(m * n).enumerate() {
         let base = crate::kernels::strided::offset_of(
             &ld[..rank - 2],
