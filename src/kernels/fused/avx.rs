@@ -23,7 +23,7 @@ use std::arch::x86_64::_mm_sfence;
 
 use super::ops::{affine, unary_acc};
 use super::run::Job;
-use super::schedule::{Src, Step};
+use super::schedule::{AccInstr, Src};
 use crate::ir::{BinaryOp, UnaryOp};
 use crate::kernels::math;
 
@@ -375,16 +375,16 @@ macro_rules! variant {
                 let mut acc: [$v::V; VECS] = [$v::splat(0.0); VECS];
                 for s in &job.sched.steps {
                     match *s {
-                        Step::Gather(k, t) => job.gather(k, at, &mut regs[t as usize]),
-                        Step::Keep(j, t) => regs[t as usize]
+                        AccInstr::Gather(k, t) => job.gather(k, at, &mut regs[t as usize]),
+                        AccInstr::Keep(j, t) => regs[t as usize]
                             .copy_from_slice(&outs[j as usize][done..done + $tile]),
-                        Step::Load(x) => {
+                        AccInstr::Load(x) => {
                             let x = operand(job, outs, regs, x, at, done);
                             for (i, a) in acc.iter_mut().enumerate() {
                                 *a = $v::load(x, i);
                             }
                         }
-                        Step::Unary(op) => match op {
+                        AccInstr::Unary(op) => match op {
                             $(UnaryOp::$op => acc = $f(acc),)*
                             UnaryOp::Neg => each!(acc, a => $v::neg(a)),
                             UnaryOp::Abs => each!(acc, a => $v::abs(a)),
@@ -411,21 +411,21 @@ macro_rules! variant {
                                 }
                             }
                         },
-                        Step::AccOp(op, x) => {
+                        AccInstr::AccOp(op, x) => {
                             let x = operand(job, outs, regs, x, at, done);
                             each_binary!($v, op, acc, i => acc[i], $v::load(x, i));
                         }
-                        Step::OpAcc(op, x) => {
+                        AccInstr::OpAcc(op, x) => {
                             let x = operand(job, outs, regs, x, at, done);
                             each_binary!($v, op, acc, i => $v::load(x, i), acc[i]);
                         }
-                        Step::Square(op) => each_binary!($v, op, acc, i => acc[i], acc[i]),
-                        Step::Save(t) => {
+                        AccInstr::Square(op) => each_binary!($v, op, acc, i => acc[i], acc[i]),
+                        AccInstr::Save(t) => {
                             for (i, &a) in acc.iter().enumerate() {
                                 $v::store(&mut regs[t as usize], i, a);
                             }
                         }
-                        Step::Output(j) => {
+                        AccInstr::Output(j) => {
                             let out: &mut [f32; $tile] = (&mut outs[j as usize][done..done + $tile])
                                 .try_into()
                                 .expect("a whole tile");

@@ -145,7 +145,7 @@ pub(crate) fn fused_in_place(
 mod tests {
     use super::*;
     use crate::ir::{BinaryOp, UnaryOp};
-    use crate::kernels::fused::schedule::{Schedule, Step};
+    use crate::kernels::fused::schedule::{AccInstr, Schedule};
     use crate::kernels::fused::testutil::{affine_op, paths, run, same_bits, specials};
     use crate::kernels::testutil::{rand_f32, Rng};
     use crate::kernels::{binary, unary};
@@ -234,10 +234,10 @@ mod tests {
         assert!(!Schedule::new(&direct, |_| true, &[(0, 0)])
             .steps
             .iter()
-            .any(|s| matches!(s, Step::Keep(..))));
+            .any(|s| matches!(s, AccInstr::Keep(..))));
         assert_eq!(
             Schedule::new(&late, |_| true, &[(0, 0)]).steps[0],
-            Step::Keep(0, 0)
+            AccInstr::Keep(0, 0)
         );
         // Input 1 is loaded after output 0 is written.
         let after = FusedProgram {
@@ -252,7 +252,7 @@ mod tests {
         };
         assert_eq!(
             Schedule::new(&after, |_| true, &[(1, 0)]).steps[0],
-            Step::Keep(0, 0)
+            AccInstr::Keep(0, 0)
         );
         for (p, pairs) in [
             (&direct, vec![(0, 0)]),

@@ -6,7 +6,7 @@
 use super::avx;
 use super::ops::{binary_acc, unary_acc};
 use super::program::FusedProgram;
-use super::schedule::{Schedule, Src, Step};
+use super::schedule::{AccInstr, Schedule, Src};
 use super::scratch::with_tiles;
 use super::BLOCK;
 use crate::ir::Layout;
@@ -201,25 +201,27 @@ impl Job<'_> {
         let mut acc = [0f32; N];
         for s in &self.sched.steps {
             match *s {
-                Step::Gather(k, t) => self.gather(k, at, &mut regs[t as usize][..n]),
-                Step::Keep(j, t) => {
+                AccInstr::Gather(k, t) => self.gather(k, at, &mut regs[t as usize][..n]),
+                AccInstr::Keep(j, t) => {
                     regs[t as usize][..n].copy_from_slice(&outs[j as usize][done..done + n])
                 }
-                Step::Load(Src::Tile(t)) => acc = regs[t as usize],
-                Step::Load(x) => acc[..n].copy_from_slice(self.part(outs, regs, x, at, done, n)),
-                Step::Unary(op) => unary_acc(op, &mut acc),
-                Step::AccOp(op, x) => {
+                AccInstr::Load(Src::Tile(t)) => acc = regs[t as usize],
+                AccInstr::Load(x) => {
+                    acc[..n].copy_from_slice(self.part(outs, regs, x, at, done, n))
+                }
+                AccInstr::Unary(op) => unary_acc(op, &mut acc),
+                AccInstr::AccOp(op, x) => {
                     binary_acc(op, &mut acc, self.part(outs, regs, x, at, done, n), true)
                 }
-                Step::OpAcc(op, x) => {
+                AccInstr::OpAcc(op, x) => {
                     binary_acc(op, &mut acc, self.part(outs, regs, x, at, done, n), false)
                 }
-                Step::Square(op) => {
+                AccInstr::Square(op) => {
                     let a = acc;
                     binary_acc(op, &mut acc, &a, true)
                 }
-                Step::Save(t) => regs[t as usize] = acc,
-                Step::Output(j) => outs[j as usize][done..done + n].copy_from_slice(&acc[..n]),
+                AccInstr::Save(t) => regs[t as usize] = acc,
+                AccInstr::Output(j) => outs[j as usize][done..done + n].copy_from_slice(&acc[..n]),
             }
         }
     }

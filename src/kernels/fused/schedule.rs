@@ -1,5 +1,5 @@
 //! The schedule compiler: rewrites a checked [`FusedProgram`] as a [`Schedule`] of
-//! [`Step`]s for an accumulator machine, deciding which registers stay in the
+//! [`AccInstr`]s for an accumulator machine, deciding which registers stay in the
 //! accumulator, which are saved to spill tiles, which inputs are read in place,
 //! gathered, or read from the output that overwrites them.
 
@@ -33,10 +33,12 @@ pub(super) enum Src {
     Output(u16),
 }
 
-/// One step of a [`Schedule`]. Steps work on an accumulator (one register over one
-/// tile, kept in vector registers by the vector paths) and on spill tiles in L1.
+/// One instruction of a [`Schedule`] (named apart from the program's [`Instr`], which
+/// works on registers, and from the packed tile's epilogue `Step`). Instructions work
+/// on an accumulator (one register over one tile, kept in vector registers by the
+/// vector paths) and on spill tiles in L1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Step {
+pub(super) enum AccInstr {
     /// Copy input `k` (read through its layout) into spill tile `t`.
     Gather(u16, u16),
     /// Copy output `j` (the input it overwrites in place) into spill tile `t`.
@@ -63,7 +65,7 @@ pub(super) enum Step {
 /// not read in place is gathered into one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Schedule {
-    pub(super) steps: Vec<Step>,
+    pub(super) steps: Vec<AccInstr>,
     /// Number of spill tiles the steps use.
     pub(super) tiles: usize,
 }
@@ -83,9 +85,9 @@ impl Schedule {
         let direct = Schedule::build(program, &contiguous, &|k| alias(k).map(|j| (j, false)));
         // The steps reading output `j` that come after a step writing it.
         let late = |j: usize| {
-            let (src, out) = (Src::Output(j as u16), Step::Output(j as u16));
+            let (src, out) = (Src::Output(j as u16), AccInstr::Output(j as u16));
             direct.steps.iter().skip_while(|&&s| s != out).any(
-                |s| matches!(*s, Step::Load(x) | Step::AccOp(_, x) | Step::OpAcc(_, x) if x == src),
+                |s| matches!(*s, AccInstr::Load(x) | AccInstr::AccOp(_, x) | AccInstr::OpAcc(_, x) if x == src),
             )
         };
         if !aliases.iter().any(|&(_, j)| late(j)) {
@@ -141,7 +143,7 @@ impl Schedule {
                     regs[i].at = if let Some((j, keep)) = alias(k as usize) {
                         if keep {
                             // First of all, before any step writes the output.
-                            steps.insert(0, Step::Keep(j as u16, tiles));
+                            steps.insert(0, AccInstr::Keep(j as u16, tiles));
                             tiles += 1;
                             Src::Tile(tiles - 1)
                         } else {
@@ -150,37 +152,37 @@ impl Schedule {
                     } else if in_place(k as usize) {
                         Src::Input(k)
                     } else {
-                        steps.push(Step::Gather(k, tiles));
+                        steps.push(AccInstr::Gather(k, tiles));
                         tiles += 1;
                         Src::Tile(tiles - 1)
                     };
                     // An input that is also an output goes through the accumulator.
                     if program.outputs.contains(&r) {
-                        steps.push(Step::Load(regs[i].at));
+                        steps.push(AccInstr::Load(regs[i].at));
                         acc = Some(r);
                     }
                 }
                 Instr::Unary(op, a) => {
                     if acc != Some(a) {
-                        steps.push(Step::Load(regs[a as usize].at));
+                        steps.push(AccInstr::Load(regs[a as usize].at));
                     }
-                    steps.push(Step::Unary(op));
+                    steps.push(AccInstr::Unary(op));
                     acc = Some(r);
                 }
                 Instr::Binary(op, a, b) => {
                     let (la, lb) = (regs[a as usize].at, regs[b as usize].at);
                     if a == b {
                         if acc != Some(a) {
-                            steps.push(Step::Load(la));
+                            steps.push(AccInstr::Load(la));
                         }
-                        steps.push(Step::Square(op));
+                        steps.push(AccInstr::Square(op));
                     } else if acc == Some(a) {
-                        steps.push(Step::AccOp(op, lb));
+                        steps.push(AccInstr::AccOp(op, lb));
                     } else if acc == Some(b) {
-                        steps.push(Step::OpAcc(op, la));
+                        steps.push(AccInstr::OpAcc(op, la));
                     } else {
-                        steps.push(Step::Load(la));
-                        steps.push(Step::AccOp(op, lb));
+                        steps.push(AccInstr::Load(la));
+                        steps.push(AccInstr::AccOp(op, lb));
                     }
                     acc = Some(r);
                 }
@@ -189,10 +191,10 @@ impl Schedule {
                 continue;
             }
             for (j, _) in program.outputs.iter().enumerate().filter(|(_, &o)| o == r) {
-                steps.push(Step::Output(j as u16));
+                steps.push(AccInstr::Output(j as u16));
             }
             if regs[i].spill {
-                steps.push(Step::Save(tiles));
+                steps.push(AccInstr::Save(tiles));
                 regs[i].at = Src::Tile(tiles);
                 tiles += 1;
             }
@@ -238,12 +240,12 @@ mod tests {
         let s = Schedule::new(&p, |_| true, &[]);
         assert_eq!(s.tiles, 0);
         assert_eq!(s.steps.len(), 10, "{:?}", s.steps);
-        assert_eq!(s.steps[0], Step::Load(Src::Input(0)));
-        assert_eq!(s.steps[4], Step::AccOp(BinaryOp::Mul, Src::Input(0)));
-        assert_eq!(s.steps[9], Step::Output(0));
+        assert_eq!(s.steps[0], AccInstr::Load(Src::Input(0)));
+        assert_eq!(s.steps[4], AccInstr::AccOp(BinaryOp::Mul, Src::Input(0)));
+        assert_eq!(s.steps[9], AccInstr::Output(0));
         // Not read in place: the input is gathered once into a tile.
         let s = Schedule::new(&p, |_| false, &[]);
         assert_eq!(s.tiles, 1);
-        assert_eq!(s.steps[0], Step::Gather(0, 0));
+        assert_eq!(s.steps[0], AccInstr::Gather(0, 0));
     }
 }

@@ -5,20 +5,20 @@
 
 use std::cell::RefCell;
 
-use super::schedule::{Reg, Step};
+use super::schedule::{AccInstr, Reg};
 use super::BLOCK;
 use crate::reuse::ahead::MadeAhead;
 
 thread_local! {
     /// Emptied step lists of finished schedules, for the next ones on this thread (a
     /// fixed array: keeping a vector never allocates).
-    pub(super) static STEP_SCRATCH: RefCell<[Option<Vec<Step>>; 2]> = const { RefCell::new([None, None]) };
+    pub(super) static STEP_SCRATCH: RefCell<[Option<Vec<AccInstr>>; 2]> = const { RefCell::new([None, None]) };
     /// Emptied register tables of [`Schedule::build`].
     pub(super) static REG_SCRATCH: RefCell<[Option<Vec<Reg>>; 2]> = const { RefCell::new([None, None]) };
 }
 
-/// Step lists made ahead (a 64-op program has at most about 200 steps).
-pub(super) static STEP_SPARES: MadeAhead<Step> = MadeAhead::new(256);
+/// Instruction lists made ahead (a 64-op program has at most about 200 instructions).
+pub(super) static STEP_SPARES: MadeAhead<AccInstr> = MadeAhead::new(256);
 /// Register tables made ahead.
 pub(super) static REG_SPARES: MadeAhead<Reg> = MadeAhead::new(256);
 
