@@ -90,7 +90,7 @@ mod place;
 mod problem;
 mod search;
 mod svg;
-pub mod symbolic;
+pub(crate) mod symbolic;
 
 use std::fmt;
 use std::str::FromStr;
@@ -100,7 +100,7 @@ pub use check::{lower_bound, profile, validate};
 pub use error::PlanError;
 pub use problem::{Alias, Buffer, InPlace, Problem};
 pub use svg::{svg, write_svg, SvgOptions};
-pub use symbolic::{SymBuffer, SymInstance, SymPlacement, SymProblem, TDim, Term};
+pub(crate) use symbolic::{SymBuffer, SymPlacement, SymProblem, TDim};
 
 use instance::{Instance, Sections};
 

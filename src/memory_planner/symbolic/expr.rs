@@ -5,23 +5,24 @@ use std::fmt;
 
 /// One product of a [`TDim`]: `coef × s[syms[0]] × s[syms[1]] × …`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Term {
+pub(crate) struct Term {
     /// The constant factor.
-    pub coef: u64,
+    pub(crate) coef: u64,
     /// The symbols multiplied (by index, repeated for powers), sorted.
-    pub syms: Vec<u32>,
+    pub(crate) syms: Vec<u32>,
 }
 
 /// A size as an expression of symbols: a sum of [`Term`]s (empty: zero).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct TDim {
+pub(crate) struct TDim {
     /// The terms added.
-    pub terms: Vec<Term>,
+    pub(crate) terms: Vec<Term>,
 }
 
 impl TDim {
+    #[cfg(test)]
     /// The constant `c`.
-    pub fn constant(c: u64) -> TDim {
+    pub(crate) fn constant(c: u64) -> TDim {
         TDim {
             terms: vec![Term {
                 coef: c,
@@ -30,8 +31,9 @@ impl TDim {
         }
     }
 
+    #[cfg(test)]
     /// Symbol `i` alone.
-    pub fn symbol(i: u32) -> TDim {
+    pub(crate) fn symbol(i: u32) -> TDim {
         TDim {
             terms: vec![Term {
                 coef: 1,
@@ -41,7 +43,7 @@ impl TDim {
     }
 
     /// `coef × s[syms…]`: one product.
-    pub fn product(coef: u64, syms: &[u32]) -> TDim {
+    pub(crate) fn product(coef: u64, syms: &[u32]) -> TDim {
         let mut syms = syms.to_vec();
         syms.sort_unstable();
         TDim {
@@ -49,15 +51,17 @@ impl TDim {
         }
     }
 
+    #[cfg(test)]
     /// `self + other`.
-    pub fn add(&self, other: &TDim) -> TDim {
+    pub(crate) fn add(&self, other: &TDim) -> TDim {
         let mut terms = self.terms.clone();
         terms.extend(other.terms.iter().cloned());
         TDim { terms }
     }
 
+    #[cfg(test)]
     /// `self × other`, expanded into a sum of products.
-    pub fn mul(&self, other: &TDim) -> TDim {
+    pub(crate) fn mul(&self, other: &TDim) -> TDim {
         let mut terms = Vec::with_capacity(self.terms.len() * other.terms.len());
         for a in &self.terms {
             for b in &other.terms {
@@ -72,8 +76,9 @@ impl TDim {
         TDim { terms }
     }
 
+    #[cfg(test)]
     /// The largest symbol index used plus one (0 for a constant).
-    pub fn symbols(&self) -> usize {
+    pub(crate) fn symbols(&self) -> usize {
         self.terms
             .iter()
             .flat_map(|t| t.syms.iter())
@@ -84,7 +89,7 @@ impl TDim {
 
     /// The value for symbol values `values`; `None` on overflow or when a symbol has no
     /// value.
-    pub fn eval(&self, values: &[u64]) -> Option<u64> {
+    pub(crate) fn eval(&self, values: &[u64]) -> Option<u64> {
         let mut sum: u64 = 0;
         for t in &self.terms {
             let mut p = t.coef;

@@ -31,15 +31,15 @@ use std::mem::size_of;
 mod expr;
 mod problem;
 
-pub use expr::{TDim, Term};
-pub use problem::{SymBuffer, SymProblem};
+pub(crate) use expr::{TDim, Term};
+pub(crate) use problem::{SymBuffer, SymProblem};
 
 use super::instance::{align_up, lcm};
 use super::{solve, validate, InPlace, Options, Placement, PlanError};
 
 /// The arena of an instance may be at most this many times its lower bound before
 /// [`SymPlacement::instantiate`] looks for (or makes) a better plan.
-pub const SLACK: f64 = 1.05;
+pub(crate) const SLACK: f64 = 1.05;
 
 /// Plans kept per [`SymPlacement`] at most; past it the one used least recently is replaced.
 const MAX_VARIANTS: usize = 16;
@@ -69,31 +69,32 @@ struct Variant {
 
 /// An instance of a [`SymPlacement`]: offsets for one set of values.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SymInstance {
+pub(crate) struct SymInstance {
     /// Offset of each buffer, in the problem's order.
-    pub offsets: Vec<u64>,
+    pub(crate) offsets: Vec<u64>,
     /// Bytes the arena needs.
-    pub arena: u64,
+    pub(crate) arena: u64,
     /// The largest sum of sizes live at one step at these values (in-place groups
     /// counted once).
-    pub lower_bound: u64,
+    pub(crate) lower_bound: u64,
     /// Which kept plan made it.
-    pub variant: usize,
+    pub(crate) variant: usize,
     /// Whether the problem was planned again for these values (none of the kept plans
     /// was within [`SLACK`]).
-    pub replanned: bool,
+    pub(crate) replanned: bool,
 }
 
 impl SymInstance {
+    #[cfg(test)]
     /// Arena ÷ lower bound (1.0 for an empty problem).
-    pub fn ratio(&self) -> f64 {
+    pub(crate) fn ratio(&self) -> f64 {
         super::ratio(self.arena, self.lower_bound)
     }
 }
 
 /// A symbolic problem with the placement orders decided for it so far.
 #[derive(Clone, Debug)]
-pub struct SymPlacement {
+pub(crate) struct SymPlacement {
     problem: SymProblem,
     options: Options,
     variants: Vec<Variant>,
@@ -101,9 +102,10 @@ pub struct SymPlacement {
 }
 
 impl SymPlacement {
+    #[cfg(test)]
     /// Plans `problem` at `values` with `options` (any strategy; the orders made for
     /// other values later use the same options).
-    pub fn new(
+    pub(crate) fn new(
         problem: SymProblem,
         values: &[u64],
         options: Options,
@@ -115,7 +117,7 @@ impl SymPlacement {
 
     /// Keeps `offsets`, a valid plan of `problem` at `values` made elsewhere, as the
     /// first placement order. Fails when the offsets are not a valid plan there.
-    pub fn from_plan(
+    pub(crate) fn from_plan(
         problem: SymProblem,
         values: &[u64],
         offsets: &[u64],
@@ -133,13 +135,13 @@ impl SymPlacement {
     }
 
     /// The problem planned.
-    pub fn problem(&self) -> &SymProblem {
+    pub(crate) fn problem(&self) -> &SymProblem {
         &self.problem
     }
 
     /// Estimated heap bytes of the plan: the problem's expressions and every kept
     /// order's DAG (by their vectors' lengths).
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         let p = &self.problem;
         let exprs: usize = p
             .buffers
@@ -167,8 +169,9 @@ impl SymPlacement {
             + orders
     }
 
+    #[cfg(test)]
     /// How many placement orders are kept.
-    pub fn variants(&self) -> usize {
+    pub(crate) fn variants(&self) -> usize {
         self.variants.len()
     }
 
@@ -310,7 +313,7 @@ impl SymPlacement {
     /// values and the new order kept (the answer is then as good as a plan of its
     /// own). Linear in the buffers and the DAG's edges per kept plan tried. In debug
     /// builds and tests every instance is checked with [`validate`].
-    pub fn instantiate(&mut self, values: &[u64]) -> Result<SymInstance, PlanError> {
+    pub(crate) fn instantiate(&mut self, values: &[u64]) -> Result<SymInstance, PlanError> {
         self.problem.check_values(values)?;
         let n = self.problem.buffers.len();
         let mut sizes = Vec::with_capacity(n);

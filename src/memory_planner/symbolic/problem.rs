@@ -6,33 +6,33 @@ use super::TDim;
 
 /// A buffer whose size is an expression of the symbols.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct SymBuffer {
+pub(crate) struct SymBuffer {
     /// The caller's id (shown in errors only).
-    pub id: usize,
+    pub(crate) id: usize,
     /// First step at which the buffer is live.
-    pub lower: u64,
+    pub(crate) lower: u64,
     /// First step at which it is no longer live.
-    pub upper: u64,
+    pub(crate) upper: u64,
     /// Size in bytes, rounded up to a multiple of `alignment` (at least one).
-    pub size: TDim,
+    pub(crate) size: TDim,
     /// Required alignment of its offset in bytes.
-    pub alignment: u64,
+    pub(crate) alignment: u64,
 }
 
 /// A [`Problem`] whose sizes are expressions of `symbols` symbols.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SymProblem {
+pub(crate) struct SymProblem {
     /// The buffers; offsets come back in this order.
-    pub buffers: Vec<SymBuffer>,
+    pub(crate) buffers: Vec<SymBuffer>,
     /// Outputs that may be written over dying inputs (see [`InPlace`]).
-    pub in_place: Vec<InPlace>,
+    pub(crate) in_place: Vec<InPlace>,
     /// How many symbols the sizes use (values are given for `0..symbols`).
-    pub symbols: usize,
+    pub(crate) symbols: usize,
 }
 
 impl SymProblem {
     /// The size of buffer `b` at `values`, rounded to its alignment (at least one).
-    pub fn size_at(&self, b: usize, values: &[u64]) -> Result<u64, PlanError> {
+    pub(crate) fn size_at(&self, b: usize, values: &[u64]) -> Result<u64, PlanError> {
         let buf = &self.buffers[b];
         let raw = buf.size.eval(values).ok_or_else(|| PlanError::Overflow {
             context: format!(
@@ -49,7 +49,7 @@ impl SymProblem {
     }
 
     /// The concrete problem at `values` (one per symbol).
-    pub fn at(&self, values: &[u64]) -> Result<Problem, PlanError> {
+    pub(crate) fn at(&self, values: &[u64]) -> Result<Problem, PlanError> {
         self.check_values(values)?;
         let mut buffers = Vec::with_capacity(self.buffers.len());
         for (i, b) in self.buffers.iter().enumerate() {
