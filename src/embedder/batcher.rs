@@ -14,7 +14,7 @@
 //! request alone is over `max_batch_tokens` or idle workers share the queue (then a
 //! request's texts are spread over them by tokens, so a lone request of 32 texts
 //! runs on every worker at once rather than on one), waits at most `max_wait` for more when it emptied the
-//! queue and has room, runs the batch as one packed forward pass on its own stream,
+//! queue and has room (unless its batch holds the rest of a request already running), runs the batch as one packed forward pass on its own stream,
 //! and hands each vector to its request. If a batch fails, each of its sequences is run again alone,
 //! so only the requests whose own sequences fail get an error. Panics in a forward
 //! pass or in a caller's callback are caught: a worker never dies while the
@@ -373,8 +373,12 @@ impl Batcher {
                 tokens += item.ids.len();
                 batch.push(item);
             }
-            // Wait for more only when this worker took everything and has room.
-            let room = tokens < budget && q.items.is_empty();
+            // Wait for more only when this worker took everything and has room, and
+            // its batch starts a request: the rest of a request whose first texts are
+            // already running (on another worker, or in this one's last batch) would
+            // only come back later for the wait.
+            let starts = batch.first().is_some_and(|item| item.index == 0);
+            let room = starts && tokens < budget && q.items.is_empty();
             if !room || q.shutdown || self.ready.wait_until(&mut q, deadline).timed_out() {
                 break;
             }
@@ -620,6 +624,31 @@ pub(super) mod tests {
             "the 15-text request does not fit whole"
         );
         assert_eq!(b.next_batch().unwrap().len(), 15);
+    }
+
+    #[test]
+    fn the_rest_of_a_running_request_does_not_wait_for_more() {
+        // A minute's max_wait: the second batch holds the rest of a request whose first
+        // half is running, so it must not wait for other requests to join it.
+        let b = Arc::new(Batcher::new(
+            tiny_net(),
+            EmbedderSettings {
+                workers: 2,
+                max_wait: Duration::from_secs(60),
+                ..settings(64)
+            },
+        ));
+        let texts: Vec<Vec<u32>> = (0..8).map(|i| vec![1 + i, 2, 3, 4]).collect();
+        b.submit(texts, Vec::new(), (true, 0), Box::new(|_| {}))
+            .unwrap();
+        let start = Instant::now();
+        assert_eq!(b.next_batch().unwrap().len(), 4);
+        assert_eq!(b.next_batch().unwrap().len(), 4);
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     /// Counts the sequences and tokens of the batches it sees.

@@ -74,7 +74,8 @@ pub struct EmbedderSettings {
     /// a token for MiniLM) and longer to come back.
     pub max_batch_tokens: usize,
     /// How long a worker waits for more texts when it emptied the queue and its
-    /// batch is not full (default 2 ms). Longer waits make larger batches under light load, at that cost in
+    /// batch is not full (default 2 ms); never for a batch that holds the rest of a
+    /// request already running. Longer waits make larger batches under light load, at that cost in
     /// latency; under heavy load batches fill without waiting.
     pub max_wait: Duration,
     /// After this long without work, the engine's pooled memory and cached plans are
