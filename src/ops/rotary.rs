@@ -48,7 +48,7 @@ fn positions_dim(x: &[usize], cos: &[usize], sin: &[usize]) -> Result<usize> {
         )));
     }
     let dh = x[rank - 1];
-    if dh % 2 != 0 {
+    if !dh.is_multiple_of(2) {
         return Err(fail(format!(
             "needs an even head dim (the last of x), got shape {x:?}"
         )));
