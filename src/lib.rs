@@ -68,6 +68,7 @@ mod ir;
 mod kernels;
 pub mod memory_planner;
 pub mod models;
+mod ops;
 mod reuse;
 mod runtime;
 mod stream;

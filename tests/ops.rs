@@ -934,6 +934,116 @@ fn layer_norm_and_rms_norm() {
     }
 }
 
+/// Rotary embedding worked out by hand on one position: x = [1, 2, 3, 4] rotated by
+/// cos = [0.5, 0], sin = [0.25, 1] is [1·.5 − 3·.25, 2·0 − 4·1, 3·.5 + 1·.25, 4·0 + 2·1].
+#[test]
+fn rotary_by_hand() {
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[1, 4]).unwrap();
+    let cos = Tensor::from_vec(vec![0.5f32, 0.0], &[1, 2]).unwrap();
+    let sin = Tensor::from_vec(vec![0.25f32, 1.0], &[1, 2]).unwrap();
+    let out = x.rotary(&cos, &sin).unwrap();
+    assert_eq!(read_f32(&out), [-0.25, -4.0, 1.75, 2.0]);
+    // Position 0 of an angle-0 table (cos 1, sin 0) leaves x as it is.
+    let one = Tensor::from_vec(vec![1.0f32, 1.0], &[1, 2]).unwrap();
+    let zero = Tensor::zeros(&[1, 2], DType::F32).unwrap();
+    assert_eq!(
+        read_f32(&x.rotary(&one, &zero).unwrap()),
+        [1.0, 2.0, 3.0, 4.0]
+    );
+}
+
+/// Both forms ([.., seq, dh] and [.., seq, heads, dh]), a transposed x (the usual
+/// [b, heads, seq, dh] -> [b, seq, heads, dh] view) and a product feeding it, against
+/// the f64 reference.
+#[test]
+fn rotary_both_forms_and_views() {
+    for (k, (dims, heads_form)) in [
+        (&[2usize, 5, 8][..], false),
+        (&[7, 4][..], false),
+        (&[2, 3, 4, 16][..], true),
+        (&[1, 6, 2, 64][..], true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = dims.len();
+        let pos = if heads_form { r - 3 } else { r - 2 };
+        let (seq, half) = (dims[pos], dims[r - 1] / 2);
+        let (x, rx) = rand_pair(dims, 900 + k as u64, -2.0, 2.0);
+        let (c, rc) = rand_pair(&[seq, half], 910 + k as u64, -1.0, 1.0);
+        let (s, rs) = rand_pair(&[seq, half], 920 + k as u64, -1.0, 1.0);
+        check_tol(
+            &x.rotary(&c, &s).unwrap(),
+            &rx.rotary(&rc, &rs, heads_form),
+            1e-6,
+            1e-6,
+        );
+    }
+    // x stored [b, heads, seq, dh], read as [b, seq, heads, dh].
+    let (x, rx) = rand_pair(&[2, 3, 5, 8], 930, -2.0, 2.0);
+    let (c, rc) = rand_pair(&[5, 4], 931, -1.0, 1.0);
+    let (s, rs) = rand_pair(&[5, 4], 932, -1.0, 1.0);
+    let xt = x.transpose(1, 2).unwrap();
+    let want = rx.transpose(1, 2).rotary(&rc, &rs, true);
+    check_tol(&xt.rotary(&c, &s).unwrap(), &want, 1e-6, 1e-6);
+    // The output of a product (a planned segment with a chain before the op).
+    let (w, rw) = rand_pair(&[8, 8], 933, -0.5, 0.5);
+    let (q, rq) = rand_pair(&[5, 8], 934, -1.0, 1.0);
+    let got = q
+        .matmul(&w)
+        .unwrap()
+        .add(&q)
+        .unwrap()
+        .rotary(&c, &s)
+        .unwrap();
+    let want = rq.matmul(&rw).add(&rq).rotary(&rc, &rs, false);
+    check_tol(&got, &want, 1e-5, 1e-5);
+}
+
+/// Bad arguments are errors naming the op and the shapes.
+#[test]
+fn rotary_argument_errors() {
+    let x = Tensor::zeros(&[2, 5, 8], DType::F32).unwrap();
+    let t = Tensor::zeros(&[5, 4], DType::F32).unwrap();
+    let cases = [
+        (
+            Tensor::zeros(&[8], DType::F32).unwrap(),
+            t.clone(),
+            t.clone(),
+            "[8]",
+        ),
+        (
+            Tensor::zeros(&[5, 7], DType::F32).unwrap(),
+            t.clone(),
+            t.clone(),
+            "even",
+        ),
+        (
+            x.clone(),
+            Tensor::zeros(&[5, 3], DType::F32).unwrap(),
+            t.clone(),
+            "[5, 3]",
+        ),
+        (
+            x.clone(),
+            Tensor::zeros(&[6, 4], DType::F32).unwrap(),
+            Tensor::zeros(&[6, 4], DType::F32).unwrap(),
+            "[2, 5, 8]",
+        ),
+        (
+            x.clone(),
+            t.clone(),
+            Tensor::zeros(&[5, 4], DType::U32).unwrap(),
+            "u32",
+        ),
+    ];
+    for (x, c, s, needle) in cases {
+        let msg = assert_err_names(x.rotary(&c, &s), "rotary");
+        assert!(msg.contains(needle), "{msg}");
+    }
+    assert_stream_usable();
+}
+
 #[test]
 fn norms_non_contiguous_and_constant_rows() {
     let (x, rx) = rand_pair(&[8, 3], 18, -2.0, 2.0);

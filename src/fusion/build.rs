@@ -73,7 +73,7 @@ pub(crate) fn build_with(
             .iter()
             .zip(&live)
             .filter(|(_, &l)| l)
-            .map(|(op, _)| op.work())
+            .map(|(op, _)| crate::ops::work(op))
             .fold(0, usize::saturating_add),
     })
 }

@@ -15,8 +15,9 @@ use super::values::Facts;
 use super::{Home, Kernel, Value};
 use crate::error::Error;
 use crate::ir::relative::RelativeOp;
-use crate::ir::{DType, Dims, Layout, Op, OpKind};
+use crate::ir::{DType, Dims, Layout, Op};
 use crate::kernels::{FusedProgram, Instr, TileEpilogue};
+use crate::ops::FusionClass;
 
 /// A fused group (or none) extended into a [`Chain`](super::Chain): the matmul op whose product only
 /// it reads, and/or the norm op that alone reads its result.
@@ -27,11 +28,8 @@ pub(super) struct ChainSpec {
     norm: Option<usize>,
 }
 
-fn is_row_norm(kind: &OpKind) -> bool {
-    matches!(
-        kind,
-        OpKind::Softmax | OpKind::LayerNorm { .. } | OpKind::RmsNorm { .. }
-    )
+fn is_row_norm(op: &Op) -> bool {
+    crate::ops::class(op) == FusionClass::RowNorm
 }
 
 /// The operand layouts of matmul op `op` with their batch dims broadcast to its
@@ -43,7 +41,7 @@ fn matmul_operands(op: &Op) -> Option<(Layout, Layout)> {
     let [lhs, rhs] = op.inputs.as_slice() else {
         return None;
     };
-    if op.kind != OpKind::MatMul
+    if crate::ops::class(op) != FusionClass::Product
         || out.dtype != DType::F32
         || lhs.dtype != DType::F32
         || !(rhs.dtype == DType::F32 || rhs.dtype.is_weight_only())
@@ -138,7 +136,7 @@ pub(super) fn chains(
             let &[c] = facts[v as usize].consumers.as_slice() else {
                 return None;
             };
-            let fits = is_row_norm(&ops[c].kind)
+            let fits = is_row_norm(ops[c])
                 && !dims.is_empty()
                 && norm_input_only(rels[c], v)
                 && only_read_by(v, &dims, |r| r == c, ops, rels, facts, values);
@@ -163,7 +161,7 @@ pub(super) fn chains(
         }
     }
     for (c, op) in ops.iter().enumerate() {
-        if !live[c] || !is_row_norm(&op.kind) {
+        if !live[c] || !is_row_norm(op) {
             continue;
         }
         let Some(&v) = rels[c].inputs.first() else {
@@ -353,7 +351,7 @@ pub(super) fn chain_kernel(
 mod tests {
     use super::*;
     use crate::fusion::testutil::{drop_of, op_dims, plan, relative, staged};
-    use crate::ir::{BinaryOp, UnaryOp};
+    use crate::ir::{BinaryOp, OpKind, UnaryOp};
 
     const X: &[usize] = &[4, 8];
     const W: &[usize] = &[8, 4];

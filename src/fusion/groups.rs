@@ -15,6 +15,7 @@ use crate::error::Error;
 use crate::ir::relative::RelativeOp;
 use crate::ir::{DType, Dims, Layout, Op, OpKind};
 use crate::kernels::{FusedProgram, Instr};
+use crate::ops::FusionClass;
 
 /// The most ops one fused kernel takes: keeps register numbers (u16) far from
 /// overflow and the register file (512 f32 per instruction) in L2.
@@ -23,10 +24,8 @@ pub(super) const MAX_GROUP_OPS: usize = 64;
 /// The output dims of `op` when it can be fused: an f32 unary op of one input or
 /// binary op of two, with f32 inputs.
 fn fusible(op: &Op) -> Option<Dims> {
-    let arity = match op.kind {
-        OpKind::Unary(_) => 1,
-        OpKind::Binary(_) => 2,
-        _ => return None,
+    let FusionClass::Elementwise { arity } = crate::ops::class(op) else {
+        return None;
     };
     let out = op.output.as_ref()?;
     (out.dtype == DType::F32

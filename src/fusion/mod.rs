@@ -113,7 +113,7 @@ pub(crate) struct ExecutionPlan {
     pub ops: usize,
     /// Ops not run because everything they make is dropped unread (Drops not counted).
     pub dead_ops: usize,
-    /// Element operations of the live ops (see [`crate::ir::Op::work`]): whether the
+    /// Element operations of the live ops (see [`crate::ops::work`]): whether the
     /// segment is worth running on several threads.
     pub work: usize,
 }

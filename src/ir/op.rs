@@ -193,6 +193,9 @@ pub(crate) enum OpKind {
     /// The last handle of the input was dropped: after this point the tensor is dead in
     /// its stream. Has no output.
     Drop,
+    /// Inputs x, cos, sin: rotary position embedding ("rotate half"), see
+    /// `ops::rotary`. Last, so the variants before it keep their hashes.
+    Rotary,
 }
 
 impl OpKind {
@@ -214,6 +217,7 @@ impl OpKind {
             OpKind::IndexSelect { .. } => "index_select",
             OpKind::Cat { .. } => "cat",
             OpKind::Drop => "drop",
+            OpKind::Rotary => "rotary",
         }
     }
 }
@@ -238,27 +242,6 @@ pub(crate) struct Op {
     pub inputs: Vec<TensorDesc>,
     /// The tensor it makes (`None` only for [`OpKind::Drop`]).
     pub output: Option<TensorDesc>,
-}
-
-impl Op {
-    /// Roughly how many element operations the op costs: its output's element count,
-    /// times the inner dim for a matmul. Used to decide whether a segment is worth
-    /// running on several threads.
-    pub(crate) fn work(&self) -> usize {
-        let Some(out) = &self.output else { return 0 };
-        let n = out.layout.numel();
-        match self.kind {
-            OpKind::MatMul => {
-                let k = self
-                    .inputs
-                    .first()
-                    .and_then(|l| l.layout.dims.last().copied());
-                n.saturating_mul(k.unwrap_or(1))
-            }
-            OpKind::View | OpKind::Drop => 0,
-            _ => n,
-        }
-    }
 }
 
 impl fmt::Display for Op {

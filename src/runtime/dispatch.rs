@@ -1,15 +1,15 @@
 //! Running one kernel, the last step of both executors: a kernel of a plan (one op, a
 //! fused program or a chain) on what the plan executor hands it, and one op's kernel on
-//! typed slices (`run_into`). Argument lists are built on the stack. A panic caught at
+//! typed slices (`ops::run`, the op registry's binding). Argument lists are built on the stack. A panic caught at
 //! a kernel's boundary becomes that kernel's error (`caught`).
 
 use std::any::Any;
 use std::sync::Arc;
 
 use super::execute::{region, root, Reads};
-use super::{Data, DataMut, StorageElement, TensorBuffer};
+use super::{Data, DataMut, TensorBuffer};
 use crate::fusion::{Chain, ExecutionPlan, Kernel};
-use crate::ir::{DType, Dims, Element, Layout, Op, OpKind, ReduceOp};
+use crate::ir::{Layout, OpKind};
 use crate::kernels::{self, ChainMatMul, ChainNorm, KernelError, PackedRhs, Par};
 
 /// Collects up to `N` items into an array on the stack, or into a `Vec` beyond that,
@@ -108,7 +108,7 @@ pub(super) fn run_kernel(
                     _ => reads.data(v),
                 }),
                 Data::F32(&[]),
-                |data| run_into(op, data, packed, out, par),
+                |data| crate::ops::run(op, data, packed, out, par),
             )
         }
         Kernel::Fused {
@@ -267,250 +267,6 @@ fn run_chain<'a>(
         outputs,
         par,
     )
-}
-
-fn typed<'a, T: StorageElement>(d: Data<'a>) -> Result<&'a [T], KernelError> {
-    T::from_data(d).ok_or_else(|| {
-        KernelError(format!(
-            "an input holds other elements than the {} expected (engine bug)",
-            T::DTYPE
-        ))
-    })
-}
-
-/// The output's elements as `T`; an engine bug if they are of another type.
-fn dst<T: StorageElement>(d: DataMut<'_>) -> Result<&mut [T], KernelError> {
-    T::from_data_mut(d).ok_or_else(|| {
-        KernelError(format!(
-            "the output holds other elements than the {} written (engine bug)",
-            T::DTYPE
-        ))
-    })
-}
-
-/// Calls `$body` with `$T` bound to the Rust type of `$dtype`'s elements as kernels
-/// read them: a weight kept in bf16 or int8 is read as its values in f32 (a product by
-/// it reads the packed form instead; the Tensor API lets no other op make or read one,
-/// except `to_dtype`).
-macro_rules! with_dtype {
-    ($dtype:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            DType::F32 | DType::BF16 | DType::I8 | DType::BF16X3 => {
-                type $T = f32;
-                $body
-            }
-            DType::U32 => {
-                type $T = u32;
-                $body
-            }
-            DType::I64 => {
-                type $T = i64;
-                $body
-            }
-        }
-    };
-}
-
-/// Runs one op's kernel: reads `inputs` (in the op's input order, through the layouts
-/// of `op.inputs`) and writes the output contiguously into `out`.
-pub(super) fn run_into(
-    op: &Op,
-    inputs: &[Data<'_>],
-    packed: Option<&PackedRhs>,
-    out: DataMut<'_>,
-    par: Par,
-) -> Result<(), KernelError> {
-    let desc = op
-        .output
-        .as_ref()
-        .ok_or_else(|| KernelError("op without output".into()))?;
-    if inputs.len() != op.inputs.len() {
-        return Err(KernelError(format!(
-            "{} inputs given for {} (engine bug)",
-            inputs.len(),
-            op
-        )));
-    }
-    let lay = |i: usize| &op.inputs[i].layout;
-    let input = |i: usize| inputs[i];
-    let b = out;
-    match &op.kind {
-        OpKind::Fill { value } => with_dtype!(desc.dtype, T => {
-            kernels::fill(dst::<T>(b)?, T::from_f64(f64::from_bits(*value)))
-        }),
-        OpKind::Unary(u) => kernels::unary(*u, typed(input(0))?, lay(0), dst(b)?, par)?,
-        OpKind::Binary(bin) => {
-            let l = broadcast(lay(0), &desc.layout.dims)?;
-            let r = broadcast(lay(1), &desc.layout.dims)?;
-            with_dtype!(desc.dtype, T => kernels::binary::<T>(
-                *bin,
-                typed(input(0))?,
-                &l,
-                typed(input(1))?,
-                &r,
-                dst(b)?,
-                par,
-            )?)
-        }
-        OpKind::Cast => with_dtype!(op.inputs[0].dtype, S => {
-            with_dtype!(desc.dtype, T => {
-                kernels::cast::<S, T>(typed(input(0))?, lay(0), dst(b)?, par)?
-            })
-        }),
-        OpKind::Contiguous => with_dtype!(desc.dtype, T => {
-            kernels::copy::<T>(typed(input(0))?, lay(0), dst(b)?, par)?
-        }),
-        OpKind::View => {
-            return Err(KernelError("a view has no kernel (engine bug)".into()));
-        }
-        OpKind::MatMul => {
-            let (l, r) = matmul_layouts(lay(0), lay(1), &desc.layout.dims)?;
-            kernels::matmul_prepacked(
-                typed(input(0))?,
-                &l,
-                typed(input(1))?,
-                &r,
-                packed,
-                dst(b)?,
-                par,
-            )?
-        }
-        OpKind::Reduce {
-            op: ReduceOp::ArgMax,
-            dim,
-            ..
-        } => with_dtype!(op.inputs[0].dtype, S => {
-            kernels::argmax::<S>(typed(input(0))?, lay(0), *dim, dst(b)?, par)?
-        }),
-        OpKind::Reduce { op: r, dim, .. } => with_dtype!(desc.dtype, T => {
-            kernels::reduce::<T>(*r, typed(input(0))?, lay(0), *dim, dst(b)?, par)?
-        }),
-        OpKind::Softmax => kernels::softmax(typed(input(0))?, lay(0), dst(b)?, par)?,
-        OpKind::Attention {
-            scale,
-            ragged: true,
-        } => kernels::attention_ragged(
-            typed(input(0))?,
-            lay(0),
-            typed(input(1))?,
-            lay(1),
-            typed(input(2))?,
-            lay(2),
-            contiguous_u32(typed(input(3))?, lay(3))?,
-            f64::from_bits(*scale) as f32,
-            dst(b)?,
-            par,
-        )?,
-        OpKind::Attention { scale, .. } => {
-            let (q, k) = (lay(0), lay(1));
-            let bias = match op.inputs.len() {
-                3 => None,
-                _ => {
-                    let dims = [q.dims()[0], q.dims()[1], q.dims()[2], k.dims()[2]];
-                    Some((typed(input(3))?, broadcast(lay(3), &dims)?))
-                }
-            };
-            kernels::attention(
-                typed(input(0))?,
-                q,
-                typed(input(1))?,
-                k,
-                typed(input(2))?,
-                lay(2),
-                bias.as_ref().map(|(data, l)| (*data, l)),
-                f64::from_bits(*scale) as f32,
-                dst(b)?,
-                par,
-            )?
-        }
-        OpKind::LayerNorm { eps } => kernels::layer_norm(
-            typed(input(0))?,
-            lay(0),
-            typed(input(1))?,
-            lay(1),
-            typed(input(2))?,
-            lay(2),
-            f64::from_bits(*eps),
-            dst(b)?,
-            par,
-        )?,
-        OpKind::RmsNorm { eps } => kernels::rms_norm(
-            typed(input(0))?,
-            lay(0),
-            typed(input(1))?,
-            lay(1),
-            f64::from_bits(*eps),
-            dst(b)?,
-            par,
-        )?,
-        OpKind::IndexSelect { dim } => with_dtype!(desc.dtype, T => {
-            with_dtype!(op.inputs[1].dtype, I => kernels::index_select::<T, I>(
-                typed(input(0))?,
-                lay(0),
-                typed(input(1))?,
-                lay(1),
-                *dim,
-                dst(b)?,
-                par,
-            )?)
-        }),
-        OpKind::Cat { dim } => with_dtype!(desc.dtype, T => {
-            let srcs = inputs
-                .iter()
-                .zip(&op.inputs)
-                .map(|(x, d)| Ok((typed::<T>(*x)?, &d.layout)))
-                .collect::<Result<Vec<_>, KernelError>>()?;
-            kernels::cat::<T>(&srcs, *dim, dst(b)?, par)?
-        }),
-        OpKind::Drop => {}
-    }
-    Ok(())
-}
-
-/// The elements of a contiguous 1-D u32 input (the sequence offsets of a packed batch).
-fn contiguous_u32<'a>(data: &'a [u32], layout: &Layout) -> Result<&'a [u32], KernelError> {
-    let n = layout.dims.first().copied().unwrap_or(0);
-    if layout.dims.len() != 1 || (n > 1 && layout.strides[0] != 1) {
-        return Err(KernelError(format!(
-            "sequence offsets must be a contiguous 1-D tensor, got dims {:?} (engine bug)",
-            layout.dims
-        )));
-    }
-    data.get(layout.offset..layout.offset + n).ok_or_else(|| {
-        KernelError(format!(
-            "sequence offsets {}..{} lie outside their buffer of {}",
-            layout.offset,
-            layout.offset + n,
-            data.len()
-        ))
-    })
-}
-
-fn broadcast(layout: &Layout, dims: &[usize]) -> Result<Layout, KernelError> {
-    layout.broadcast_as(dims).ok_or_else(|| {
-        KernelError(format!(
-            "cannot broadcast {:?} to {dims:?} (engine bug)",
-            layout.dims
-        ))
-    })
-}
-
-/// The operand layouts of a batched matmul with their batch dims broadcast to the
-/// output's.
-fn matmul_layouts(
-    l: &Layout,
-    r: &Layout,
-    out_dims: &[usize],
-) -> Result<(Layout, Layout), KernelError> {
-    let batch = &out_dims[..out_dims.len() - 2];
-    let with_batch = |x: &Layout| {
-        let mut dims = Dims::from_slice(batch);
-        for &d in &x.dims[x.rank() - 2..] {
-            dims.push(d);
-        }
-        broadcast(x, &dims)
-    };
-    Ok((with_batch(l)?, with_batch(r)?))
 }
 
 /// The message of a caught panic.

@@ -13,11 +13,12 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use super::dispatch::{caught, run_into};
+use super::dispatch::caught;
 use super::{Data, SlotState, Task, TensorBuffer};
 use crate::error::Error;
 use crate::ir::{Op, OpKind};
 use crate::kernels::{KernelError, Par};
+use crate::ops;
 
 /// Runs `tasks` in order with kernels limited to `par`; returns the first error. Each
 /// task lets go of its slots right after it runs, so a buffer goes back to the pool as
@@ -103,6 +104,6 @@ fn run(op: &Op, inputs: &[Arc<TensorBuffer>], par: Par) -> Result<Arc<TensorBuff
     let data: Vec<Data<'_>> = inputs.iter().map(|b| b.data()).collect();
     let out = Arc::get_mut(&mut buffer)
         .ok_or_else(|| kernel(KernelError("a fresh buffer is shared (engine bug)".into())))?;
-    run_into(op, &data, None, out.data_mut(), par).map_err(kernel)?;
+    ops::run(op, &data, None, out.data_mut(), par).map_err(kernel)?;
     Ok(buffer)
 }

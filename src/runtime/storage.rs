@@ -23,8 +23,9 @@ use crate::reuse::pool::Pooled;
 
 use super::prepack::PackSlot;
 use crate::error::Error;
-use crate::ir::{DType, Element, Layout};
+use crate::ir::{DType, Layout};
 use crate::kernels::PackedRhs;
+pub(crate) use crate::ops::{Data, DataElement, DataMut};
 
 /// A request for memory that the system refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,34 +134,8 @@ impl Pooled for Storage {
     }
 }
 
-/// A borrowed, typed slice of tensor elements: what a kernel reads.
-#[derive(Clone, Copy, Debug)]
-pub enum Data<'a> {
-    /// f32 elements.
-    F32(&'a [f32]),
-    /// u32 elements.
-    U32(&'a [u32]),
-    /// i64 elements.
-    I64(&'a [i64]),
-}
-
-/// A mutably borrowed, typed slice of tensor elements: what a kernel writes.
-#[derive(Debug)]
-pub enum DataMut<'a> {
-    /// f32 elements.
-    F32(&'a mut [f32]),
-    /// u32 elements.
-    U32(&'a mut [u32]),
-    /// i64 elements.
-    I64(&'a mut [i64]),
-}
-
 /// Elements that can be viewed out of a [`Storage`] of their own type.
-pub trait StorageElement: Element {
-    /// The slice if `data` holds this type.
-    fn from_data(data: Data<'_>) -> Option<&[Self]>;
-    /// The slice if `data` holds this type.
-    fn from_data_mut(data: DataMut<'_>) -> Option<&mut [Self]>;
+pub trait StorageElement: DataElement {
     /// The elements if the storage holds this type.
     fn slice(storage: &Storage) -> Option<&[Self]>;
     /// The elements, mutably, if the storage holds this type.
@@ -172,18 +147,6 @@ pub trait StorageElement: Element {
 macro_rules! storage_element {
     ($t:ty, $variant:ident) => {
         impl StorageElement for $t {
-            fn from_data(data: Data<'_>) -> Option<&[Self]> {
-                match data {
-                    Data::$variant(v) => Some(v),
-                    _ => None,
-                }
-            }
-            fn from_data_mut(data: DataMut<'_>) -> Option<&mut [Self]> {
-                match data {
-                    DataMut::$variant(v) => Some(v),
-                    _ => None,
-                }
-            }
             fn slice(storage: &Storage) -> Option<&[Self]> {
                 match storage {
                     Storage::$variant(v) => Some(v),

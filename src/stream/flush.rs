@@ -261,7 +261,7 @@ impl Stream {
             Ok(Ok(Some(p))) => p.work,
             _ => tasks
                 .iter()
-                .map(|t| t.op.work())
+                .map(|t| crate::ops::work(&t.op))
                 .fold(0, usize::saturating_add),
         };
         let seg = match (traced, &plan) {

@@ -85,6 +85,27 @@ impl Tensor {
         )
     }
 
+    /// Rotary position embedding in the "rotate half" form of HF transformers
+    /// (ModernBERT, Qwen3, Llama): `self` is f32 `[.., seq, dh]` or
+    /// `[.., seq, heads, dh]` with `dh` even, `cos` and `sin` are f32 tables
+    /// `[seq, dh/2]` (or `[seq, 1, dh/2]` to pick the heads form when `heads == seq`).
+    /// With `x1`, `x2` the two halves of each row and `c`, `s` the tables' row at its
+    /// position: `[x1·c − x2·s, x2·c + x1·s]`. Fails, naming the op and the shapes, on
+    /// other dtypes or shapes.
+    pub fn rotary(&self, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        let dims = crate::ops::rotary::shape(
+            (self.dims(), self.dtype()),
+            (cos.dims(), cos.dtype()),
+            (sin.dims(), sin.dtype()),
+        )?;
+        Tensor::record(
+            OpKind::Rotary,
+            &[self, cos, sin],
+            DType::F32,
+            Layout::contiguous(&dims),
+        )
+    }
+
     fn reduce(&self, op: ReduceOp, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
         let name = op.name();
         let d = dim.resolve(self.rank(), name)?;

@@ -464,6 +464,28 @@ impl Ref {
         Ref::new(out, &self.dims)
     }
 
+    /// Rotary position embedding, "rotate half": `self` is `[.., seq, dh]`
+    /// (`heads_form` false) or `[.., seq, heads, dh]` (true), cos and sin `[seq, dh/2]`.
+    pub fn rotary(&self, cos: &Ref, sin: &Ref, heads_form: bool) -> Ref {
+        let r = self.rank();
+        let dh = self.dims[r - 1];
+        let half = dh / 2;
+        let pos_dim = if heads_form { r - 3 } else { r - 2 };
+        assert_eq!(cos.dims, vec![self.dims[pos_dim], half]);
+        assert_eq!(sin.dims, cos.dims);
+        let mut out = vec![0.0; self.numel()];
+        for row in 0..self.numel() / dh.max(1) {
+            let p = unravel(row * dh, &self.dims)[pos_dim];
+            for j in 0..half {
+                let (x1, x2) = (self.data[row * dh + j], self.data[row * dh + half + j]);
+                let (c, s) = (cos.data[p * half + j], sin.data[p * half + j]);
+                out[row * dh + j] = x1 * c - x2 * s;
+                out[row * dh + half + j] = x2 * c + x1 * s;
+            }
+        }
+        Ref::new(out, &self.dims)
+    }
+
     // ----- views (materialised) ---------------------------------------------------
 
     pub fn reshape(&self, dims: &[usize]) -> Ref {
