@@ -8,7 +8,7 @@ what a fixture holds:
 
     python3 -m venv target/fixtures/venv   # with torch importable (see below)
     target/fixtures/venv/bin/pip install transformers sentence-transformers
-    target/fixtures/venv/bin/python scripts/make-fixtures.py
+    target/fixtures/venv/bin/python scripts/make-fixtures.py [NAME ...]   (default: all)
 
 (PyPI's default torch wheel pulls gigabytes of CUDA libraries; any CPU torch will
 do, e.g. one already installed, made importable with a `.pth` file in the venv.)
@@ -29,6 +29,9 @@ and [SEP] are ids 2 and 3, not BERT's 101 and 102), then the modules named:
 - concat:         Pooling(cls, max, mean) concatenated, Normalize
 - prompt:         Pooling(mean, include_prompt=False), Normalize, with prompts
                   `query` and `passage` and no default prompt
+- xlm-roberta:    the encoder as XLM-RoBERTa (`model_type` xlm-roberta: position ids
+                  from pad_token_id + 1 on, one token type, layer-norm eps 1e-5),
+                  Pooling(mean), Normalize
 
 "classic" rewrites modules.json with the `sentence_transformers.models.X` type names of
 sentence-transformers up to 5, and the pooling config with its one boolean key per
@@ -39,6 +42,7 @@ to double), one per (fixture, prompt name) case, for every text.
 
 import json
 import os
+import sys
 import shutil
 import tempfile
 
@@ -48,7 +52,7 @@ import transformers
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Dense, Normalize, Transformer
 from sentence_transformers.sentence_transformer.modules import Pooling
-from transformers import AutoTokenizer, BertConfig, BertModel
+from transformers import AutoTokenizer, BertConfig, BertModel, XLMRobertaConfig, XLMRobertaModel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "data", "st-pipeline")
@@ -72,22 +76,40 @@ CLASSIC = {
 }
 
 
-def encoder(seed, tmp):
-    """A random BERT with the tiny tokenizer, saved to `tmp` for Transformer()."""
+def encoder(seed, tmp, arch="bert"):
+    """A random BERT (or XLM-RoBERTa: `arch`) with the tiny tokenizer, saved to `tmp`
+    for Transformer()."""
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(TOKENIZER)
-    cfg = BertConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        type_vocab_size=2,
-        hidden_act="gelu",
-        pad_token_id=tok.pad_token_id,
-    )
-    model = BertModel(cfg, add_pooling_layer=False)
+    if arch == "xlm-roberta":
+        # RoBERTa's position ids start past the padding id: 64 positions need
+        # pad_token_id + 1 more rows. One token type, as XLM-RoBERTa has.
+        cfg = XLMRobertaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=64 + tok.pad_token_id + 1,
+            type_vocab_size=1,
+            hidden_act="gelu",
+            layer_norm_eps=1e-5,
+            pad_token_id=tok.pad_token_id,
+        )
+        model = XLMRobertaModel(cfg, add_pooling_layer=False)
+    else:
+        cfg = BertConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            type_vocab_size=2,
+            hidden_act="gelu",
+            pad_token_id=tok.pad_token_id,
+        )
+        model = BertModel(cfg, add_pooling_layer=False)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "LayerNorm.weight" in name:
@@ -99,9 +121,10 @@ def encoder(seed, tmp):
     return Transformer(tmp, max_seq_length=64)
 
 
-def build(name, seed, modes, include_prompt=True, dense=False, normalize=False, prompts=None):
+def build(name, seed, modes, include_prompt=True, dense=False, normalize=False, prompts=None,
+          arch="bert"):
     with tempfile.TemporaryDirectory() as tmp:
-        word = encoder(seed, tmp)
+        word = encoder(seed, tmp, arch)
         modules = [word]
         pool = Pooling(32, pooling_mode=tuple(modes) if len(modes) > 1 else modes[0],
                        include_prompt=include_prompt)
@@ -194,8 +217,12 @@ def main():
             },
             False,
         ),
+        ("xlm-roberta", 18, ["mean"], {"normalize": True, "arch": "xlm-roberta"}, False),
     ]
+    only = set(sys.argv[1:])
     for name, seed, modes, kw, is_classic in specs:
+        if only and name not in only:
+            continue
         st, path = build(name, seed, modes, **kw)
         if is_classic:
             classic(path)

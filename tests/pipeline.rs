@@ -1,5 +1,5 @@
 //! The sentence-transformers pipeline against sentence-transformers itself: each
-//! folder of `tests/data/st-pipeline/` is a small random BERT with a module list
+//! folder of `tests/data/st-pipeline/` is a small random BERT (one an XLM-RoBERTa) with a module list
 //! (pooling in max, weightedmean, lasttoken, cls and concatenated modes, a `Dense`
 //! layer with Tanh, `Normalize`, prompts with `include_prompt: false`; classic and
 //! sentence-transformers 6 names), and its `reference.json` holds the embeddings
@@ -106,6 +106,18 @@ fn max_pooling_from_a_classic_module_list() {
     let e = check("max");
     assert_eq!(e.pooling(), [Pooling::Max]);
     assert!(!e.normalizes(), "no Normalize module");
+}
+
+#[test]
+fn an_xlm_roberta_encoder_counts_positions_past_the_padding_id() {
+    let e = check("xlm-roberta");
+    assert_eq!(e.model().config().model_type, "xlm-roberta");
+    assert_eq!(
+        e.model().config().position_offset,
+        1,
+        "pad_token_id 0, plus one"
+    );
+    assert!(e.normalizes());
 }
 
 #[test]
@@ -275,11 +287,11 @@ fn an_unknown_model_type_or_hidden_act_is_refused_by_name() {
         replace(
             &d.join("config.json"),
             "\"model_type\": \"bert\"",
-            "\"model_type\": \"xlm-roberta\"",
+            "\"model_type\": \"modernbert\"",
         )
     });
     let m = refusal(&d);
-    assert!(m.contains("xlm-roberta") && m.contains("model_type"), "{m}");
+    assert!(m.contains("modernbert") && m.contains("model_type"), "{m}");
     let d = edited("max", |d| {
         replace(
             &d.join("config.json"),

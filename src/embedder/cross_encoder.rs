@@ -12,7 +12,7 @@
 //! folder with more is refused.
 //!
 //! **The longest pair** (special tokens included) is the smallest of the model's
-//! `max_position_embeddings`, `sentence_bert_config.json`'s `max_seq_length` and
+//! positions (`BertConfig::positions`), `sentence_bert_config.json`'s `max_seq_length` and
 //! `tokenizer_config.json`'s `model_max_length` (the length Hugging Face's tokenizer
 //! truncates to when the CrossEncoder is given none; a value that is not a positive
 //! whole number, such as the `1e30` written when it is unknown, is ignored).
@@ -126,7 +126,7 @@ impl CrossEncoderFolder {
         let max_tokens = [max_seq_length(dir)?, model_max_length(dir)?]
             .into_iter()
             .flatten()
-            .fold(cfg.max_position_embeddings, usize::min);
+            .fold(cfg.positions(), usize::min);
         let whole = load_tokenizer(dir, cfg.vocab_size)?;
         let (mut right, mut left) = (whole.clone(), whole.clone());
         truncate(&mut right, dir, max_tokens, TruncationDirection::Right)?;

@@ -61,8 +61,8 @@ impl Folder {
         let cfg = model.config();
         let max_tokens = max_seq_length(enc)?
             .or(max_seq_length(dir)?)
-            .unwrap_or(cfg.max_position_embeddings)
-            .min(cfg.max_position_embeddings);
+            .unwrap_or(cfg.positions())
+            .min(cfg.positions());
         let mut tokenizer = load_tokenizer(enc, cfg.vocab_size)?;
         truncate(&mut tokenizer, enc, max_tokens, TruncationDirection::Right)?;
         Ok(Folder {

@@ -205,7 +205,7 @@ impl Reranker {
     }
 
     /// The most tokens a pair keeps, special tokens included: the least of the model's
-    /// `max_position_embeddings`, sentence_bert_config.json's `max_seq_length` and
+    /// positions (`BertConfig::positions`), sentence_bert_config.json's `max_seq_length` and
     /// tokenizer_config.json's `model_max_length` (the length transformers' tokenizer
     /// cuts to when the CrossEncoder is given none; a value that is not a positive
     /// whole number, such as the 1e30 written when it is unknown, is ignored).

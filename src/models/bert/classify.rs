@@ -56,6 +56,18 @@ impl BertClassifier {
         precision: Precision,
     ) -> std::result::Result<BertClassifier, ModelError> {
         let (h, labels) = (config.hidden_size, config.num_labels);
+        if config.model_type != "bert" {
+            // RoBERTa's families classify with another head (a dense layer and tanh
+            // over the first token, then `out_proj`), not BERT's pooler.
+            return Err(ModelError::Format {
+                path: path.with_file_name("config.json"),
+                msg: format!(
+                    "a {} sequence classifier is not supported (only BERT's pooler and \
+                     classifier head)",
+                    config.model_type
+                ),
+            });
+        }
         if labels == 0 {
             return Err(ModelError::Format {
                 path: path.with_file_name("config.json"),
@@ -91,7 +103,7 @@ impl BertClassifier {
         self.model.config().num_labels
     }
 
-    /// The logits of `seqs` (token ids, each 1 to `max_position_embeddings` long and
+    /// The logits of `seqs` (token ids, each 1 to `BertConfig::positions` long and
     /// below `vocab_size`) with their token types (`types`: empty when every token is
     /// of type 0, else one list per sequence, empty or one type per token, each below
     /// `type_vocab_size`), from one ragged forward pass. One `Vec` of

@@ -6,6 +6,9 @@ use std::path::Path;
 use super::super::ModelError;
 use crate::{Result, Tensor};
 
+/// The `model_type`s run as BERT with RoBERTa's position ids.
+const ROBERTA_FAMILY: [&str; 3] = ["roberta", "xlm-roberta", "camembert"];
+
 /// The fields of a Hugging Face BERT `config.json` that the forward pass needs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BertConfig {
@@ -19,7 +22,8 @@ pub struct BertConfig {
     pub num_attention_heads: usize,
     /// Width of the feed-forward layer.
     pub intermediate_size: usize,
-    /// Longest sequence the position table covers.
+    /// Rows of the position table (the longest sequence it covers is
+    /// [`BertConfig::positions`], fewer for RoBERTa's families).
     pub max_position_embeddings: usize,
     /// Rows of the token type table (at least 1: every token has type 0 here).
     pub type_vocab_size: usize,
@@ -35,6 +39,15 @@ pub struct BertConfig {
     /// `PretrainedConfig` has it (a cross-encoder reranker has 1). An encoder alone
     /// does not use it.
     pub num_labels: usize,
+    /// The architecture (`model_type`): `bert` (also for a config without one),
+    /// `roberta`, `xlm-roberta` or `camembert`. RoBERTa's families are BERT's encoder
+    /// with other position ids (see [`BertConfig::position_offset`]).
+    pub model_type: String,
+    /// The row of the position table a sequence's first token takes: 0 for BERT;
+    /// `pad_token_id + 1` for RoBERTa's families, whose position ids count on from
+    /// past the padding id (Hugging Face's `create_position_ids_from_input_ids`), so
+    /// their first `pad_token_id + 1` rows are never read.
+    pub position_offset: usize,
 }
 
 impl BertConfig {
@@ -52,6 +65,34 @@ impl BertConfig {
                 .as_u64()
                 .map(|n| n as usize)
                 .ok_or_else(|| format!("field `{name}` must be a non-negative integer"))
+        };
+        // The architecture comes from `model_type`; a config without one (older
+        // exports) is taken as BERT.
+        let model_type = match obj.get("model_type") {
+            None | Some(serde_json::Value::Null) => "bert".to_string(),
+            Some(serde_json::Value::String(t))
+                if ROBERTA_FAMILY.contains(&t.as_str()) || t == "bert" =>
+            {
+                t.clone()
+            }
+            Some(other) => {
+                return Err(format!(
+                    "model_type {other} is not supported (only `bert`, `roberta`, \
+                     `xlm-roberta` and `camembert`); the folder's architecture cannot be run"
+                ))
+            }
+        };
+        let pad_token_id = obj
+            .get("pad_token_id")
+            .and_then(|x| x.as_u64())
+            .unwrap_or(if model_type == "bert" { 0 } else { 1 });
+        let position_offset = if model_type == "bert" {
+            0
+        } else {
+            usize::try_from(pad_token_id)
+                .ok()
+                .and_then(|p| p.checked_add(1))
+                .ok_or_else(|| format!("pad_token_id {pad_token_id} is too large"))?
         };
         let cfg = BertConfig {
             vocab_size: usize_field("vocab_size")?,
@@ -78,10 +119,8 @@ impl BertConfig {
                     .ok_or_else(|| "field `hidden_act` must be a string".to_string())?
                     .to_string(),
             },
-            pad_token_id: obj
-                .get("pad_token_id")
-                .and_then(|x| x.as_u64())
-                .unwrap_or(0) as u32,
+            pad_token_id: u32::try_from(pad_token_id)
+                .map_err(|_| format!("pad_token_id {pad_token_id} is too large"))?,
             num_labels: match (obj.get("id2label"), obj.get("num_labels")) {
                 (Some(labels), _) => labels
                     .as_object()
@@ -90,19 +129,9 @@ impl BertConfig {
                 (None, Some(_)) => usize_field("num_labels")?,
                 (None, None) => 2,
             },
+            model_type,
+            position_offset,
         };
-        // The architecture comes from `model_type`; a config without one (older
-        // exports) is taken as BERT.
-        match obj.get("model_type") {
-            None | Some(serde_json::Value::Null) => {}
-            Some(serde_json::Value::String(t)) if t == "bert" => {}
-            Some(other) => {
-                return Err(format!(
-                    "model_type {other} is not supported (only `bert`); the folder's \
-                     architecture cannot be run"
-                ))
-            }
-        }
         if let Some(kind) = obj.get("position_embedding_type").and_then(|x| x.as_str()) {
             if kind != "absolute" {
                 return Err(format!(
@@ -124,6 +153,14 @@ impl BertConfig {
             path: path.to_path_buf(),
             msg,
         })
+    }
+
+    /// The longest sequence the position table covers: its rows past
+    /// [`BertConfig::position_offset`] (512 for BERT's and XLM-RoBERTa's usual 512 and
+    /// 514 rows).
+    pub fn positions(&self) -> usize {
+        self.max_position_embeddings
+            .saturating_sub(self.position_offset)
     }
 
     /// Width of one attention head.
@@ -154,6 +191,13 @@ impl BertConfig {
         }
         if self.layer_norm_eps.is_nan() || self.layer_norm_eps < 0.0 {
             return Err("layer_norm_eps must be a non-negative number".into());
+        }
+        if self.positions() == 0 {
+            return Err(format!(
+                "max_position_embeddings {} leaves no position past the {} a {} sequence starts at \
+                 (pad_token_id + 1)",
+                self.max_position_embeddings, self.position_offset, self.model_type
+            ));
         }
         Activation::parse(&self.hidden_act)?;
         Ok(())
@@ -206,6 +250,36 @@ mod tests {
         assert_eq!(cfg.num_labels, 2, "Hugging Face's default");
     }
 
+    #[test]
+    fn roberta_families_start_their_positions_past_the_padding_id() {
+        let cfg = |extra: &str| tiny_with(extra);
+        let bert = cfg("").unwrap();
+        assert_eq!(
+            (
+                bert.model_type.as_str(),
+                bert.position_offset,
+                bert.positions()
+            ),
+            ("bert", 0, 8)
+        );
+        for t in ["roberta", "xlm-roberta", "camembert"] {
+            let c = cfg(&format!(r#", "model_type": "{t}", "pad_token_id": 1"#)).unwrap();
+            assert_eq!(
+                (c.position_offset, c.positions(), c.pad_token_id),
+                (2, 6, 1),
+                "{t}"
+            );
+        }
+        // RoBERTa's default padding id is 1.
+        let c = cfg(r#", "model_type": "xlm-roberta""#).unwrap();
+        assert_eq!((c.pad_token_id, c.position_offset), (1, 2));
+        let e = cfg(r#", "model_type": "roberta", "pad_token_id": 7"#).unwrap_err();
+        assert!(
+            e.contains("no position") && e.contains("max_position_embeddings 8"),
+            "{e}"
+        );
+    }
+
     /// A small valid config with the fields `extra` (`, "key": value, ...`) added.
     fn tiny_with(extra: &str) -> std::result::Result<BertConfig, String> {
         let base = r#""vocab_size": 10, "hidden_size": 4, "num_hidden_layers": 1,
@@ -238,8 +312,8 @@ mod tests {
     fn an_unknown_model_type_or_activation_is_named() {
         let cfg = tiny_with;
         assert!(cfg(r#", "model_type": "bert""#).is_ok());
-        let e = cfg(r#", "model_type": "xlm-roberta""#).unwrap_err();
-        assert!(e.contains("xlm-roberta") && e.contains("model_type"), "{e}");
+        let e = cfg(r#", "model_type": "modernbert""#).unwrap_err();
+        assert!(e.contains("modernbert") && e.contains("model_type"), "{e}");
         let e = cfg(r#", "hidden_act": "silu""#).unwrap_err();
         assert!(e.contains("silu") && e.contains("hidden_act"), "{e}");
     }

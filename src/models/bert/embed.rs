@@ -33,7 +33,7 @@ impl Default for EmbedOptions {
 
 impl BertModel {
     /// Embeddings of a few token sequences in one forward pass, padded to the longest
-    /// of them. Each sequence must have 1 to `max_position_embeddings` tokens, each
+    /// of them. Each sequence must have 1 to `BertConfig::positions` tokens, each
     /// below `vocab_size`.
     pub fn embed_batch(&self, seqs: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
         let op = "bert_embed";
@@ -58,7 +58,7 @@ impl BertModel {
     }
 
     pub(super) fn check_sequence(&self, op: &'static str, i: usize, s: &[u32]) -> Result<()> {
-        let max = self.config.max_position_embeddings;
+        let max = self.config.positions();
         if s.is_empty() || s.len() > max {
             return Err(Error::Arg {
                 op,

@@ -30,12 +30,12 @@ impl BertModel {
                 msg: format!("empty batch {:?}", input_ids.dims()),
             });
         }
-        if l > cfg.max_position_embeddings {
+        if l > cfg.positions() {
             return Err(Error::Arg {
                 op,
                 msg: format!(
                     "sequences of {l} tokens are longer than the model's {} positions",
-                    cfg.max_position_embeddings
+                    cfg.positions()
                 ),
             });
         }

@@ -47,7 +47,7 @@ pub(super) struct Packed {
     /// Token ids `[total]` (u32), filler included.
     ids: Tensor,
     /// Each token's row of the position-type table `[total]` (u32):
-    /// `type * max_position_embeddings + position`.
+    /// `type * positions + position` ([`BertConfig::positions`](super::BertConfig::positions)).
     rows: Tensor,
     /// The sequences' offsets `[n_offsets]` (u32, from 0 to `total`; the filler and
     /// empty sequences pad it to a bucket).
@@ -60,7 +60,7 @@ pub(super) struct Packed {
 }
 
 impl BertModel {
-    /// Embeddings of `seqs` (token ids, each 1 to `max_position_embeddings` long and
+    /// Embeddings of `seqs` (token ids, each 1 to `BertConfig::positions` long and
     /// below `vocab_size`) from one ragged forward pass: no padding, attention per
     /// sequence, then `pooling` and L2 normalisation per sequence. Results are in
     /// input order and equal [`BertModel::embed_batch`]'s (mean pooling) to float
@@ -176,7 +176,7 @@ impl BertModel {
                 msg: format!("a packed batch of {total} tokens is more than u32 offsets hold"),
             });
         }
-        let positions = self.config.max_position_embeddings as u32;
+        let positions = self.config.positions() as u32;
         let mut ids = Vec::with_capacity(total);
         let mut rows = Vec::with_capacity(total);
         let mut offsets = Vec::with_capacity(n_offsets);

@@ -69,13 +69,15 @@ impl<'a> WeightReader<'a> {
         }
     }
 
-    /// The raw little-endian bytes of `name` (also tried with a `bert.` prefix),
+    /// The raw little-endian bytes of `name` (also tried with a `bert.` or `roberta.`
+    /// prefix),
     /// checked against `shape`: f32 or bf16.
     fn bytes(&self, name: &str, shape: &[usize]) -> std::result::Result<Raw<'a>, ModelError> {
         let view = self
             .st
             .tensor(name)
             .or_else(|_| self.st.tensor(&format!("bert.{name}")))
+            .or_else(|_| self.st.tensor(&format!("roberta.{name}")))
             .map_err(|_| self.err(format!("weight `{name}` is missing")))?;
         if view.shape() != shape {
             return Err(self.err(format!(
@@ -296,10 +298,21 @@ impl BertModel {
         };
         let h = config.hidden_size;
         let inter = config.intermediate_size;
-        let positions = config.max_position_embeddings;
+        let positions = config.positions();
 
         let word_emb = r.tensor("embeddings.word_embeddings.weight", &[config.vocab_size, h])?;
-        let pos = r.bytes("embeddings.position_embeddings.weight", &[positions, h])?;
+        let pos = r.bytes(
+            "embeddings.position_embeddings.weight",
+            &[config.max_position_embeddings, h],
+        )?;
+        // The rows a sequence's positions read: from `position_offset` on (RoBERTa's
+        // families skip the rows up to the padding id's).
+        let pos_rows: Vec<f32> = pos
+            .range(
+                config.position_offset * h,
+                config.max_position_embeddings * h,
+            )
+            .collect();
         let types = r.bytes(
             "embeddings.token_type_embeddings.weight",
             &[config.type_vocab_size, h],
@@ -308,7 +321,7 @@ impl BertModel {
         let mut pos_type = Vec::with_capacity(config.type_vocab_size * positions * h);
         for t in 0..config.type_vocab_size {
             let type_t: Vec<f32> = types.range(t * h, (t + 1) * h).collect();
-            pos_type.extend(pos.values().enumerate().map(|(i, p)| p + type_t[i % h]));
+            pos_type.extend(pos_rows.iter().enumerate().map(|(i, p)| p + type_t[i % h]));
         }
         let pos_type_emb = Tensor::from_vec(pos_type, &[config.type_vocab_size * positions, h])?;
         let emb_ln_w = r.tensor("embeddings.LayerNorm.weight", &[h])?;
