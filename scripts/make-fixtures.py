@@ -32,6 +32,13 @@ and [SEP] are ids 2 and 3, not BERT's 101 and 102), then the modules named:
 - xlm-roberta:    the encoder as XLM-RoBERTa (`model_type` xlm-roberta: position ids
                   from pad_token_id + 1 on, one token type, layer-norm eps 1e-5),
                   Pooling(mean), Normalize
+- mpnet:          the encoder as MPNet (`model_type` mpnet: no token types, position
+                  ids from 2 on, a relative position bias of 32 buckets per head shared
+                  by the layers, 160 positions so distances past 128 share the last
+                  bucket), Pooling(mean), Normalize, as all-mpnet-base-v2 has it. The
+                  tokenizer's [PAD] and [UNK] swap ids, because Hugging Face's MPNet
+                  takes id 1 as padding whatever the config says; the texts include
+                  one longer than 128 tokens.
 
 "classic" rewrites modules.json with the `sentence_transformers.models.X` type names of
 sentence-transformers up to 5, and the pooling config with its one boolean key per
@@ -52,7 +59,15 @@ import transformers
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Dense, Normalize, Transformer
 from sentence_transformers.sentence_transformer.modules import Pooling
-from transformers import AutoTokenizer, BertConfig, BertModel, XLMRobertaConfig, XLMRobertaModel
+from transformers import (
+    AutoTokenizer,
+    BertConfig,
+    BertModel,
+    MPNetConfig,
+    MPNetModel,
+    XLMRobertaConfig,
+    XLMRobertaModel,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "data", "st-pipeline")
@@ -76,12 +91,50 @@ CLASSIC = {
 }
 
 
+def pad_is_one(tmp):
+    """The tiny tokenizer with [PAD] as id 1 and [UNK] as id 0, saved to `tmp`."""
+    os.makedirs(tmp, exist_ok=True)
+    for f in os.listdir(TOKENIZER):
+        if f.startswith("tokenizer") or f.startswith("special"):
+            shutil.copy(os.path.join(TOKENIZER, f), tmp)
+    path = os.path.join(tmp, "tokenizer.json")
+    t = json.load(open(path))
+    swap = {"[PAD]": 1, "[UNK]": 0}
+    for name, i in swap.items():
+        t["model"]["vocab"][name] = i
+    for a in t["added_tokens"]:
+        a["id"] = swap.get(a["content"], a["id"])
+    t["added_tokens"].sort(key=lambda a: a["id"])
+    json.dump(t, open(path, "w"))
+    return AutoTokenizer.from_pretrained(tmp)
+
+
 def encoder(seed, tmp, arch="bert"):
-    """A random BERT (or XLM-RoBERTa: `arch`) with the tiny tokenizer, saved to `tmp`
-    for Transformer()."""
+    """A random BERT (or XLM-RoBERTa or MPNet: `arch`) with the tiny tokenizer, saved
+    to `tmp` for Transformer()."""
     torch.manual_seed(seed)
-    tok = AutoTokenizer.from_pretrained(TOKENIZER)
-    if arch == "xlm-roberta":
+    if arch == "mpnet":
+        tok = pad_is_one(os.path.join(tmp, "tok"))
+        assert tok.pad_token_id == 1 and tok.unk_token_id == 0
+    else:
+        tok = AutoTokenizer.from_pretrained(TOKENIZER)
+    max_len = 64
+    if arch == "mpnet":
+        max_len = 160
+        cfg = MPNetConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=max_len + 2,
+            relative_attention_num_buckets=32,
+            hidden_act="gelu",
+            layer_norm_eps=1e-5,
+            pad_token_id=1,
+        )
+        model = MPNetModel(cfg, add_pooling_layer=False)
+    elif arch == "xlm-roberta":
         # RoBERTa's position ids start past the padding id: 64 positions need
         # pad_token_id + 1 more rows. One token type, as XLM-RoBERTa has.
         cfg = XLMRobertaConfig(
@@ -112,13 +165,13 @@ def encoder(seed, tmp, arch="bert"):
         model = BertModel(cfg, add_pooling_layer=False)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "LayerNorm.weight" in name:
+            if "LayerNorm.weight" in name or "layer_norm.weight" in name:
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
             else:
                 p.copy_(0.3 * torch.randn_like(p))
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    return Transformer(tmp, max_seq_length=64)
+    return Transformer(tmp, max_seq_length=max_len)
 
 
 def build(name, seed, modes, include_prompt=True, dense=False, normalize=False, prompts=None,
@@ -170,16 +223,21 @@ def classic(path):
     json.dump(legacy, open(pool_path, "w"), indent=2)
 
 
+# Over 128 tokens, so that MPNet's farthest bucket is used.
+LONG = " ".join(["the cat and the dog sit outside in the sun"] * 14)
+
+
 def reference(st, path, prompt_names):
     # Reload as a user would, so the saved folder is what is measured.
     st = SentenceTransformer(path, device="cpu").double()
+    texts = TEXTS + [LONG] if st.max_seq_length > 128 else TEXTS
     cases = []
     for prompt_name in prompt_names:
-        emb = st.encode(TEXTS, prompt_name=prompt_name, convert_to_numpy=True,
-                        normalize_embeddings=False, batch_size=len(TEXTS))
+        emb = st.encode(texts, prompt_name=prompt_name, convert_to_numpy=True,
+                        normalize_embeddings=False, batch_size=len(texts))
         cases.append({"prompt_name": prompt_name, "embeddings": emb.tolist()})
     ref = {
-        "texts": TEXTS,
+        "texts": texts,
         "versions": {
             "torch": torch.__version__,
             "transformers": transformers.__version__,
@@ -218,6 +276,7 @@ def main():
             False,
         ),
         ("xlm-roberta", 18, ["mean"], {"normalize": True, "arch": "xlm-roberta"}, False),
+        ("mpnet", 19, ["mean"], {"normalize": True, "arch": "mpnet"}, False),
     ]
     only = set(sys.argv[1:])
     for name, seed, modes, kw, is_classic in specs:

@@ -250,6 +250,19 @@ fn empty_and_degenerate_shapes_do_not_panic() {
 /// Each sequence of a packed batch, run alone through `Tensor::attention`, as the
 /// packed result's rows `[total, heads, dh]`.
 fn per_sequence(q: &Tensor, k: &Tensor, v: &Tensor, offsets: &[u32], scale: f32) -> Vec<f32> {
+    per_sequence_biased(q, k, v, offsets, None, scale)
+}
+
+/// [`per_sequence`] with each sequence of `n` tokens taking the top-left `[heads, n,
+/// n]` corner of `bias` (`[heads | 1, len, len]`) as its bias.
+fn per_sequence_biased(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    offsets: &[u32],
+    bias: Option<&Tensor>,
+    scale: f32,
+) -> Vec<f32> {
     let mut out = Vec::new();
     for w in offsets.windows(2) {
         let (s, n) = (w[0] as usize, (w[1] - w[0]) as usize);
@@ -257,15 +270,97 @@ fn per_sequence(q: &Tensor, k: &Tensor, v: &Tensor, offsets: &[u32], scale: f32)
             continue;
         }
         let part = |t: &Tensor| t.narrow(1, s, n).unwrap().unsqueeze(0).unwrap();
+        let corner = bias.map(|b| {
+            b.narrow(1, 0, n)
+                .and_then(|b| b.narrow(2, 0, n))
+                .and_then(|b| b.unsqueeze(0))
+                .unwrap()
+        });
         out.extend(
             part(q)
-                .attention(&part(k), &part(v), None, scale)
+                .attention(&part(k), &part(v), corner.as_ref(), scale)
                 .unwrap()
                 .to_vec::<f32>()
                 .unwrap(),
         );
     }
     out
+}
+
+#[test]
+fn ragged_with_a_bias_by_position_equals_each_sequence_alone() {
+    // A bias per head and one for every head; sides equal to the longest sequence and
+    // longer; lengths around the 16-row and 32-key blocks.
+    for (lens, heads, bias_heads, side, threads) in [
+        (vec![5usize, 17, 0, 1, 33, 16], 3, 3, 33, 1),
+        (vec![40, 3, 70], 2, 1, 80, 2),
+        (vec![2; 30], 4, 4, 8, 2),
+    ] {
+        let dh = 16;
+        let total: usize = lens.iter().sum();
+        let mut offsets = vec![0u32];
+        for l in &lens {
+            offsets.push(offsets.last().unwrap() + *l as u32);
+        }
+        let q = tensor(&[heads, total, dh], 1, 2.0);
+        let k = tensor(&[heads, total, dh], 2, 2.0);
+        let v = tensor(&[heads, total, dh], 3, 1.0);
+        // Large enough to matter: several units against scores of a few.
+        let bias = tensor(&[bias_heads, side, side], 4, 6.0);
+        let offs = Tensor::from_vec(offsets.clone(), &[offsets.len()]).unwrap();
+        let got = std::thread::scope(|s| {
+            s.spawn(|| {
+                streamfuse::set_kernel_threads(threads);
+                let out = q
+                    .attention_ragged_biased(&k, &v, &offs, &bias, 0.3)
+                    .unwrap();
+                assert_eq!(out.dims(), &[total, heads, dh]);
+                out.to_vec::<f32>().unwrap()
+            })
+            .join()
+            .unwrap()
+        });
+        let want = per_sequence_biased(&q, &k, &v, &offsets, Some(&bias), 0.3);
+        assert!(
+            worst_rel(&got, &want) <= BOUND,
+            "lengths {lens:?} heads {heads} bias heads {bias_heads}"
+        );
+        // And the bias mattered.
+        let plain = per_sequence(&q, &k, &v, &offsets, 0.3);
+        assert!(worst_rel(&got, &plain) > 100.0 * BOUND);
+    }
+}
+
+#[test]
+fn ragged_bias_errors_name_the_bias() {
+    let q = tensor(&[2, 6, 8], 1, 1.0);
+    let offs = Tensor::from_vec(vec![0u32, 2, 6], &[3]).unwrap();
+    for (bias, what) in [
+        (tensor(&[3, 6, 6], 2, 1.0), "[heads, len, len]"),
+        (tensor(&[2, 6, 5], 2, 1.0), "[heads, len, len]"),
+        (tensor(&[2, 6], 2, 1.0), "rank 3"),
+    ] {
+        let e = q
+            .attention_ragged_biased(&q, &q, &offs, &bias, 1.0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("attention_ragged_biased") && e.contains(what),
+            "{e}"
+        );
+    }
+    // Too short for the longest sequence: the offsets are data, so it is the
+    // result's error.
+    let e = q
+        .attention_ragged_biased(&q, &q, &offs, &tensor(&[1, 3, 3], 2, 1.0), 1.0)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("up to 3 tokens, but one has 4"), "{e}");
+    // The stream goes on.
+    let ok = q.attention_ragged_biased(&q, &q, &offs, &tensor(&[1, 4, 4], 2, 1.0), 1.0);
+    assert_eq!(ok.unwrap().to_vec::<f32>().unwrap().len(), 2 * 6 * 8);
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The sentence-transformers pipeline against sentence-transformers itself: each
-//! folder of `tests/data/st-pipeline/` is a small random BERT (one an XLM-RoBERTa) with a module list
+//! folder of `tests/data/st-pipeline/` is a small random BERT (one an XLM-RoBERTa, one an MPNet) with a module list
 //! (pooling in max, weightedmean, lasttoken, cls and concatenated modes, a `Dense`
 //! layer with Tanh, `Normalize`, prompts with `include_prompt: false`; classic and
 //! sentence-transformers 6 names), and its `reference.json` holds the embeddings
@@ -345,4 +345,18 @@ fn every_mode_gives_a_text_the_same_bits_alone_as_in_a_batch() {
             );
         }
     }
+}
+
+#[test]
+fn an_mpnet_encoder_adds_its_relative_position_bias() {
+    // Its texts include one of 160 tokens, whose far keys share the last bucket.
+    let e = check("mpnet");
+    let cfg = e.model().config();
+    assert_eq!(cfg.model_type, "mpnet");
+    assert_eq!(cfg.relative_attention_num_buckets, 32);
+    assert_eq!(
+        cfg.position_offset, 2,
+        "Hugging Face's padding id 1, plus one"
+    );
+    assert!(e.normalizes());
 }

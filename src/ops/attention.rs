@@ -1,5 +1,6 @@
 //! `attention` and `attention_ragged`: `softmax(q·kᵀ · scale + bias) · v` per head,
-//! padded (with an optional additive bias) or over a packed batch of sequences.
+//! padded (with an optional additive bias) or over a packed batch of sequences (with
+//! an optional bias by position within a sequence).
 
 use super::{broadcast, dst, per_output_element, typed, Family, FusionClass};
 use crate::ir::{Layout, OpKind};
@@ -17,6 +18,15 @@ pub(super) static FAMILY: Family = Family {
         let lay = |i: usize| &op.inputs[i].layout;
         let scale = f64::from_bits(scale) as f32;
         if ragged {
+            // A bias `[heads | 1, len, len]` is read as `[1, heads, len, len]`.
+            let bias = match op.inputs.get(4) {
+                None => None,
+                Some(b) => {
+                    let len = b.layout.dims()[1];
+                    let dims = [1, lay(0).dims()[1], len, len];
+                    Some((typed(inputs[4])?, broadcast(&b.layout.unsqueeze(0), &dims)?))
+                }
+            };
             return kernels::attention_ragged(
                 typed(inputs[0])?,
                 lay(0),
@@ -25,6 +35,7 @@ pub(super) static FAMILY: Family = Family {
                 typed(inputs[2])?,
                 lay(2),
                 contiguous_u32(typed(inputs[3])?, lay(3))?,
+                bias.as_ref().map(|(data, l)| (*data, l)),
                 scale,
                 dst(out)?,
                 par,

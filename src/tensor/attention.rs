@@ -105,7 +105,45 @@ impl Tensor {
         seq_offsets: &Tensor,
         scale: f32,
     ) -> Result<Tensor> {
-        let op = "attention_ragged";
+        self.ragged(k, v, seq_offsets, None, scale)
+    }
+
+    /// [`Tensor::attention_ragged`] with an additive bias that depends on positions
+    /// within a sequence, the same for every sequence of the batch: MPNet's and T5's
+    /// relative position bias, ALiBi. Query `i` and key `j` of a sequence (counted
+    /// from its first token) get `bias[h, i, j]` added to their scaled score, for head
+    /// `h`.
+    ///
+    /// - `bias` is f32 `[heads, len, len]`, or `[1, len, len]` for every head alike,
+    ///   where `len` is at least the longest sequence's length (that is checked when
+    ///   the op runs, as the offsets are data).
+    /// - Every row equals what [`Tensor::attention`] gives the sequence on its own with
+    ///   the bias's top-left `[heads, l, l]` corner as its bias (`tests/attention.rs`).
+    pub fn attention_ragged_biased(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        seq_offsets: &Tensor,
+        bias: &Tensor,
+        scale: f32,
+    ) -> Result<Tensor> {
+        self.ragged(k, v, seq_offsets, Some(bias), scale)
+    }
+
+    /// The two ragged forms.
+    fn ragged(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        seq_offsets: &Tensor,
+        bias: Option<&Tensor>,
+        scale: f32,
+    ) -> Result<Tensor> {
+        let op = if bias.is_some() {
+            "attention_ragged_biased"
+        } else {
+            "attention_ragged"
+        };
         let named = [("q", self), ("k", k), ("v", v)];
         check_operands(op, named, "3 ([heads, total_tokens, head_dim])")?;
         let (qd, kd, vd) = (self.dims(), k.dims(), v.dims());
@@ -117,6 +155,18 @@ impl Tensor {
         }
         let [heads, total, dh] = [qd[0], qd[1], qd[2]];
         check_head(op, dh, scale)?;
+        if let Some(bias) = bias {
+            check_operands(op, [("bias", bias)], "3 ([heads, len, len])")?;
+            let bd = bias.dims();
+            if (bd[0] != heads && bd[0] != 1) || bd[1] != bd[2] {
+                return Err(Error::Shape {
+                    op,
+                    msg: format!(
+                        "bias {bd:?} must be [heads, len, len] or [1, len, len], with {heads} heads"
+                    ),
+                });
+            }
+        }
         if seq_offsets.dtype() != DType::U32 || seq_offsets.rank() != 1 || seq_offsets.numel() == 0
         {
             return Err(Error::Arg {
@@ -144,7 +194,12 @@ impl Tensor {
             scale: f64::from(scale).to_bits(),
             ragged: true,
         };
-        Tensor::record(kind, &[&q, &k, &v, &offsets], DType::F32, out)?.squeeze(0)
+        match bias {
+            Some(bias) => {
+                Tensor::record(kind, &[&q, &k, &v, &offsets, bias], DType::F32, out)?.squeeze(0)
+            }
+            None => Tensor::record(kind, &[&q, &k, &v, &offsets], DType::F32, out)?.squeeze(0),
+        }
     }
 }
 

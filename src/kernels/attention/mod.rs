@@ -167,6 +167,30 @@ struct Bias<'a> {
     strides: [usize; 4],
 }
 
+impl<'a> Bias<'a> {
+    /// The bias `data` read through `bl`, checked to be `dims`.
+    fn check(
+        kernel: &str,
+        data: &'a [f32],
+        bl: &Layout,
+        dims: [usize; 4],
+    ) -> Result<Bias<'a>, KernelError> {
+        check_input(kernel, "bias", data.len(), bl)?;
+        if bl.dims[..] != dims {
+            return Err(error(
+                kernel,
+                format_args!("bias must be read as {dims:?}, got {:?}", bl.dims),
+            ));
+        }
+        let s = &bl.strides;
+        Ok(Bias {
+            data,
+            offset: bl.offset,
+            strides: [s[0], s[1], s[2], s[3]],
+        })
+    }
+}
+
 /// `softmax(q·kᵀ · scale + bias) · v`, written as `[batch, lq, heads, dh]` rows.
 ///
 /// `q` is `[batch, heads, lq, dh]`, `k` and `v` are `[batch, heads, lk, dh]`, each read
@@ -194,24 +218,7 @@ pub(crate) fn attention(
     let lk = kl.dims[2];
     let bias = match bias {
         None => None,
-        Some((data, bl)) => {
-            check_input(kernel, "bias", data.len(), bl)?;
-            if bl.dims[..] != [batch, heads, lq, lk] {
-                return Err(error(
-                    kernel,
-                    format_args!(
-                        "bias must be read as [{batch}, {heads}, {lq}, {lk}], got {:?}",
-                        bl.dims
-                    ),
-                ));
-            }
-            let s = &bl.strides;
-            Some(Bias {
-                data,
-                offset: bl.offset,
-                strides: [s[0], s[1], s[2], s[3]],
-            })
-        }
+        Some((data, bl)) => Some(Bias::check(kernel, data, bl, [batch, heads, lq, lk])?),
     };
     check_dst(kernel, dst.len(), batch * lq * heads * dh)?;
     if dst.is_empty() {
@@ -244,6 +251,9 @@ fn pieces(par: Par, work: usize) -> usize {
 /// `offsets[s]..offsets[s + 1]` and its queries see only its own keys
 /// (`softmax(q·kᵀ · scale) · v` per sequence and head). `offsets` starts at 0, never
 /// decreases and ends at `total` (an empty sequence is allowed and writes nothing).
+/// `bias`, when given, is read through a layout of dims `[1, heads, len, len]` with
+/// `len` at least the longest sequence: query `i` and key `j` of a sequence (counted
+/// from its first token) get element `(0, h, i, j)` added to their scaled score.
 /// The result is `[1, total, heads, dh]` rows in `dst`. Work is `Σ len²`, not
 /// `total²`.
 #[allow(clippy::too_many_arguments)] // three operands with their layouts, as every kernel
@@ -255,6 +265,7 @@ pub(crate) fn attention_ragged(
     v: &[f32],
     vl: &Layout,
     offsets: &[u32],
+    bias: Option<(&[f32], &Layout)>,
     scale: f32,
     dst: &mut [f32],
     par: Par,
@@ -298,10 +309,29 @@ pub(crate) fn attention_ragged(
         let len = (w[1] - w[0]) as usize;
         work += len * len;
     }
+    let bias = match bias {
+        None => None,
+        Some((data, bl)) => {
+            let len = bl.dims.get(2).copied().unwrap_or(0);
+            let bias = Bias::check(kernel, data, bl, [1, heads, len, len])?;
+            let longest = offsets.windows(2).map(|w| (w[1] - w[0]) as usize).max();
+            if longest.unwrap_or(0) > len {
+                return Err(error(
+                    kernel,
+                    format_args!(
+                        "the bias covers sequences of up to {len} tokens, but one has {}",
+                        longest.unwrap_or(0)
+                    ),
+                ));
+            }
+            Some(bias)
+        }
+    };
     check_dst(kernel, dst.len(), total * heads * dh)?;
     let packed = Packed {
         ops,
         offsets,
+        bias,
         scale,
     };
     packed.seqs(
@@ -410,6 +440,8 @@ const PREFETCH_KEYS: usize = 64;
 struct Packed<'a> {
     ops: Operands<'a>,
     offsets: &'a [u32],
+    /// The bias by position within a sequence (batch dim 1), for every sequence.
+    bias: Option<Bias<'a>>,
     scale: f32,
 }
 
@@ -437,7 +469,7 @@ impl Packed<'_> {
             if len == 0 {
                 continue;
             }
-            let mut job = self.ops.job(None, self.scale, len, len);
+            let mut job = self.ops.job(self.bias, self.scale, len, len);
             job.qr = job.qr.starting_at(first);
             job.kr = job.kr.starting_at(first);
             job.vr = job.vr.starting_at(first);
@@ -670,7 +702,7 @@ mod tests {
                     let packed = |par| {
                         let mut out = vec![f32::NAN; n];
                         attention_ragged(
-                            &q, &lay, &k, &lay, &v, &lay, &offsets, 0.3, &mut out, par,
+                            &q, &lay, &k, &lay, &v, &lay, &offsets, None, 0.3, &mut out, par,
                         )
                         .unwrap();
                         out

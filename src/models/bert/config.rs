@@ -9,6 +9,10 @@ use crate::{Result, Tensor};
 /// The `model_type`s run as BERT with RoBERTa's position ids.
 const ROBERTA_FAMILY: [&str; 3] = ["roberta", "xlm-roberta", "camembert"];
 
+/// MPNet's padding id as Hugging Face's `MPNetEmbeddings` fixes it (whatever
+/// `pad_token_id` says): its position ids count on from one past it.
+const MPNET_PADDING_IDX: usize = 1;
+
 /// The fields of a Hugging Face BERT `config.json` that the forward pass needs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BertConfig {
@@ -40,14 +44,21 @@ pub struct BertConfig {
     /// does not use it.
     pub num_labels: usize,
     /// The architecture (`model_type`): `bert` (also for a config without one),
-    /// `roberta`, `xlm-roberta` or `camembert`. RoBERTa's families are BERT's encoder
-    /// with other position ids (see [`BertConfig::position_offset`]).
+    /// `roberta`, `xlm-roberta`, `camembert` or `mpnet`. RoBERTa's families are
+    /// BERT's encoder with other position ids (see [`BertConfig::position_offset`]);
+    /// MPNet is that too, without token types, plus a relative position bias on the
+    /// attention scores ([`BertConfig::relative_attention_num_buckets`]).
     pub model_type: String,
     /// The row of the position table a sequence's first token takes: 0 for BERT;
     /// `pad_token_id + 1` for RoBERTa's families, whose position ids count on from
     /// past the padding id (Hugging Face's `create_position_ids_from_input_ids`), so
-    /// their first `pad_token_id + 1` rows are never read.
+    /// their first `pad_token_id + 1` rows are never read; 2 for MPNet, whose padding
+    /// id Hugging Face fixes at 1.
     pub position_offset: usize,
+    /// MPNet's relative position buckets (its `relative_attention_num_buckets`, 32 by
+    /// default): a learned bias per head and bucket of the distance from query to key,
+    /// added to every layer's attention scores. 0 for the models without one.
+    pub relative_attention_num_buckets: usize,
 }
 
 impl BertConfig {
@@ -71,14 +82,15 @@ impl BertConfig {
         let model_type = match obj.get("model_type") {
             None | Some(serde_json::Value::Null) => "bert".to_string(),
             Some(serde_json::Value::String(t))
-                if ROBERTA_FAMILY.contains(&t.as_str()) || t == "bert" =>
+                if ROBERTA_FAMILY.contains(&t.as_str()) || t == "bert" || t == "mpnet" =>
             {
                 t.clone()
             }
             Some(other) => {
                 return Err(format!(
                     "model_type {other} is not supported (only `bert`, `roberta`, \
-                     `xlm-roberta` and `camembert`); the folder's architecture cannot be run"
+                     `xlm-roberta`, `camembert` and `mpnet`); the folder's architecture \
+                     cannot be run"
                 ))
             }
         };
@@ -86,8 +98,11 @@ impl BertConfig {
             .get("pad_token_id")
             .and_then(|x| x.as_u64())
             .unwrap_or(if model_type == "bert" { 0 } else { 1 });
+        let mpnet = model_type == "mpnet";
         let position_offset = if model_type == "bert" {
             0
+        } else if mpnet {
+            MPNET_PADDING_IDX + 1
         } else {
             usize::try_from(pad_token_id)
                 .ok()
@@ -101,11 +116,12 @@ impl BertConfig {
             num_attention_heads: usize_field("num_attention_heads")?,
             intermediate_size: usize_field("intermediate_size")?,
             max_position_embeddings: usize_field("max_position_embeddings")?,
-            type_vocab_size: obj
-                .get("type_vocab_size")
-                .map(|_| usize_field("type_vocab_size"))
-                .transpose()?
-                .unwrap_or(2),
+            // MPNet has no token types (no table in its weights): one type, all zero.
+            type_vocab_size: match obj.get("type_vocab_size") {
+                _ if mpnet => 1,
+                Some(_) => usize_field("type_vocab_size")?,
+                None => 2,
+            },
             layer_norm_eps: match obj.get("layer_norm_eps") {
                 None => 1e-12,
                 Some(x) => x
@@ -128,6 +144,11 @@ impl BertConfig {
                     .len(),
                 (None, Some(_)) => usize_field("num_labels")?,
                 (None, None) => 2,
+            },
+            relative_attention_num_buckets: match obj.get("relative_attention_num_buckets") {
+                _ if !mpnet => 0,
+                Some(_) => usize_field("relative_attention_num_buckets")?,
+                None => 32,
             },
             model_type,
             position_offset,
@@ -197,6 +218,12 @@ impl BertConfig {
                 "max_position_embeddings {} leaves no position past the {} a {} sequence starts at \
                  (pad_token_id + 1)",
                 self.max_position_embeddings, self.position_offset, self.model_type
+            ));
+        }
+        if self.model_type == "mpnet" && self.relative_attention_num_buckets < 4 {
+            return Err(format!(
+                "relative_attention_num_buckets {} is too few for MPNet's bucketing (at least 4)",
+                self.relative_attention_num_buckets
             ));
         }
         Activation::parse(&self.hidden_act)?;

@@ -54,8 +54,12 @@ impl BertModel {
             .layer_norm(&self.emb_ln_w, &self.emb_ln_b, cfg.layer_norm_eps)?;
         let mut x = x.reshape(&[b * l, h])?;
 
-        // 0 where a key is a real token, -1e9 where it is padding.
-        let key_bias = mask.affine(1e9, -1e9)?.reshape(&[b, 1, 1, l])?;
+        // 0 where a key is a real token, -1e9 where it is padding; plus MPNet's
+        // relative position bias, the same for every layer.
+        let mut key_bias = mask.affine(1e9, -1e9)?.reshape(&[b, 1, 1, l])?;
+        if let Some(rel) = &self.rel_bias {
+            key_bias = key_bias.add(&rel.scores(l)?)?;
+        }
         for layer in &self.layers {
             x = self.layer(layer, &x, |qkv| {
                 // q, k and v viewed as [3, b, heads, l, dh]: one kernel for scores,

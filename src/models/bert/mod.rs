@@ -1,6 +1,9 @@
 //! The BERT encoder as sentence-transformers runs it for all-MiniLM-L6-v2: token,
 //! position and type embeddings, `num_hidden_layers` post-norm transformer layers,
-//! then mean pooling over the real (unmasked) tokens and L2 normalisation.
+//! then mean pooling over the real (unmasked) tokens and L2 normalisation. The same
+//! encoder runs RoBERTa's families (other position ids) and MPNet (no token types,
+//! plus a relative position bias on the attention scores, `relative`); `names` says
+//! where each family keeps a layer's weights in its file.
 //!
 //! This module owns the model's data ([`BertModel`] and its layers) and splits its
 //! work by job: `config` reads `config.json` into a [`BertConfig`], `weights` loads
@@ -26,7 +29,9 @@ mod classify;
 mod config;
 mod embed;
 mod encoder;
+mod names;
 mod packed;
+mod relative;
 #[cfg(test)]
 pub(crate) mod testing;
 mod weights;
@@ -78,6 +83,9 @@ pub struct BertModel {
     emb_ln_w: Tensor,
     emb_ln_b: Tensor,
     layers: Vec<Layer>,
+    /// MPNet's relative position bias, shared by every layer's attention; `None` for
+    /// BERT and RoBERTa's families.
+    rel_bias: Option<relative::RelativeBias>,
 }
 
 impl BertModel {

@@ -57,6 +57,9 @@ pub(super) struct Packed {
     /// Sequences the batch is shaped for (`offsets` has one more entry): the real
     /// ones, then filler.
     pub(super) slots: usize,
+    /// The longest sequence, filler included, rounded up to a multiple of 8: the side
+    /// of a bias by position within a sequence (MPNet's), so that few sizes occur.
+    longest: usize,
 }
 
 impl BertModel {
@@ -194,7 +197,9 @@ impl BertModel {
         ids.resize(total, self.config.pad_token_id);
         rows.resize(total, 0);
         offsets.resize(n_offsets, total as u32);
+        let longest = offsets.windows(2).map(|w| (w[1] - w[0]) as usize).max();
         Ok(Packed {
+            longest: longest.unwrap_or(0).next_multiple_of(8),
             ids: Tensor::from_vec(ids, &[total])?,
             rows: Tensor::from_vec(rows, &[total])?,
             offsets: Tensor::from_vec(offsets, &[n_offsets])?,
@@ -251,6 +256,11 @@ impl BertModel {
             .index_select(&packed.ids, 0)?
             .add(&self.pos_type_emb.index_select(&packed.rows, 0)?)?
             .layer_norm(&self.emb_ln_w, &self.emb_ln_b, cfg.layer_norm_eps)?;
+        // MPNet's relative position bias, computed once for every layer.
+        let pos_bias = match &self.rel_bias {
+            Some(rel) => Some(rel.scores(packed.longest)?.squeeze(0)?),
+            None => None,
+        };
         for layer in &self.layers {
             x = self.layer(layer, &x, |qkv| {
                 // q, k and v viewed as [3, heads, total, dh]; attention within each
@@ -259,9 +269,12 @@ impl BertModel {
                     .reshape(&[total, 3, heads, dh])?
                     .permute(&[1, 2, 0, 3])?;
                 let part = |i| qkv.narrow(0, i, 1)?.squeeze(0);
-                part(0)?
-                    .attention_ragged(&part(1)?, &part(2)?, &packed.offsets, 1.0)?
-                    .reshape(&[total, h])
+                let (q, k, v) = (part(0)?, part(1)?, part(2)?);
+                match &pos_bias {
+                    None => q.attention_ragged(&k, &v, &packed.offsets, 1.0),
+                    Some(bias) => q.attention_ragged_biased(&k, &v, &packed.offsets, bias, 1.0),
+                }?
+                .reshape(&[total, h])
             })?;
         }
         Ok(x)

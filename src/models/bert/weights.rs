@@ -8,6 +8,8 @@ use safetensors::{Dtype, SafeTensors};
 
 use super::super::{ModelError, Precision};
 use super::config::{Activation, BertConfig};
+use super::names::LayerNames;
+use super::relative::RelativeBias;
 use super::{BertModel, Layer};
 use crate::{DType, Tensor};
 
@@ -69,8 +71,8 @@ impl<'a> WeightReader<'a> {
         }
     }
 
-    /// The raw little-endian bytes of `name` (also tried with a `bert.` or `roberta.`
-    /// prefix),
+    /// The raw little-endian bytes of `name` (also tried with a `bert.`, `roberta.` or
+    /// `mpnet.` prefix),
     /// checked against `shape`: f32 or bf16.
     fn bytes(&self, name: &str, shape: &[usize]) -> std::result::Result<Raw<'a>, ModelError> {
         let view = self
@@ -78,6 +80,7 @@ impl<'a> WeightReader<'a> {
             .tensor(name)
             .or_else(|_| self.st.tensor(&format!("bert.{name}")))
             .or_else(|_| self.st.tensor(&format!("roberta.{name}")))
+            .or_else(|_| self.st.tensor(&format!("mpnet.{name}")))
             .map_err(|_| self.err(format!("weight `{name}` is missing")))?;
         if view.shape() != shape {
             return Err(self.err(format!(
@@ -313,14 +316,21 @@ impl BertModel {
                 config.max_position_embeddings * h,
             )
             .collect();
-        let types = r.bytes(
-            "embeddings.token_type_embeddings.weight",
-            &[config.type_vocab_size, h],
-        )?;
+        // MPNet has no token types: its one type adds nothing.
+        let types = match config.model_type.as_str() {
+            "mpnet" => None,
+            _ => Some(r.bytes(
+                "embeddings.token_type_embeddings.weight",
+                &[config.type_vocab_size, h],
+            )?),
+        };
         // Row `t * positions + p`: position p's embedding plus token type t's.
         let mut pos_type = Vec::with_capacity(config.type_vocab_size * positions * h);
         for t in 0..config.type_vocab_size {
-            let type_t: Vec<f32> = types.range(t * h, (t + 1) * h).collect();
+            let type_t: Vec<f32> = match types {
+                Some(types) => types.range(t * h, (t + 1) * h).collect(),
+                None => vec![0.0; h],
+            };
             pos_type.extend(pos_rows.iter().enumerate().map(|(i, p)| p + type_t[i % h]));
         }
         let pos_type_emb = Tensor::from_vec(pos_type, &[config.type_vocab_size * positions, h])?;
@@ -330,14 +340,10 @@ impl BertModel {
         let scale = 1.0 / (config.head_dim() as f32).sqrt();
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for l in 0..config.num_hidden_layers {
-            let p = format!("encoder.layer.{l}.");
+            let n = LayerNames::of(&config.model_type, l);
             let mut qkv_w = vec![0.0f32; h * 3 * h];
             let mut qkv_b = vec![0.0f32; 3 * h];
-            for (j, (part, s)) in [("query", scale), ("key", 1.0), ("value", 1.0)]
-                .into_iter()
-                .enumerate()
-            {
-                let name = format!("{p}attention.self.{part}");
+            for (j, (name, s)) in n.qkv.iter().zip([scale, 1.0, 1.0]).enumerate() {
                 r.linear_into(
                     &format!("{name}.weight"),
                     [h, h],
@@ -355,21 +361,29 @@ impl BertModel {
                     &mut qkv_b[j * h..(j + 1) * h],
                 )?;
             }
+            let (w, b) = (".weight", ".bias");
             layers.push(Layer {
                 qkv_w: r.weight(qkv_w, [h, 3 * h])?,
                 qkv_b: Tensor::from_vec(qkv_b, &[3 * h])?,
-                out_w: r.linear(&format!("{p}attention.output.dense.weight"), h, h)?,
-                out_b: r.tensor(&format!("{p}attention.output.dense.bias"), &[h])?,
-                ln1_w: r.tensor(&format!("{p}attention.output.LayerNorm.weight"), &[h])?,
-                ln1_b: r.tensor(&format!("{p}attention.output.LayerNorm.bias"), &[h])?,
-                ff_in_w: r.linear(&format!("{p}intermediate.dense.weight"), inter, h)?,
-                ff_in_b: r.tensor(&format!("{p}intermediate.dense.bias"), &[inter])?,
-                ff_out_w: r.linear(&format!("{p}output.dense.weight"), h, inter)?,
-                ff_out_b: r.tensor(&format!("{p}output.dense.bias"), &[h])?,
-                ln2_w: r.tensor(&format!("{p}output.LayerNorm.weight"), &[h])?,
-                ln2_b: r.tensor(&format!("{p}output.LayerNorm.bias"), &[h])?,
+                out_w: r.linear(&(n.out.clone() + w), h, h)?,
+                out_b: r.tensor(&(n.out + b), &[h])?,
+                ln1_w: r.tensor(&(n.ln1.clone() + w), &[h])?,
+                ln1_b: r.tensor(&(n.ln1 + b), &[h])?,
+                ff_in_w: r.linear(&(n.ff_in.clone() + w), inter, h)?,
+                ff_in_b: r.tensor(&(n.ff_in + b), &[inter])?,
+                ff_out_w: r.linear(&(n.ff_out.clone() + w), h, inter)?,
+                ff_out_b: r.tensor(&(n.ff_out + b), &[h])?,
+                ln2_w: r.tensor(&(n.ln2.clone() + w), &[h])?,
+                ln2_b: r.tensor(&(n.ln2 + b), &[h])?,
             });
         }
+        let rel_bias = match config.relative_attention_num_buckets {
+            0 => None,
+            buckets => Some(RelativeBias::new(r.tensor(
+                "encoder.relative_attention_bias.weight",
+                &[buckets, config.num_attention_heads],
+            )?)),
+        };
         let act = Activation::parse(&config.hidden_act).map_err(|msg| ModelError::Format {
             path: PathBuf::from("config.json"),
             msg,
@@ -384,6 +398,7 @@ impl BertModel {
             emb_ln_w,
             emb_ln_b,
             layers,
+            rel_bias,
         };
         Ok((model, extra))
     }
