@@ -39,6 +39,11 @@ and [SEP] are ids 2 and 3, not BERT's 101 and 102), then the modules named:
                   tokenizer's [PAD] and [UNK] swap ids, because Hugging Face's MPNet
                   takes id 1 as padding whatever the config says; the texts include
                   one longer than 128 tokens.
+- qwen3:          a Qwen3 decoder (`model_type` qwen3: causal attention, 4 query heads
+                  sharing 2 key/value heads of width 16 (so heads x head_dim is not
+                  hidden_size), RMS norms, q/k norms, rotary positions with theta
+                  1e6, SwiGLU, no biases), Pooling(lasttoken), Normalize, and the
+                  instruction prompt `query` as Qwen3-Embedding's card writes it.
 
 "classic" rewrites modules.json with the `sentence_transformers.models.X` type names of
 sentence-transformers up to 5, and the pooling config with its one boolean key per
@@ -65,6 +70,8 @@ from transformers import (
     BertModel,
     MPNetConfig,
     MPNetModel,
+    Qwen3Config,
+    Qwen3Model,
     XLMRobertaConfig,
     XLMRobertaModel,
 )
@@ -119,7 +126,21 @@ def encoder(seed, tmp, arch="bert"):
     else:
         tok = AutoTokenizer.from_pretrained(TOKENIZER)
     max_len = 64
-    if arch == "mpnet":
+    if arch == "qwen3":
+        cfg = Qwen3Config(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            max_position_embeddings=max_len,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+        model = Qwen3Model(cfg)
+    elif arch == "mpnet":
         max_len = 160
         cfg = MPNetConfig(
             vocab_size=len(tok),
@@ -165,7 +186,7 @@ def encoder(seed, tmp, arch="bert"):
         model = BertModel(cfg, add_pooling_layer=False)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "LayerNorm.weight" in name or "layer_norm.weight" in name:
+            if "LayerNorm.weight" in name or "layer_norm.weight" in name or "norm.weight" in name:
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
             else:
                 p.copy_(0.3 * torch.randn_like(p))
@@ -277,6 +298,20 @@ def main():
         ),
         ("xlm-roberta", 18, ["mean"], {"normalize": True, "arch": "xlm-roberta"}, False),
         ("mpnet", 19, ["mean"], {"normalize": True, "arch": "mpnet"}, False),
+        (
+            "qwen3",
+            20,
+            ["lasttoken"],
+            {
+                "normalize": True,
+                "arch": "qwen3",
+                "prompts": {
+                    "query": "Instruct: Given a web search query, retrieve relevant "
+                    "passages that answer the query\nQuery:"
+                },
+            },
+            False,
+        ),
     ]
     only = set(sys.argv[1:])
     for name, seed, modes, kw, is_classic in specs:

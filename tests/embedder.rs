@@ -106,6 +106,8 @@ fn token_ids(e: &Embedder, texts: &[String]) -> Vec<Vec<u32>> {
 fn reference(e: &Embedder, texts: &[String]) -> Vec<Vec<f32>> {
     let seqs = token_ids(e, texts);
     e.model()
+        .bert()
+        .unwrap()
         .embed(
             &seqs,
             &EmbedOptions {
@@ -151,19 +153,23 @@ fn ragged_batches_equal_padded_ones() {
     let texts = sentences();
     let seqs = token_ids(e, &texts[..13]);
     let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
-    let padded = e.model().embed_batch(&refs).unwrap();
+    let padded = e.model().bert().unwrap().embed_batch(&refs).unwrap();
     for packing in [Packing::Exact, Packing::Bucketed] {
         let packed = e
             .model()
+            .bert()
+            .unwrap()
             .embed_packed(&refs, Pooling::Mean, packing)
             .unwrap();
         assert_close(&packed, &padded, &format!("{packing:?}"));
     }
     // One sequence, and lengths 1 and 2.
     let tiny: [&[u32]; 3] = [&[101, 102], &[101], refs[3]];
-    let padded = e.model().embed_batch(&tiny).unwrap();
+    let padded = e.model().bert().unwrap().embed_batch(&tiny).unwrap();
     let packed = e
         .model()
+        .bert()
+        .unwrap()
         .embed_packed(&tiny, Pooling::Mean, Packing::Exact)
         .unwrap();
     assert_close(&packed, &padded, "tiny");
@@ -202,7 +208,7 @@ fn a_malformed_request_fails_alone() {
     let e = large_batches();
     let texts = sentences();
     let want = reference(e, &texts[..8]);
-    let vocab = e.model().config().vocab_size as u32;
+    let vocab = e.model().vocab_size() as u32;
     let barrier = Arc::new(Barrier::new(8));
     let handles: Vec<_> = (0..8)
         .map(|t| {
@@ -266,7 +272,7 @@ fn long_texts_are_truncated_to_the_models_maximum() {
         .to_vec();
     assert_eq!(ids.len(), 256);
     assert_eq!(*ids.last().unwrap(), 102, "[SEP] kept at the end");
-    let want = e.model().embed_batch(&[&ids]).unwrap();
+    let want = e.model().bert().unwrap().embed_batch(&[&ids]).unwrap();
     assert_close(&got.vectors, &want, "truncated");
 }
 

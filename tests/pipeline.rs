@@ -111,9 +111,9 @@ fn max_pooling_from_a_classic_module_list() {
 #[test]
 fn an_xlm_roberta_encoder_counts_positions_past_the_padding_id() {
     let e = check("xlm-roberta");
-    assert_eq!(e.model().config().model_type, "xlm-roberta");
+    assert_eq!(e.model().model_type(), "xlm-roberta");
     assert_eq!(
-        e.model().config().position_offset,
+        e.model().bert().unwrap().config().position_offset,
         1,
         "pad_token_id 0, plus one"
     );
@@ -351,12 +351,23 @@ fn every_mode_gives_a_text_the_same_bits_alone_as_in_a_batch() {
 fn an_mpnet_encoder_adds_its_relative_position_bias() {
     // Its texts include one of 160 tokens, whose far keys share the last bucket.
     let e = check("mpnet");
-    let cfg = e.model().config();
+    let cfg = e.model().bert().unwrap().config();
     assert_eq!(cfg.model_type, "mpnet");
     assert_eq!(cfg.relative_attention_num_buckets, 32);
     assert_eq!(
         cfg.position_offset, 2,
         "Hugging Face's padding id 1, plus one"
     );
+    assert!(e.normalizes());
+}
+
+#[test]
+fn a_qwen3_decoder_pools_its_last_token_with_the_instruction_prompt() {
+    // Causal attention, 4 query heads on 2 key/value heads, q/k norms, rotary
+    // positions, SwiGLU; with and without the `query` prompt.
+    let e = check("qwen3");
+    assert_eq!(e.model().model_type(), "qwen3");
+    assert_eq!(e.pooling(), [Pooling::LastToken]);
+    assert!(e.prompts().contains_key("query"));
     assert!(e.normalizes());
 }

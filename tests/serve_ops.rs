@@ -465,7 +465,7 @@ fn a_panicking_batch_fails_only_its_own_requests() {
     // A wait of 100 ms puts concurrent requests in one batch.
     let e = embedder(1, 100, None);
     let gate = Arc::new(Gate::default());
-    let poison = e.model().config().vocab_size as u32 - 1;
+    let poison = e.model().vocab_size() as u32 - 1;
     runtime().block_on(async {
         let s = start_gated(&e, server::Options::default(), &gate).await;
         gate.poison.store(poison, Ordering::Relaxed);

@@ -39,26 +39,18 @@ use super::request::{Request, Ticket};
 use super::{EmbedError, EmbedderSettings, Embeddings};
 use crate::models::bert::Packing;
 use crate::models::head::Head;
-use crate::models::{BertClassifier, BertModel};
+use crate::models::{BertClassifier, TextModel};
 
 /// The forward pass the workers run on a batch.
 pub(super) enum Net {
     /// Sentence embeddings: the encoder, then the head (pooling, `Dense` layers) and
     /// L2 normalisation where asked.
-    Embed(BertModel, Head),
+    Embed(Arc<TextModel>, Head),
     /// A classifier's logits for each sequence, with its token types.
-    Classify(BertClassifier),
+    Classify(Arc<BertClassifier>),
 }
 
 impl Net {
-    /// The encoder.
-    pub(super) fn model(&self) -> &BertModel {
-        match self {
-            Net::Embed(model, _) => model,
-            Net::Classify(c) => c.model(),
-        }
-    }
-
     /// One ragged forward pass: a vector (or the logits) per sequence, in order;
     /// embeddings L2-normalised where `normalize` says and with each sequence's
     /// first `prompt` tokens its prompt (one entry per sequence).
@@ -70,9 +62,7 @@ impl Net {
         normalize: &[bool],
     ) -> crate::Result<Vec<Vec<f32>>> {
         match self {
-            Net::Embed(model, head) => {
-                model.embed_packed_head(seqs, head, Packing::Bucketed, prompt, normalize)
-            }
+            Net::Embed(model, head) => model.embed_packed_head(seqs, head, prompt, normalize),
             Net::Classify(c) => c.classify_packed(seqs, types, Packing::Bucketed),
         }
     }
@@ -236,11 +226,6 @@ impl Batcher {
         });
         q.tokens -= freed;
         before - q.items.len()
-    }
-
-    /// The forward pass the batches run.
-    pub(super) fn net(&self) -> &Net {
-        &self.net
     }
 
     /// The settings the workers run with.
@@ -485,14 +470,17 @@ pub(super) mod tests {
     use super::*;
     use crate::models::bert::testing;
     use crate::models::pooling::Pooling;
-    use crate::models::BertConfig;
+    use crate::models::{BertConfig, BertModel};
 
     /// A token whose batch fails (`Batcher::embed` under test).
     pub(crate) const POISON: u32 = 13;
 
     /// [`tiny_model`] with mean pooling.
     fn tiny_net() -> Net {
-        Net::Embed(tiny_model(), Head::pooling_only(8, Pooling::Mean))
+        Net::Embed(
+            Arc::new(TextModel::Bert(tiny_model())),
+            Head::pooling_only(8, Pooling::Mean),
+        )
     }
 
     /// A one-layer BERT of width 8 with deterministic weights.

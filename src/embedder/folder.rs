@@ -1,4 +1,5 @@
-//! Reading a sentence-transformers model folder: the BERT weights and config, the
+//! Reading a sentence-transformers model folder: the encoder's weights and config
+//! (any [`TextModel`] family), the
 //! tokenizer set up as sentence-transformers runs it (no padding, truncation at the
 //! model's `max_seq_length`), and the module list after the encoder (`pipeline.rs`). Every failure names the file and
 //! what was wrong with it. The helpers a cross-encoder folder also needs (the JSON
@@ -10,11 +11,11 @@ use tokenizers::{Tokenizer, TruncationDirection, TruncationParams};
 
 use super::pipeline::Pipeline;
 use super::EmbedError;
-use crate::models::{BertModel, ModelError, Precision};
+use crate::models::{ModelError, Precision, TextModel};
 
 /// What [`Embedder`](super::Embedder) needs from a model folder.
 pub(super) struct Folder {
-    pub(super) model: BertModel,
+    pub(super) model: TextModel,
     pub(super) tokenizer: Tokenizer,
     /// The modules after the encoder, the prompts.
     pub(super) pipeline: Pipeline,
@@ -45,25 +46,29 @@ pub(super) fn read_json(path: &Path) -> Result<Option<serde_json::Value>, EmbedE
 impl Folder {
     pub(super) fn load(dir: &Path, precision: Precision) -> Result<Folder, EmbedError> {
         check_dir(dir, "a sentence-transformers model folder")?;
-        // The hidden width the head is checked against comes from the encoder's
-        // config, read again (cheaply) once the module list names its folder.
-        let probe = match crate::models::BertConfig::load(&encoder_dir(dir)?.join("config.json")) {
-            Ok(cfg) => cfg,
-            Err(e) => {
-                // A module the engine does not run is the first thing to say.
-                super::pipeline::check_modules(dir)?;
-                return Err(model_error(dir, e));
-            }
+        // The hidden width the head is checked against, read from the encoder's
+        // config before its weights are.
+        let enc_config = encoder_dir(dir)?.join("config.json");
+        let hidden = read_json(&enc_config)
+            .ok()
+            .flatten()
+            .and_then(|v| v.get("hidden_size")?.as_u64());
+        let Some(hidden) = hidden else {
+            // A module the engine does not run is the first thing to say; then why
+            // the config is unusable.
+            super::pipeline::check_modules(dir)?;
+            let e = TextModel::load_as(&encoder_dir(dir)?, precision).err();
+            let msg = "no usable `hidden_size`";
+            return Err(e.map_or_else(|| load_error(&enc_config, msg), |e| model_error(dir, e)));
         };
-        let pipeline = Pipeline::load(dir, probe.hidden_size)?;
+        let pipeline = Pipeline::load(dir, hidden as usize)?;
         let enc = pipeline.encoder.as_path();
-        let model = BertModel::load_as(enc, precision).map_err(|e| model_error(enc, e))?;
-        let cfg = model.config();
+        let model = TextModel::load_as(enc, precision).map_err(|e| model_error(enc, e))?;
         let max_tokens = max_seq_length(enc)?
             .or(max_seq_length(dir)?)
-            .unwrap_or(cfg.positions())
-            .min(cfg.positions());
-        let mut tokenizer = load_tokenizer(enc, cfg.vocab_size)?;
+            .unwrap_or(model.positions())
+            .min(model.positions());
+        let mut tokenizer = load_tokenizer(enc, model.vocab_size())?;
         truncate(&mut tokenizer, enc, max_tokens, TruncationDirection::Right)?;
         Ok(Folder {
             pipeline,

@@ -51,7 +51,9 @@ use std::time::Duration;
 use tokenizers::Tokenizer;
 
 use crate::models::bert::Pooling;
-use crate::models::{BertModel, Precision};
+#[cfg(doc)]
+use crate::models::BertModel;
+use crate::models::{Precision, TextModel};
 use batcher::{Done, Net, Workers};
 
 /// How an [`Embedder`] batches and spreads its work. `Default` gives sensible values
@@ -142,6 +144,8 @@ pub struct Embeddings {
 /// Dropping the last handle lets the workers finish what is queued and joins them.
 pub struct Embedder {
     workers: Workers,
+    /// The model the workers run (shared with them).
+    model: Arc<TextModel>,
     tokenizer: Tokenizer,
     max_tokens: usize,
     /// The pooling modes and the vectors' width (the head's, which the workers own).
@@ -187,8 +191,10 @@ impl Embedder {
         let f = folder::Folder::load(dir.as_ref(), settings.precision)?;
         let p = f.pipeline;
         let (pooling, dim) = (p.head.pooling().to_vec(), p.head.dim());
-        let net = Net::Embed(f.model, p.head);
+        let model = Arc::new(f.model);
+        let net = Net::Embed(Arc::clone(&model), p.head);
         Ok(Embedder {
+            model,
             workers: Workers::start(net, settings, f.max_tokens, "streamfuse-embed")?,
             tokenizer: f.tokenizer,
             max_tokens: f.max_tokens,
@@ -323,7 +329,7 @@ impl Embedder {
         how: (bool, usize),
         done: Done,
     ) -> Result<Ticket, EmbedError> {
-        let vocab = self.model().config().vocab_size;
+        let vocab = self.model().vocab_size();
         for (index, s) in seqs.iter().enumerate() {
             check_ids(index, s, self.max_tokens, vocab)?;
         }
@@ -358,9 +364,10 @@ impl Embedder {
         self.workers.batcher().settings()
     }
 
-    /// The model, for callers that also want [`BertModel::embed`] and the like.
-    pub fn model(&self) -> &BertModel {
-        self.workers.batcher().net().model()
+    /// The text model, for callers that also want its config or, for a BERT-family
+    /// model, [`BertModel::embed`] and the like ([`TextModel::bert`]).
+    pub fn model(&self) -> &TextModel {
+        &self.model
     }
 
     /// The pooling modes read from the folder, in the order they are concatenated.

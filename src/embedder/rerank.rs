@@ -14,7 +14,9 @@ use super::{
     check_ids, wait_for, BatchObserver, EmbedError, EmbedderSettings, Embeddings, QueueDepth,
     Ticket,
 };
-use crate::models::BertModel;
+use std::sync::Arc;
+
+use crate::models::{BertClassifier, BertModel};
 
 /// What to do with a pair longer than the model takes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -67,6 +69,8 @@ impl Scores {
 /// what is queued and joins them.
 pub struct Reranker {
     workers: Workers,
+    /// The classifier the workers run (shared with them).
+    classifier: Arc<BertClassifier>,
     right: Tokenizer,
     left: Tokenizer,
     whole: Tokenizer,
@@ -91,8 +95,10 @@ impl Reranker {
         settings: EmbedderSettings,
     ) -> Result<Reranker, EmbedError> {
         let f = CrossEncoderFolder::load(dir.as_ref(), settings.precision)?;
-        let net = Net::Classify(f.classifier);
+        let classifier = Arc::new(f.classifier);
+        let net = Net::Classify(Arc::clone(&classifier));
         Ok(Reranker {
+            classifier,
             workers: Workers::start(net, settings, f.max_tokens, "streamfuse-rerank")?,
             right: f.right,
             left: f.left,
@@ -220,7 +226,7 @@ impl Reranker {
 
     /// The encoder under the classifier head.
     pub fn model(&self) -> &BertModel {
-        self.workers.batcher().net().model()
+        self.classifier.model()
     }
 
     /// The folder's tokenizer as pairs are cut by default ([`Truncation::Right`] at

@@ -29,8 +29,9 @@ fn warn_slow(p: Precision) {
     }
 }
 
-/// Reads tensors out of a parsed safetensors file and converts them to f32 vectors.
-pub(super) struct WeightReader<'a> {
+/// Reads tensors out of a parsed safetensors file and converts them to f32 vectors
+/// (also what the other families' loaders read their files with).
+pub(in crate::models) struct WeightReader<'a> {
     st: SafeTensors<'a>,
     path: &'a Path,
     /// What the matrix weights become.
@@ -64,6 +65,47 @@ impl<'a> Raw<'a> {
 }
 
 impl<'a> WeightReader<'a> {
+    /// A reader of the safetensors file `bytes` (`path` names it in errors), making
+    /// matrix weights in `precision`.
+    pub(in crate::models) fn open(
+        bytes: &'a [u8],
+        path: &'a Path,
+        precision: Precision,
+    ) -> std::result::Result<WeightReader<'a>, ModelError> {
+        let st = SafeTensors::deserialize(bytes).map_err(|e| ModelError::Format {
+            path: path.to_path_buf(),
+            msg: format!("not a valid safetensors file: {e:?}"),
+        })?;
+        Ok(WeightReader {
+            st,
+            path,
+            precision,
+        })
+    }
+
+    /// The linear weights `parts` (each `(name, out)`, `[out, inp]` in the file) side
+    /// by side as one `[inp, Σ out]` weight in the model's precision, each part
+    /// times its `scale`: one product for several projections of the same input.
+    pub(in crate::models) fn linears_joined(
+        &self,
+        parts: &[(&str, usize, f32)],
+        inp: usize,
+    ) -> std::result::Result<Tensor, ModelError> {
+        let cols: usize = parts.iter().map(|p| p.1).sum();
+        let mut w = vec![0.0f32; inp * cols];
+        let mut first = 0;
+        for &(name, out, scale) in parts {
+            let dst = Columns {
+                data: &mut w,
+                cols,
+                first,
+            };
+            self.linear_into(name, [out, inp], scale, dst)?;
+            first += out;
+        }
+        self.weight(w, [inp, cols])
+    }
+
     fn err(&self, msg: String) -> ModelError {
         ModelError::Format {
             path: self.path.to_path_buf(),
@@ -71,8 +113,8 @@ impl<'a> WeightReader<'a> {
         }
     }
 
-    /// The raw little-endian bytes of `name` (also tried with a `bert.`, `roberta.` or
-    /// `mpnet.` prefix),
+    /// The raw little-endian bytes of `name` (also tried with a `bert.`, `roberta.`,
+    /// `mpnet.` or `model.` prefix),
     /// checked against `shape`: f32 or bf16.
     fn bytes(&self, name: &str, shape: &[usize]) -> std::result::Result<Raw<'a>, ModelError> {
         let view = self
@@ -81,6 +123,7 @@ impl<'a> WeightReader<'a> {
             .or_else(|_| self.st.tensor(&format!("bert.{name}")))
             .or_else(|_| self.st.tensor(&format!("roberta.{name}")))
             .or_else(|_| self.st.tensor(&format!("mpnet.{name}")))
+            .or_else(|_| self.st.tensor(&format!("model.{name}")))
             .map_err(|_| self.err(format!("weight `{name}` is missing")))?;
         if view.shape() != shape {
             return Err(self.err(format!(
@@ -119,7 +162,7 @@ impl<'a> WeightReader<'a> {
     }
 
     /// `name` as a tensor of `shape`, converted in one pass.
-    pub(super) fn tensor(
+    pub(in crate::models) fn tensor(
         &self,
         name: &str,
         shape: &[usize],
@@ -147,7 +190,7 @@ impl<'a> WeightReader<'a> {
 
     /// The linear weight `name` (`[out, in]` in the file) as an `[in, out]` tensor, kept
     /// packed for products in the model's precision.
-    fn linear(
+    pub(in crate::models) fn linear(
         &self,
         name: &str,
         out: usize,
@@ -290,15 +333,7 @@ impl BertModel {
             path: PathBuf::from("config.json"),
             msg,
         })?;
-        let st = SafeTensors::deserialize(bytes).map_err(|e| ModelError::Format {
-            path: path.to_path_buf(),
-            msg: format!("not a valid safetensors file: {e:?}"),
-        })?;
-        let r = WeightReader {
-            st,
-            path,
-            precision,
-        };
+        let r = WeightReader::open(bytes, path, precision)?;
         let h = config.hidden_size;
         let inter = config.intermediate_size;
         let positions = config.positions();

@@ -1,0 +1,105 @@
+//! Loading a Qwen3 model: `config.json` and `model.safetensors` from a folder
+//! ([`Qwen3Model::load_as`]), each weight checked by name, dtype and shape and
+//! converted straight into the layout the forward pass uses, and the rotary tables.
+
+use std::path::{Path, PathBuf};
+
+use super::super::bert::WeightReader;
+use super::super::{ModelError, Precision};
+use super::{Layer, Qwen3Config, Qwen3Model};
+use crate::Tensor;
+
+impl Qwen3Model {
+    /// Loads `config.json` and `model.safetensors` from the model folder `dir`, with
+    /// the matrix weights in `precision` (the norms and the token embeddings stay
+    /// f32).
+    pub fn load_as(
+        dir: &Path,
+        precision: Precision,
+    ) -> std::result::Result<Qwen3Model, ModelError> {
+        let config = Qwen3Config::load(&dir.join("config.json"))?;
+        let path = dir.join("model.safetensors");
+        let bytes = std::fs::read(&path).map_err(|error| ModelError::Io {
+            path: path.clone(),
+            error,
+        })?;
+        Qwen3Model::from_safetensors_as(config, &bytes, &path, precision)
+    }
+
+    /// Builds the model from `config` and the bytes of a safetensors file (`path`
+    /// names it in errors).
+    pub fn from_safetensors_as(
+        config: Qwen3Config,
+        bytes: &[u8],
+        path: &Path,
+        precision: Precision,
+    ) -> std::result::Result<Qwen3Model, ModelError> {
+        let r = WeightReader::open(bytes, path, precision)?;
+        let c = &config;
+        let (h, dh, inter) = (c.hidden_size, c.head_dim, c.intermediate_size);
+        let (q_out, kv_out) = (c.num_attention_heads * dh, c.num_key_value_heads * dh);
+        let scale = 1.0 / (dh as f32).sqrt();
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        for l in 0..c.num_hidden_layers {
+            let p = format!("layers.{l}.");
+            let name = |s: &str| format!("{p}{s}.weight");
+            let (q, k, v) = (
+                name("self_attn.q_proj"),
+                name("self_attn.k_proj"),
+                name("self_attn.v_proj"),
+            );
+            let (gate, up) = (name("mlp.gate_proj"), name("mlp.up_proj"));
+            let q_norm = r.tensor(&name("self_attn.q_norm"), &[dh])?;
+            layers.push(Layer {
+                in_norm: r.tensor(&name("input_layernorm"), &[h])?,
+                qkv_w: r
+                    .linears_joined(&[(&q, q_out, 1.0), (&k, kv_out, 1.0), (&v, kv_out, 1.0)], h)?,
+                // The attention scale, folded into the query norm's weight: the
+                // norm's output is what the scores multiply.
+                q_norm: Tensor::from_vec(
+                    q_norm.to_vec::<f32>()?.iter().map(|w| w * scale).collect(),
+                    &[dh],
+                )?,
+                k_norm: r.tensor(&name("self_attn.k_norm"), &[dh])?,
+                out_w: r.linear(&name("self_attn.o_proj"), h, q_out)?,
+                post_norm: r.tensor(&name("post_attention_layernorm"), &[h])?,
+                gate_up_w: r.linears_joined(&[(&gate, inter, 1.0), (&up, inter, 1.0)], h)?,
+                down_w: r.linear(&name("mlp.down_proj"), h, inter)?,
+            });
+        }
+        let (cos, sin) = rotary_tables(c).map_err(|e| ModelError::Format {
+            path: PathBuf::from("config.json"),
+            msg: format!("rotary tables: {e}"),
+        })?;
+        Ok(Qwen3Model {
+            embed: r.tensor("embed_tokens.weight", &[c.vocab_size, h])?,
+            final_norm: r.tensor("norm.weight", &[h])?,
+            layers,
+            cos,
+            sin,
+            precision,
+            config,
+        })
+    }
+}
+
+/// The cosines and sines of the rotary angles, `[max_position_embeddings, head_dim /
+/// 2]` each: position `p`, pair `i` turns by `p · θ^(-2i / head_dim)`. Computed in
+/// f32 step by step as Hugging Face's `Qwen3RotaryEmbedding` does (inverse
+/// frequencies, then their products with the positions, then cos and sin), so the
+/// angles round as its do.
+fn rotary_tables(c: &Qwen3Config) -> crate::Result<(Tensor, Tensor)> {
+    let half = c.head_dim / 2;
+    let theta = c.rope_theta as f32;
+    let inv: Vec<f32> = (0..half)
+        .map(|i| 1.0 / theta.powf((2 * i) as f32 / c.head_dim as f32))
+        .collect();
+    let n = c.max_position_embeddings;
+    let angles: Vec<f32> = (0..n)
+        .flat_map(|p| inv.iter().map(move |f| p as f32 * f))
+        .collect();
+    Ok((
+        Tensor::from_vec(angles.iter().map(|a| a.cos()).collect(), &[n, half])?,
+        Tensor::from_vec(angles.iter().map(|a| a.sin()).collect(), &[n, half])?,
+    ))
+}
