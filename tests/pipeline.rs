@@ -371,3 +371,52 @@ fn a_qwen3_decoder_pools_its_last_token_with_the_instruction_prompt() {
     assert!(e.prompts().contains_key("query"));
     assert!(e.normalizes());
 }
+
+#[test]
+fn reduced_precisions_keep_their_contracts_on_every_family() {
+    use streamfuse::models::Precision;
+    // Precision's contracts: minimum cosine to the f32 embeddings.
+    for name in ["cls-normalize", "xlm-roberta", "mpnet", "qwen3"] {
+        let dir = fixture(name);
+        let v: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+                .unwrap();
+        let texts: Vec<&str> = v["texts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        let at = |precision| {
+            let settings = EmbedderSettings {
+                workers: 1,
+                idle_trim: None,
+                precision,
+                ..EmbedderSettings::default()
+            };
+            Embedder::load_with(&dir, settings)
+                .unwrap()
+                .embed(&texts)
+                .unwrap()
+        };
+        let f32s = at(Precision::F32);
+        for (precision, bound) in [
+            (Precision::Bf16, 0.9999),
+            (Precision::Int8, 0.99),
+            (Precision::Bf16x3, 0.99999),
+        ] {
+            let got = at(precision);
+            let min_cos = got
+                .iter()
+                .zip(&f32s)
+                .map(|(a, b)| {
+                    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| f64::from(x * y)).sum();
+                    let n = |v: &[f32]| v.iter().map(|&x| f64::from(x * x)).sum::<f64>().sqrt();
+                    dot / (n(a) * n(b))
+                })
+                .fold(1.0f64, f64::min);
+            eprintln!("{name} {precision}: min cosine to f32 {min_cos}");
+            assert!(min_cos >= bound, "{name} {precision}: {min_cos} < {bound}");
+        }
+    }
+}
