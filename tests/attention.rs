@@ -247,6 +247,18 @@ fn empty_and_degenerate_shapes_do_not_panic() {
     assert!(worst_rel(&got, &want) <= BOUND);
 }
 
+/// A packed batch of sequences of `lens` tokens: its total, its offsets and q, k and
+/// v `[heads, total, dh]`.
+fn packed_case(lens: &[usize], heads: usize, dh: usize) -> (usize, Vec<u32>, [Tensor; 3]) {
+    let total: usize = lens.iter().sum();
+    let mut offsets = vec![0u32];
+    for l in lens {
+        offsets.push(offsets.last().unwrap() + *l as u32);
+    }
+    let qkv = [(1, 2.0), (2, 2.0), (3, 1.0)].map(|(seed, x)| tensor(&[heads, total, dh], seed, x));
+    (total, offsets, qkv)
+}
+
 /// Each sequence of a packed batch, run alone through `Tensor::attention`, as the
 /// packed result's rows `[total, heads, dh]`.
 fn per_sequence(q: &Tensor, k: &Tensor, v: &Tensor, offsets: &[u32], scale: f32) -> Vec<f32> {
@@ -297,14 +309,7 @@ fn ragged_with_a_bias_by_position_equals_each_sequence_alone() {
         (vec![2; 30], 4, 4, 8, 2),
     ] {
         let dh = 16;
-        let total: usize = lens.iter().sum();
-        let mut offsets = vec![0u32];
-        for l in &lens {
-            offsets.push(offsets.last().unwrap() + *l as u32);
-        }
-        let q = tensor(&[heads, total, dh], 1, 2.0);
-        let k = tensor(&[heads, total, dh], 2, 2.0);
-        let v = tensor(&[heads, total, dh], 3, 1.0);
+        let (total, offsets, [q, k, v]) = packed_case(&lens, heads, dh);
         // Large enough to matter: several units against scores of a few.
         let bias = tensor(&[bias_heads, side, side], 4, 6.0);
         let offs = Tensor::from_vec(offsets.clone(), &[offsets.len()]).unwrap();
@@ -372,14 +377,7 @@ fn ragged_batches_equal_each_sequence_alone() {
         (vec![9], 1, 7, 2),
         (vec![2; 30], 4, 16, 2),
     ] {
-        let total: usize = lens.iter().sum();
-        let mut offsets = vec![0u32];
-        for l in &lens {
-            offsets.push(offsets.last().unwrap() + *l as u32);
-        }
-        let q = tensor(&[heads, total, dh], 1, 2.0);
-        let k = tensor(&[heads, total, dh], 2, 2.0);
-        let v = tensor(&[heads, total, dh], 3, 1.0);
+        let (total, offsets, [q, k, v]) = packed_case(&lens, heads, dh);
         let offs = Tensor::from_vec(offsets.clone(), &[offsets.len()]).unwrap();
         let got = std::thread::scope(|s| {
             s.spawn(|| {

@@ -16,6 +16,7 @@
 pub mod accuracy;
 pub mod bert;
 pub mod head;
+mod json;
 pub mod pooling;
 pub mod qwen3;
 mod text;

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::super::ModelError;
+use super::super::{json, ModelError};
 use crate::{Result, Tensor};
 
 /// The `model_type`s run as BERT with RoBERTa's position ids.
@@ -65,18 +65,8 @@ impl BertConfig {
     /// Parses the text of a `config.json`. Missing or ill-typed fields are named in
     /// the error.
     pub fn from_json(text: &str) -> std::result::Result<BertConfig, String> {
-        let v: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
-        let obj = v
-            .as_object()
-            .ok_or_else(|| "expected a JSON object at the top level".to_string())?;
-        let usize_field = |name: &str| -> std::result::Result<usize, String> {
-            obj.get(name)
-                .ok_or_else(|| format!("missing field `{name}`"))?
-                .as_u64()
-                .map(|n| n as usize)
-                .ok_or_else(|| format!("field `{name}` must be a non-negative integer"))
-        };
+        let obj = json::object(text)?;
+        let usize_field = |name: &str| json::usize_field(&obj, name);
         // The architecture comes from `model_type`; a config without one (older
         // exports) is taken as BERT.
         let model_type = match obj.get("model_type") {

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::super::ModelError;
+use super::super::{json, ModelError};
 
 /// The fields of a Qwen3 `config.json` the forward pass needs.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,18 +39,8 @@ impl Qwen3Config {
     /// Parses the text of a `config.json` whose `model_type` is `qwen3`. Missing or
     /// ill-typed fields, and features the engine does not run, are named in the error.
     pub fn from_json(text: &str) -> std::result::Result<Qwen3Config, String> {
-        let v: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
-        let obj = v
-            .as_object()
-            .ok_or_else(|| "expected a JSON object at the top level".to_string())?;
-        let usize_field = |name: &str| -> std::result::Result<usize, String> {
-            obj.get(name)
-                .ok_or_else(|| format!("missing field `{name}`"))?
-                .as_u64()
-                .map(|n| n as usize)
-                .ok_or_else(|| format!("field `{name}` must be a non-negative integer"))
-        };
+        let obj = json::object(text)?;
+        let usize_field = |name: &str| json::usize_field(&obj, name);
         let f64_field = |x: Option<&serde_json::Value>, name: &str, default: f64| match x {
             None | Some(serde_json::Value::Null) => Ok(default),
             Some(x) => x
