@@ -19,3 +19,11 @@ pub(super) fn usize_field(obj: &Map<String, Value>, name: &str) -> Result<usize,
         .map(|n| n as usize)
         .ok_or_else(|| format!("field `{name}` must be a non-negative integer"))
 }
+
+/// An error naming the first of `fields` (name, value) that is 0.
+pub(super) fn all_positive(fields: &[(&str, usize)]) -> Result<(), String> {
+    match fields.iter().find(|(_, n)| *n == 0) {
+        Some((name, _)) => Err(format!("field `{name}` must be positive")),
+        None => Ok(()),
+    }
+}

@@ -189,11 +189,7 @@ impl BertConfig {
             ("max_position_embeddings", self.max_position_embeddings),
             ("type_vocab_size", self.type_vocab_size),
         ];
-        for (name, n) in positive {
-            if n == 0 {
-                return Err(format!("field `{name}` must be positive"));
-            }
-        }
+        json::all_positive(&positive)?;
         if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",

@@ -133,11 +133,7 @@ impl Qwen3Config {
             ("head_dim", self.head_dim),
             ("max_position_embeddings", self.max_position_embeddings),
         ];
-        for (name, n) in positive {
-            if n == 0 {
-                return Err(format!("field `{name}` must be positive"));
-            }
-        }
+        json::all_positive(&positive)?;
         if !self
             .num_attention_heads
             .is_multiple_of(self.num_key_value_heads)
