@@ -39,6 +39,12 @@ and [SEP] are ids 2 and 3, not BERT's 101 and 102), then the modules named:
                   tokenizer's [PAD] and [UNK] swap ids, because Hugging Face's MPNet
                   takes id 1 as padding whatever the config says; the texts include
                   one longer than 128 tokens.
+- modernbert:     a ModernBERT encoder (`model_type` modernbert: 3 layers, global
+                  attention in layers 0 and 2 (rotary theta 160000), local attention
+                  of +-8 tokens in layer 1 (`local_attention` 16, theta 10000), GeGLU,
+                  layer norms without biases, 160 positions), Pooling(mean),
+                  Normalize, as modernbert-embed has it; the texts include one of 140
+                  tokens.
 - qwen3:          a Qwen3 decoder (`model_type` qwen3: causal attention, 4 query heads
                   sharing 2 key/value heads of width 16 (so heads x head_dim is not
                   hidden_size), RMS norms, q/k norms, rotary positions with theta
@@ -68,6 +74,8 @@ from transformers import (
     AutoTokenizer,
     BertConfig,
     BertModel,
+    ModernBertConfig,
+    ModernBertModel,
     MPNetConfig,
     MPNetModel,
     Qwen3Config,
@@ -117,7 +125,7 @@ def pad_is_one(tmp):
 
 
 def encoder(seed, tmp, arch="bert"):
-    """A random BERT (or XLM-RoBERTa or MPNet: `arch`) with the tiny tokenizer, saved
+    """A random BERT (or XLM-RoBERTa, MPNet, ModernBERT or Qwen3: `arch`) with the tiny tokenizer, saved
     to `tmp` for Transformer()."""
     torch.manual_seed(seed)
     if arch == "mpnet":
@@ -126,7 +134,27 @@ def encoder(seed, tmp, arch="bert"):
     else:
         tok = AutoTokenizer.from_pretrained(TOKENIZER)
     max_len = 64
-    if arch == "qwen3":
+    if arch == "modernbert":
+        max_len = 160
+        cfg = ModernBertConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            max_position_embeddings=max_len,
+            local_attention=16,
+            global_attn_every_n_layers=2,
+            hidden_activation="gelu",
+            norm_eps=1e-5,
+            pad_token_id=tok.pad_token_id,
+            cls_token_id=tok.cls_token_id,
+            sep_token_id=tok.sep_token_id,
+            bos_token_id=tok.cls_token_id,
+            eos_token_id=tok.sep_token_id,
+        )
+        model = ModernBertModel(cfg)
+    elif arch == "qwen3":
         cfg = Qwen3Config(
             vocab_size=len(tok),
             hidden_size=32,
@@ -298,6 +326,7 @@ def main():
         ),
         ("xlm-roberta", 18, ["mean"], {"normalize": True, "arch": "xlm-roberta"}, False),
         ("mpnet", 19, ["mean"], {"normalize": True, "arch": "mpnet"}, False),
+        ("modernbert", 21, ["mean"], {"normalize": True, "arch": "modernbert"}, False),
         (
             "qwen3",
             20,

@@ -287,11 +287,11 @@ fn an_unknown_model_type_or_hidden_act_is_refused_by_name() {
         replace(
             &d.join("config.json"),
             "\"model_type\": \"bert\"",
-            "\"model_type\": \"modernbert\"",
+            "\"model_type\": \"deberta-v2\"",
         )
     });
     let m = refusal(&d);
-    assert!(m.contains("modernbert") && m.contains("model_type"), "{m}");
+    assert!(m.contains("deberta-v2") && m.contains("model_type"), "{m}");
     let d = edited("max", |d| {
         replace(
             &d.join("config.json"),
@@ -362,6 +362,16 @@ fn an_mpnet_encoder_adds_its_relative_position_bias() {
 }
 
 #[test]
+fn a_modernbert_encoder_alternates_global_and_local_attention() {
+    // Layers 0 and 2 global (rotary theta 160000), layer 1 within +-8 tokens (theta
+    // 10000), GeGLU, norms without biases; its texts include one of 140 tokens.
+    let e = check("modernbert");
+    assert_eq!(e.model().model_type(), "modernbert");
+    assert_eq!(e.pooling(), [Pooling::Mean]);
+    assert!(e.normalizes());
+}
+
+#[test]
 fn a_qwen3_decoder_pools_its_last_token_with_the_instruction_prompt() {
     // Causal attention, 4 query heads on 2 key/value heads, q/k norms, rotary
     // positions, SwiGLU; with and without the `query` prompt.
@@ -376,7 +386,13 @@ fn a_qwen3_decoder_pools_its_last_token_with_the_instruction_prompt() {
 fn reduced_precisions_keep_their_contracts_on_every_family() {
     use streamfuse::models::Precision;
     // Precision's contracts: minimum cosine to the f32 embeddings.
-    for name in ["cls-normalize", "xlm-roberta", "mpnet", "qwen3"] {
+    for name in [
+        "cls-normalize",
+        "xlm-roberta",
+        "mpnet",
+        "modernbert",
+        "qwen3",
+    ] {
         let dir = fixture(name);
         let v: Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())

@@ -6,9 +6,10 @@
 //! forward pass with mean pooling and L2 normalisation, and length-sorted batching over
 //! one or many streams, and its sequence-classification head (`BertClassifier`, the
 //! cross-encoder rerankers' architecture), with RoBERTa's families and MPNet on the
-//! same encoder. [`qwen3`] owns the Qwen3 decoder run as an embedder
-//! (Qwen3-Embedding). [`TextModel`] is either, chosen by the folder's `model_type`,
-//! for the `Embedder`. The library loads a model folder it is given; finding or
+//! same encoder. [`modernbert`] owns the ModernBERT encoder (rotary positions,
+//! alternating global and local attention, GeGLU), and [`qwen3`] the Qwen3 decoder run
+//! as an embedder (Qwen3-Embedding); `ragged` packs their batches. [`TextModel`] is
+//! any of them, chosen by the folder's `model_type`, for the `Embedder`. The library loads a model folder it is given; finding or
 //! fetching one is the examples' job (`examples/common/fetch.rs`). Models use nothing
 //! but the public tensor API, so every engine improvement (fusion, plan cache, memory
 //! planning) speeds them up without changing them.
@@ -17,12 +18,15 @@ pub mod accuracy;
 pub mod bert;
 pub mod head;
 mod json;
+pub mod modernbert;
 pub mod pooling;
 pub mod qwen3;
+mod ragged;
 mod text;
 
 pub use accuracy::{agreement, Agreement};
 pub use bert::{BertClassifier, BertConfig, BertModel, EmbedOptions};
+pub use modernbert::{ModernBertConfig, ModernBertModel};
 pub use qwen3::{Qwen3Config, Qwen3Model};
 pub use text::TextModel;
 

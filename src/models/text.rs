@@ -1,12 +1,13 @@
 //! [`TextModel`]: the encoder of a sentence-embedding folder, whichever family its
 //! `config.json` names (`model_type`), behind one interface the
 //! [`Embedder`](crate::embedder::Embedder) runs: BERT's encoder (with RoBERTa's
-//! families and MPNet) or a Qwen3 decoder.
+//! families and MPNet), ModernBERT's encoder or a Qwen3 decoder.
 
 use std::path::Path;
 
 use super::bert::Packing;
 use super::head::Head;
+use super::modernbert::ModernBertModel;
 use super::qwen3::Qwen3Model;
 use super::{BertModel, ModelError, Precision};
 use crate::Result;
@@ -15,6 +16,8 @@ use crate::Result;
 pub enum TextModel {
     /// BERT, RoBERTa's families (`roberta`, `xlm-roberta`, `camembert`) and MPNet.
     Bert(BertModel),
+    /// ModernBERT (`modernbert`).
+    ModernBert(ModernBertModel),
     /// Qwen3 (`qwen3`), a decoder run as an embedder.
     Qwen3(Qwen3Model),
 }
@@ -33,6 +36,9 @@ impl TextModel {
             .ok()
             .and_then(|v| v.get("model_type")?.as_str().map(str::to_string));
         match kind.as_deref() {
+            Some("modernbert") => Ok(TextModel::ModernBert(ModernBertModel::load_as(
+                dir, precision,
+            )?)),
             Some("qwen3") => Ok(TextModel::Qwen3(Qwen3Model::load_as(dir, precision)?)),
             _ => Ok(TextModel::Bert(BertModel::load_as(dir, precision)?)),
         }
@@ -42,6 +48,7 @@ impl TextModel {
     pub fn model_type(&self) -> &str {
         match self {
             TextModel::Bert(m) => &m.config().model_type,
+            TextModel::ModernBert(_) => "modernbert",
             TextModel::Qwen3(_) => "qwen3",
         }
     }
@@ -50,7 +57,7 @@ impl TextModel {
     pub fn bert(&self) -> Option<&BertModel> {
         match self {
             TextModel::Bert(m) => Some(m),
-            TextModel::Qwen3(_) => None,
+            TextModel::ModernBert(_) | TextModel::Qwen3(_) => None,
         }
     }
 
@@ -58,6 +65,7 @@ impl TextModel {
     pub fn dim(&self) -> usize {
         match self {
             TextModel::Bert(m) => m.dim(),
+            TextModel::ModernBert(m) => m.dim(),
             TextModel::Qwen3(m) => m.dim(),
         }
     }
@@ -66,6 +74,7 @@ impl TextModel {
     pub fn vocab_size(&self) -> usize {
         match self {
             TextModel::Bert(m) => m.config().vocab_size,
+            TextModel::ModernBert(m) => m.config().vocab_size,
             TextModel::Qwen3(m) => m.config().vocab_size,
         }
     }
@@ -74,6 +83,7 @@ impl TextModel {
     pub fn positions(&self) -> usize {
         match self {
             TextModel::Bert(m) => m.config().positions(),
+            TextModel::ModernBert(m) => m.config().max_position_embeddings,
             TextModel::Qwen3(m) => m.config().max_position_embeddings,
         }
     }
@@ -82,6 +92,7 @@ impl TextModel {
     pub fn precision(&self) -> Precision {
         match self {
             TextModel::Bert(m) => m.precision(),
+            TextModel::ModernBert(m) => m.precision(),
             TextModel::Qwen3(m) => m.precision(),
         }
     }
@@ -99,6 +110,7 @@ impl TextModel {
             TextModel::Bert(m) => {
                 m.embed_packed_head(seqs, head, Packing::Bucketed, prompt, normalize)
             }
+            TextModel::ModernBert(m) => m.embed_packed_head(seqs, head, prompt, normalize),
             TextModel::Qwen3(m) => m.embed_packed_head(seqs, head, prompt, normalize),
         }
     }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::super::bert::WeightReader;
-use super::super::{ModelError, Precision};
+use super::super::{ragged, ModelError, Precision};
 use super::{Layer, Qwen3Config, Qwen3Model};
 use crate::Tensor;
 
@@ -67,10 +67,11 @@ impl Qwen3Model {
                 down_w: r.linear(&name("mlp.down_proj"), h, inter)?,
             });
         }
-        let (cos, sin) = rotary_tables(c).map_err(|e| ModelError::Format {
-            path: PathBuf::from("config.json"),
-            msg: format!("rotary tables: {e}"),
-        })?;
+        let (cos, sin) = ragged::rotary_tables(c.rope_theta, dh, c.max_position_embeddings)
+            .map_err(|e| ModelError::Format {
+                path: PathBuf::from("config.json"),
+                msg: format!("rotary tables: {e}"),
+            })?;
         Ok(Qwen3Model {
             embed: r.tensor("embed_tokens.weight", &[c.vocab_size, h])?,
             final_norm: r.tensor("norm.weight", &[h])?,
@@ -81,25 +82,4 @@ impl Qwen3Model {
             config,
         })
     }
-}
-
-/// The cosines and sines of the rotary angles, `[max_position_embeddings, head_dim /
-/// 2]` each: position `p`, pair `i` turns by `p · θ^(-2i / head_dim)`. Computed in
-/// f32 step by step as Hugging Face's `Qwen3RotaryEmbedding` does (inverse
-/// frequencies, then their products with the positions, then cos and sin), so the
-/// angles round as its do.
-fn rotary_tables(c: &Qwen3Config) -> crate::Result<(Tensor, Tensor)> {
-    let half = c.head_dim / 2;
-    let theta = c.rope_theta as f32;
-    let inv: Vec<f32> = (0..half)
-        .map(|i| 1.0 / theta.powf((2 * i) as f32 / c.head_dim as f32))
-        .collect();
-    let n = c.max_position_embeddings;
-    let angles: Vec<f32> = (0..n)
-        .flat_map(|p| inv.iter().map(move |f| p as f32 * f))
-        .collect();
-    Ok((
-        Tensor::from_vec(angles.iter().map(|a| a.cos()).collect(), &[n, half])?,
-        Tensor::from_vec(angles.iter().map(|a| a.sin()).collect(), &[n, half])?,
-    ))
 }
