@@ -66,6 +66,7 @@ impl Folder {
         let model = TextModel::load_as(enc, precision).map_err(|e| model_error(enc, e))?;
         let max_tokens = max_seq_length(enc)?
             .or(max_seq_length(dir)?)
+            .or(model_max_length(enc)?)
             .unwrap_or(model.positions())
             .min(model.positions());
         let mut tokenizer = load_tokenizer(enc, model.vocab_size())?;
@@ -169,6 +170,31 @@ pub(super) fn max_seq_length(dir: &Path) -> Result<Option<usize>, EmbedError> {
     }
 }
 
+/// `model_max_length` of `tokenizer_config.json`, when the folder has one: where
+/// sentence-transformers 6 keeps `max_seq_length` (it writes no
+/// `sentence_bert_config.json` field). Tokenizers without a limit write a huge
+/// number (1e30); the model's positions then bound it.
+pub(super) fn model_max_length(dir: &Path) -> Result<Option<usize>, EmbedError> {
+    let path = dir.join("tokenizer_config.json");
+    let Some(v) = read_json(&path)? else {
+        return Ok(None);
+    };
+    match v.get("model_max_length") {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(n) => match n.as_f64() {
+            Some(x) if x >= 1.0 => Ok(Some(if x >= usize::MAX as f64 {
+                usize::MAX
+            } else {
+                x as usize
+            })),
+            _ => Err(load_error(
+                &path,
+                format!("model_max_length must be a positive number, got {n}"),
+            )),
+        },
+    }
+}
+
 /// The folder of the encoder: the `path` of the Transformer module, the first of
 /// `modules.json` (the folder itself when it has no list or an empty path).
 fn encoder_dir(dir: &Path) -> Result<std::path::PathBuf, EmbedError> {
@@ -217,6 +243,16 @@ pub(super) mod tests {
         assert!(max_seq_length(&d).is_err());
         let d = folder(&[("sentence_bert_config.json", r#"{"max_seq_length": 128}"#)]);
         assert_eq!(max_seq_length(&d).unwrap(), Some(128));
+        // sentence-transformers 6 keeps it as the tokenizer's model_max_length.
+        let d = folder(&[("tokenizer_config.json", r#"{"model_max_length": 256}"#)]);
+        assert_eq!(model_max_length(&d).unwrap(), Some(256));
+        let d = folder(&[(
+            "tokenizer_config.json",
+            r#"{"model_max_length": 1000000000000000019884624838656}"#,
+        )]);
+        assert_eq!(model_max_length(&d).unwrap(), Some(usize::MAX));
+        let d = folder(&[("tokenizer_config.json", r#"{"model_max_length": 0}"#)]);
+        assert!(model_max_length(&d).is_err());
     }
 
     #[test]
