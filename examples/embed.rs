@@ -18,7 +18,8 @@
 //!   kernel threads are shared between them over the cores.
 //! - `--out FILE`: the embeddings as little-endian f32 rows, in input order.
 //!
-//! stdout ends with `p50_ms: X`, `p99_ms: Y` (the median and 99th-percentile time of
+//! stdout ends with the plan cache's counters (`plan_cache: misses M, instantiated I,
+//! hits H, structures S, instances N`; see `streamfuse::CacheStats`), then `p50_ms: X`, `p99_ms: Y` (the median and 99th-percentile time of
 //! one `embed` call) and `sentences/s: X` (tokenising and embedding, after loading).
 
 use std::io::Write;
@@ -145,6 +146,11 @@ fn run() -> Result<(), String> {
         }
     }
     latencies.sort_by(f64::total_cmp);
+    let cache = streamfuse::stats().plan_cache;
+    println!(
+        "plan_cache: misses {}, instantiated {}, hits {}, structures {}, instances {}",
+        cache.misses, cache.instantiated, cache.hits, cache.plans, cache.instances
+    );
     if let Some(mib) = cli::status_mib("VmHWM") {
         println!("peak_rss_mib: {mib:.0}");
     }
