@@ -250,54 +250,6 @@ impl Job<'_> {
         &data[at..at + self.dh]
     }
 
-    /// The keys `lo..hi` some query of the block sees (the first row's first key to
-    /// the last row's last): the only keys the block reads. Empty when `lo >= hi`.
-    #[inline(always)]
-    pub(super) fn block_keys(&self, blk: Block) -> (usize, usize) {
-        let (lo, _) = self.window.keys(blk.i0, self.lk);
-        let (_, hi) = self.window.keys(blk.i0 + blk.len.max(1) - 1, self.lk);
-        (lo, hi)
-    }
-
-    /// Whether the window hides some key of `j0..j0 + kn` from some row of the block,
-    /// so that tile's scores need [`Job::mask_lanes`].
-    #[inline(always)]
-    pub(super) fn cut(&self, blk: Block, j0: usize, kn: usize) -> bool {
-        let last = blk.i0 + blk.len.max(1) - 1;
-        self.window.before.is_some_and(|b| j0 + b < last)
-            || self.window.after.is_some_and(|a| j0 + kn - 1 > blk.i0 + a)
-    }
-
-    /// Sets the score of key `j` to `f32::MIN` in the lanes whose query does not see
-    /// it: its weight is then `e^(MIN - max) = 0` once the row has seen a key, and any
-    /// weight it had before that is scaled by `e^(MIN - max) = 0` when it does, as a
-    /// `-1e9` bias would; no `-inf`, so never a NaN. (Lanes past the block's rows are
-    /// masked too, harmlessly: they are not written.)
-    #[inline(always)]
-    pub(super) fn mask_lanes(&self, blk: Block, j: usize, lanes: &mut [f32; QB]) {
-        for (t, x) in lanes.iter_mut().enumerate() {
-            let (lo, hi) = self.window.keys(blk.i0 + t, self.lk);
-            if j < lo || j >= hi {
-                *x = f32::MIN;
-            }
-        }
-    }
-
-    /// `inv` with 0 for the block's rows that see no key, so that they are written as
-    /// zeros (their sums are 0 or count masked keys only).
-    #[inline(always)]
-    pub(super) fn zero_unseeing(&self, blk: Block, inv: &mut [f32; QB]) {
-        if self.window == Window::ALL {
-            return;
-        }
-        for (t, x) in inv.iter_mut().enumerate().take(blk.len) {
-            let (lo, hi) = self.window.keys(blk.i0 + t, self.lk);
-            if lo >= hi {
-                *x = 0.0;
-            }
-        }
-    }
-
     /// The bias of key `j` for each of the block's query lanes, or `None` without a
     /// bias.
     #[inline(always)]

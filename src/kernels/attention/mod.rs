@@ -40,6 +40,15 @@
 //! one whose rows start at its first token, so its queries score only its own keys and
 //! the work is the sum of the squared sequence lengths, never the square of the total.
 //!
+//! Both forms take a key [`Window`] (`window.rs`): query `i` sees only keys near it
+//! (causal, sliding-window and local attention). A block walks only the key tiles
+//! some of its queries see, from the first such key, and masks lanes (to `f32::MIN`,
+//! whose weight is 0 as a `-1e9` bias's would be, and never NaN) only in the tiles
+//! the window cuts; so causal attention costs about half, and a window of `w` keys
+//! about `(w + QB + KB) / lk`. A row that sees no key (only when `lq > lk`) is zeros.
+//! k and v may have fewer heads than q (grouped-query attention): query head `h`
+//! reads kv head `h / (heads / kv_heads)`.
+//!
 //! Accuracy: the same products and sums as the unfused path in a different order,
 //! `exp` within 2 ulp; `tests/attention.rs` holds every output within 1e-6 of the
 //! unfused path's, relative to the largest of them. The AVX2 and AVX-512 blocks give
@@ -53,12 +62,16 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod job;
+mod packed;
 mod portable;
 // Generic over pulp's `Simd`; only the x86 levels implement its `Lanes` so far.
 #[cfg(target_arch = "x86_64")]
 mod vector;
+mod window;
 
 use job::{Block, Dst, Job};
+use packed::Packed;
+pub(crate) use window::Window;
 
 use super::{check_dst, check_input, error, worth_splitting, KernelError, Par};
 use crate::ir::Layout;
@@ -188,48 +201,6 @@ impl<'a> Bias<'a> {
             offset: bl.offset,
             strides: [s[0], s[1], s[2], s[3]],
         })
-    }
-}
-
-/// Which keys a query sees, by position: query `i` sees key `j` iff
-/// `j + before >= i` (when `before` is set) and `j <= i + after` (when `after` is
-/// set). The kernel's form of the public `KeyWindow`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Window {
-    /// How many keys before its own position a query sees at most (`None`: all).
-    pub(crate) before: Option<usize>,
-    /// How many keys after its own position a query sees at most (`None`: all).
-    pub(crate) after: Option<usize>,
-}
-
-impl Window {
-    /// Every key.
-    pub(crate) const ALL: Window = Window {
-        before: None,
-        after: None,
-    };
-
-    /// The keys `lo..hi` (within `0..lk`) that query `i` sees; empty when `lo >= hi`.
-    #[inline(always)]
-    pub(crate) fn keys(&self, i: usize, lk: usize) -> (usize, usize) {
-        let lo = self.before.map_or(0, |b| i.saturating_sub(b));
-        let hi = self
-            .after
-            .map_or(lk, |a| i.saturating_add(a).saturating_add(1).min(lk));
-        (lo, hi)
-    }
-
-    /// How many (query, key) pairs of `lq` queries and `lk` keys are visible.
-    pub(crate) fn pairs(&self, lq: usize, lk: usize) -> usize {
-        if *self == Window::ALL {
-            return lq * lk;
-        }
-        (0..lq)
-            .map(|i| {
-                let (lo, hi) = self.keys(i, lk);
-                hi.saturating_sub(lo)
-            })
-            .sum()
     }
 }
 
@@ -499,52 +470,6 @@ const PREFETCH_ABOVE: usize = if cfg!(test) { 1 << 12 } else { 1 << 20 };
 /// again by each of a sequence's 8 query blocks) it measured from 5% slower to 1%
 /// faster (batch 8 of 128: 5068 → 5237, 5314 → 5565, 4359 → 4316 µs).
 const PREFETCH_KEYS: usize = 64;
-
-/// A packed batch: each sequence runs as a [`Job`] of one batch entry whose rows
-/// start at the sequence's first token.
-struct Packed<'a> {
-    ops: Operands<'a>,
-    offsets: &'a [u32],
-    /// The bias by position within a sequence (batch dim 1), for every sequence.
-    bias: Option<Bias<'a>>,
-    scale: f32,
-    window: Window,
-}
-
-impl Packed<'_> {
-    /// Sequences `range`, whose rows are `out`, cut in up to `pieces` parts run at
-    /// once (`rayon::join`, near the middle token); one sequence left takes the
-    /// remaining pieces for its blocks.
-    fn seqs(&self, range: std::ops::Range<usize>, out: &mut [f32], pieces: usize) {
-        let row = self.ops.dims[1] * self.ops.dims[3];
-        let at = |s: usize| self.offsets[s] as usize;
-        if pieces > 1 && range.len() > 1 {
-            let half = (at(range.start) + at(range.end)) / 2;
-            let n = self.offsets[range.clone()].partition_point(|&o| o as usize <= half);
-            let mid = (range.start + n).clamp(range.start + 1, range.end - 1);
-            let (left, right) = out.split_at_mut((at(mid) - at(range.start)) * row);
-            rayon::join(
-                || self.seqs(range.start..mid, left, pieces / 2),
-                || self.seqs(mid..range.end, right, pieces - pieces / 2),
-            );
-            return;
-        }
-        let mut done = 0;
-        for s in range {
-            let (first, len) = (at(s), at(s + 1) - at(s));
-            if len == 0 {
-                continue;
-            }
-            let mut job = self.ops.job(self.bias, self.scale, self.window, len, len);
-            job.qr = job.qr.starting_at(first);
-            job.kr = job.kr.starting_at(first);
-            job.vr = job.vr.starting_at(first);
-            let rows = &mut out[done..done + len * row];
-            job.blocks(0..job.blocks_per_seq, rows, pieces);
-            done += len * row;
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {
