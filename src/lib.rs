@@ -87,4 +87,4 @@ pub use stream::{
     last_flush, pending_key, reset_peak_bytes, set_fusion, set_kernel_threads, set_queue_limit,
     stats, sync, EngineStats, FlushInfo, FlushReason,
 };
-pub use tensor::{Dim, Tensor, TensorElement};
+pub use tensor::{Dim, KeyWindow, Tensor, TensorElement};

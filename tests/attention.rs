@@ -469,3 +469,313 @@ fn ragged_bad_arguments_and_offsets_are_named_errors() {
     assert_eq!(ok.to_vec::<f32>().unwrap().len(), 2 * 6 * 8);
     let _ = streamfuse::sync();
 }
+
+// Key windows and grouped-query heads: `attention_with` and `attention_ragged_with`
+// against the unfused path given the kv heads repeated and a -1e9 bias on the keys the
+// window hides.
+
+use streamfuse::KeyWindow;
+
+/// The windows every case runs: all, causal, bands of several widths (0, narrower and
+/// wider than the 16-row and 32-key blocks, wider than any sequence), and one-sided
+/// ones (a sliding window before a causal query, keys only ahead).
+fn windows() -> Vec<KeyWindow> {
+    let w = |before, after| KeyWindow { before, after };
+    vec![
+        KeyWindow::ALL,
+        KeyWindow::CAUSAL,
+        KeyWindow::around(0),
+        KeyWindow::around(1),
+        KeyWindow::around(5),
+        KeyWindow::around(20),
+        KeyWindow::around(64),
+        KeyWindow::around(1000),
+        w(Some(7), Some(0)),
+        w(Some(3), None),
+        w(None, Some(2)),
+    ]
+}
+
+/// Whether query `i` sees key `j` under `w` (the definition on `KeyWindow`).
+fn sees(w: KeyWindow, i: usize, j: usize) -> bool {
+    w.before.is_none_or(|b| j + b >= i) && w.after.is_none_or(|a| j <= i + a)
+}
+
+/// `x`, `[outer, kv, inner]`, with each kv head repeated `group` times: `[outer, kv ·
+/// group, inner]`, head `h` a copy of kv head `h / group` (`repeat_kv`).
+fn repeat_heads(x: &[f32], outer: usize, kv: usize, group: usize, inner: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len() * group);
+    for o in 0..outer {
+        for h in 0..kv * group {
+            let at = (o * kv + h / group) * inner;
+            out.extend_from_slice(&x[at..at + inner]);
+        }
+    }
+    out
+}
+
+/// `n` values of `data(seed)` times `scale`.
+fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    data(n, seed).into_iter().map(|x| x * scale).collect()
+}
+
+/// One padded case: q `[b, heads, lq, dh]`, k and v `[b, kv, lk, dh]`, with a bias of
+/// every element when `biased`, under `window`; within [`BOUND`] of the reference, and
+/// rows that see no key exactly zeros.
+#[allow(clippy::too_many_arguments)]
+fn check_window(
+    b: usize,
+    heads: usize,
+    kv: usize,
+    lq: usize,
+    lk: usize,
+    dh: usize,
+    window: KeyWindow,
+    biased: bool,
+) {
+    let g = heads / kv;
+    let (qv, kvv, vv) = (
+        values(b * heads * lq * dh, 1, 2.0),
+        values(b * kv * lk * dh, 2, 2.0),
+        values(b * kv * lk * dh, 3, 1.0),
+    );
+    let user = biased.then(|| values(b * heads * lq * lk, 4, 4.0));
+    let q = Tensor::from_vec(qv, &[b, heads, lq, dh]).unwrap();
+    let k = Tensor::from_vec(kvv.clone(), &[b, kv, lk, dh]).unwrap();
+    let v = Tensor::from_vec(vv.clone(), &[b, kv, lk, dh]).unwrap();
+    let bias = user
+        .as_ref()
+        .map(|u| Tensor::from_vec(u.clone(), &[b, heads, lq, lk]).unwrap());
+    let scale = 1.0 / (dh as f32).sqrt();
+    let got = q
+        .attention_with(&k, &v, bias.as_ref(), scale, window)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    // The reference: kv heads repeated, the window as a -1e9 bias.
+    let full: Vec<f32> = (0..b * heads * lq * lk)
+        .map(|x| {
+            let (i, j) = ((x / lk) % lq, x % lk);
+            let mask = if sees(window, i, j) { 0.0 } else { -1e9 };
+            mask + user.as_ref().map_or(0.0, |u| u[x])
+        })
+        .collect();
+    let rep = |x: &[f32]| {
+        let r = repeat_heads(x, b, kv, g, lk * dh);
+        Tensor::from_vec(r, &[b, heads, lk, dh]).unwrap()
+    };
+    let full = Tensor::from_vec(full, &[b, heads, lq, lk]).unwrap();
+    let mut want = reference(&q, &rep(&kvv), &rep(&vv), Some(&full), scale);
+    // Rows that see no key are zeros (the reference averages every key).
+    let row = heads * dh;
+    for (x, w) in want.iter_mut().enumerate() {
+        let i = (x / row) % lq;
+        if !(0..lk).any(|j| sees(window, i, j)) {
+            *w = 0.0;
+        }
+    }
+    let worst = worst_rel(&got, &want);
+    let what = format!("b {b} heads {heads} kv {kv} lq {lq} lk {lk} dh {dh} {window} {biased}");
+    assert!(worst <= BOUND, "{what}: worst relative {worst:e}");
+    for (x, (g, w)) in got.iter().zip(&want).enumerate() {
+        if *w == 0.0 && !(0..lk).any(|j| sees(window, (x / row) % lq, j)) {
+            assert_eq!(*g, 0.0, "{what}: element {x} of a row that sees no key");
+        }
+    }
+}
+
+#[test]
+fn windows_and_grouped_heads_equal_a_mask_bias_and_repeated_heads() {
+    for &(b, heads, lq, lk, dh) in &[
+        (2, 4, 37, 37, 32),
+        (1, 4, 20, 50, 16),
+        (1, 4, 50, 20, 16),
+        (1, 4, 70, 70, 64),
+        (1, 2, 1, 1, 8),
+    ] {
+        for kv in [heads, heads / 2, 1] {
+            for window in windows() {
+                for biased in [false, true] {
+                    check_window(b, heads, kv, lq, lk, dh, window, biased);
+                }
+            }
+        }
+    }
+}
+
+/// Rows of a padded batch with more queries than keys that see no key at all (only
+/// possible when `lq > lk`) are zeros, never NaN, on every path the tier runs.
+#[test]
+fn padded_rows_that_see_no_key_are_zeros() {
+    let (lq, lk, dh) = (40, 6, 16);
+    let q = tensor(&[1, 2, lq, dh], 1, 1.0);
+    let k = tensor(&[1, 1, lk, dh], 2, 1.0);
+    let window = KeyWindow::around(3);
+    let out = q
+        .attention_with(&k, &k, None, 0.5, window)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    for (x, o) in out.iter().enumerate() {
+        let i = x / (2 * dh);
+        assert!(o.is_finite(), "element {x}: {o}");
+        if i > lk - 1 + 3 {
+            assert_eq!(*o, 0.0, "row {i} sees no key");
+        }
+    }
+    // No keys at all: zeros with a window, NaN (the unfused softmax of nothing) without.
+    let k0 = tensor(&[1, 2, 0, dh], 2, 1.0);
+    let causal = q.attention_with(&k0, &k0, None, 0.5, KeyWindow::CAUSAL);
+    assert!(causal
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .all(|&x| x == 0.0));
+}
+
+/// One ragged case: sequences of `lens` tokens, q `[heads, total, dh]`, k and v
+/// `[kv, total, dh]`, with a bias `[heads, len, len]` by position when `biased`;
+/// every sequence within [`BOUND`] of the reference run alone.
+fn check_ragged_window(lens: &[usize], heads: usize, kv: usize, window: KeyWindow, biased: bool) {
+    let (dh, g) = (16, heads / kv);
+    let total: usize = lens.iter().sum();
+    let longest = lens.iter().copied().max().unwrap_or(0);
+    let mut offsets = vec![0u32];
+    for l in lens {
+        offsets.push(offsets.last().unwrap() + *l as u32);
+    }
+    let (qv, kvv, vv) = (
+        values(heads * total * dh, 5, 2.0),
+        values(kv * total * dh, 6, 2.0),
+        values(kv * total * dh, 7, 1.0),
+    );
+    let user = biased.then(|| values(heads * longest * longest, 8, 4.0));
+    let t = |x: &[f32], h: usize| Tensor::from_vec(x.to_vec(), &[h, total, dh]).unwrap();
+    let bias = user
+        .as_ref()
+        .map(|u| Tensor::from_vec(u.clone(), &[heads, longest, longest]).unwrap());
+    let offs = Tensor::from_vec(offsets.clone(), &[offsets.len()]).unwrap();
+    let scale = 0.25;
+    let got = t(&qv, heads)
+        .attention_ragged_with(
+            &t(&kvv, kv),
+            &t(&vv, kv),
+            &offs,
+            bias.as_ref(),
+            scale,
+            window,
+        )
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let mut want = Vec::new();
+    for w in offsets.windows(2) {
+        let (s, n) = (w[0] as usize, (w[1] - w[0]) as usize);
+        if n == 0 {
+            continue;
+        }
+        // The sequence's rows of every head, `[1, h, n, dh]`.
+        let part = |x: &[f32], h: usize| {
+            let mut rows = Vec::new();
+            for hh in 0..h {
+                rows.extend_from_slice(&x[(hh * total + s) * dh..(hh * total + s + n) * dh]);
+            }
+            rows
+        };
+        let rep = |x: &[f32]| {
+            let r = repeat_heads(&part(x, kv), 1, kv, g, n * dh);
+            Tensor::from_vec(r, &[1, heads, n, dh]).unwrap()
+        };
+        let q = Tensor::from_vec(part(&qv, heads), &[1, heads, n, dh]).unwrap();
+        let full: Vec<f32> = (0..heads * n * n)
+            .map(|x| {
+                let (h, i, j) = (x / (n * n), (x / n) % n, x % n);
+                let mask = if sees(window, i, j) { 0.0 } else { -1e9 };
+                mask + user
+                    .as_ref()
+                    .map_or(0.0, |u| u[(h * longest + i) * longest + j])
+            })
+            .collect();
+        let full = Tensor::from_vec(full, &[1, heads, n, n]).unwrap();
+        want.extend(reference(&q, &rep(&kvv), &rep(&vv), Some(&full), scale));
+    }
+    let worst = worst_rel(&got, &want);
+    assert!(
+        worst <= BOUND,
+        "lens {lens:?} heads {heads} kv {kv} {window} biased {biased}: worst relative {worst:e}"
+    );
+}
+
+#[test]
+fn ragged_windows_and_grouped_heads_equal_each_sequence_masked_alone() {
+    // Lengths around the 16-row and 32-key blocks, an empty sequence, one token.
+    let lens = [15, 16, 17, 31, 32, 0, 33, 1, 48, 65];
+    for kv in [4, 2, 1] {
+        for window in windows() {
+            for biased in [false, true] {
+                check_ragged_window(&lens, 4, kv, window, biased);
+            }
+        }
+    }
+}
+
+#[test]
+fn window_and_group_errors_name_the_shapes() {
+    let q = tensor(&[1, 4, 5, 8], 1, 1.0);
+    let k3 = tensor(&[1, 3, 5, 8], 2, 1.0);
+    let k2 = tensor(&[1, 2, 5, 8], 3, 1.0);
+    let msg = |r: streamfuse::Result<Tensor>| match r {
+        Err(e @ Error::Shape { .. }) => e.to_string(),
+        other => panic!("expected a shape error, got {other:?}"),
+    };
+    let m = msg(q.attention_with(&k3, &k3, None, 1.0, KeyWindow::CAUSAL));
+    assert!(
+        m.contains("attention_with") && m.contains("multiple") && m.contains("[1, 3, 5, 8]"),
+        "{m}"
+    );
+    // k and v must have the same heads.
+    let m = msg(q.attention_with(&k2, &k3, None, 1.0, KeyWindow::ALL));
+    assert!(m.contains("must agree"), "{m}");
+    // Ragged: 4 heads over 3.
+    let (q3, k3r) = (tensor(&[4, 5, 8], 4, 1.0), tensor(&[3, 5, 8], 5, 1.0));
+    let offs = Tensor::from_vec(vec![0u32, 5], &[2]).unwrap();
+    let m = msg(q3.attention_ragged_with(&k3r, &k3r, &offs, None, 1.0, KeyWindow::around(2)));
+    assert!(
+        m.contains("attention_ragged_with") && m.contains("multiple"),
+        "{m}"
+    );
+    // A bias with the kv heads' count, not the query heads', is refused.
+    let k2r = tensor(&[2, 5, 8], 6, 1.0);
+    let bias = tensor(&[2, 5, 5], 7, 1.0);
+    let m = msg(q3.attention_ragged_with(&k2r, &k2r, &offs, Some(&bias), 1.0, KeyWindow::ALL));
+    assert!(m.contains("bias"), "{m}");
+    // The stream goes on.
+    let ok = q3
+        .attention_ragged_with(&k2r, &k2r, &offs, None, 1.0, KeyWindow::CAUSAL)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(ok.len(), 4 * 5 * 8);
+}
+
+#[test]
+fn key_windows_say_what_they_are() {
+    assert_eq!(KeyWindow::ALL.to_string(), "all");
+    assert_eq!(KeyWindow::CAUSAL.to_string(), "causal");
+    assert_eq!(KeyWindow::around(64).to_string(), "around(64)");
+    let sliding = KeyWindow {
+        before: Some(7),
+        after: Some(0),
+    };
+    assert_eq!(sliding.to_string(), "before 7, after 0");
+    assert_eq!(
+        KeyWindow::around(3),
+        KeyWindow {
+            before: Some(3),
+            after: Some(3)
+        }
+    );
+    assert!(sees(KeyWindow::around(64), 100, 36) && !sees(KeyWindow::around(64), 100, 35));
+    assert!(sees(KeyWindow::CAUSAL, 5, 5) && !sees(KeyWindow::CAUSAL, 5, 6));
+}

@@ -50,8 +50,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::{unbounded, Receiver, RecvTimeoutError, Sender};
-use streamfuse::Layout;
 use streamfuse::{DType, Error, Tensor};
+use streamfuse::{KeyWindow, Layout};
 
 /// Threads per program.
 const THREADS: usize = 8;
@@ -450,13 +450,14 @@ enum Op {
         x: V,
         dim: i64,
     },
-    /// `q.attention(k, v, bias, scale)`.
+    /// `q.attention_with(k, v, bias, scale, window)` (k and v may have fewer heads).
     Attention {
         q: V,
         k: V,
         v: V,
         bias: Option<V>,
         scale: f32,
+        window: KeyWindow,
     },
     LayerNorm {
         x: V,
@@ -598,10 +599,20 @@ impl fmt::Display for Op {
                 v,
                 bias,
                 scale,
-            } => match bias {
-                Some(b) => write!(f, "v{q}.attention(v{k}, v{v}, Some(v{b}), {scale})"),
-                None => write!(f, "v{q}.attention(v{k}, v{v}, None, {scale})"),
-            },
+                window,
+            } => {
+                let w = match (window.before, window.after) {
+                    (None, None) => "KeyWindow::ALL".to_string(),
+                    (b, a) => format!("KeyWindow {{ before: {b:?}, after: {a:?} }}"),
+                };
+                match bias {
+                    Some(b) => write!(
+                        f,
+                        "v{q}.attention_with(v{k}, v{v}, Some(v{b}), {scale}, {w})"
+                    ),
+                    None => write!(f, "v{q}.attention_with(v{k}, v{v}, None, {scale}, {w})"),
+                }
+            }
             Op::LayerNorm { x, w, b, eps } => write!(f, "v{x}.layer_norm(v{w}, v{b}, {eps})"),
             Op::RmsNorm { x, w, eps } => write!(f, "v{x}.rms_norm(v{w}, {eps})"),
             Op::Reshape { x, dims } => write!(f, "v{x}.reshape({dims:?})"),
@@ -1080,7 +1091,8 @@ impl Model<'_> {
                 v,
                 bias,
                 scale,
-            } => self.infer_attention(*q, *k, *v, *bias, *scale),
+                window,
+            } => self.infer_attention(*q, *k, *v, *bias, *scale, *window),
             Op::Reshape { x, dims } => {
                 if !numel_ok(dims) || dims.iter().product::<usize>() != self.v(*x).numel() {
                     return Err;
@@ -1183,8 +1195,17 @@ impl Model<'_> {
         Inferred::Ok(self.derived(&[x, y], dims, DType::F32, mag, err))
     }
 
-    /// `Tensor::attention`'s checks, and a bound from those of matmul and softmax.
-    fn infer_attention(&self, q: V, k: V, v: V, bias: Option<V>, scale: f32) -> Inferred {
+    /// `Tensor::attention_with`'s checks, and a bound from those of matmul and softmax
+    /// (a row that sees no key is zeros, within the bound).
+    fn infer_attention(
+        &self,
+        q: V,
+        k: V,
+        v: V,
+        bias: Option<V>,
+        scale: f32,
+        window: KeyWindow,
+    ) -> Inferred {
         let (a, b, c) = (self.v(q), self.v(k), self.v(v));
         let bv = bias.map(|x| self.v(x));
         let all = [Some(a), Some(b), Some(c), bv];
@@ -1196,7 +1217,8 @@ impl Model<'_> {
             return Inferred::Err;
         }
         let (qd, kd) = (&a.dims, &b.dims);
-        if kd[..2] != qd[..2] || kd[3] != qd[3] || c.dims != *kd || qd[3] > 256 {
+        let grouped = qd[1].is_multiple_of(kd[1]);
+        if kd[0] != qd[0] || !grouped || kd[3] != qd[3] || c.dims != *kd || qd[3] > 256 {
             return Inferred::Err;
         }
         let scores = [qd[0], qd[1], qd[2], kd[2]];
@@ -1222,7 +1244,10 @@ impl Model<'_> {
                 + 2.0 * dh * dh * EPS * prod(a.mag, b.mag))
             + bias_err;
         let p_err = 2.0 * s_err + 16.0 * lk * EPS * (1.0 + s_mag);
-        let (mag, err) = if lk == 0.0 || !s_mag.is_finite() || !c.mag.is_finite() {
+        let (mag, err) = if lk == 0.0 && window != KeyWindow::ALL {
+            // No keys under a window: zeros.
+            (0.0, TINY)
+        } else if lk == 0.0 || !s_mag.is_finite() || !c.mag.is_finite() {
             (f64::INFINITY, f64::INFINITY)
         } else {
             (
@@ -2113,12 +2138,18 @@ impl Gen {
                 self.input(s, f32_, 4),
             )
         } else {
-            let (b, h) = (1 + self.rng.below(3), 1 + self.rng.below(3));
+            let (b, h) = (1 + self.rng.below(3), 1 + self.rng.below(4));
             let (lq, lk) = (self.rng.below(20), self.rng.below(40));
             let dh = self.rng.pick(&[1, 3, 8, 16, 32, 33, 64]);
+            // Grouped heads: k and v with a divisor of q's heads (1 of them one of 3).
+            let kv = match self.rng.below(3) {
+                0 => 1,
+                1 if h % 2 == 0 => h / 2,
+                _ => h,
+            };
             let q = self.fresh(s, DType::F32, vec![b, h, lq, dh]);
-            let k = self.fresh(s, DType::F32, vec![b, h, lk, dh]);
-            let v = self.fresh(s, DType::F32, vec![b, h, lk, dh]);
+            let k = self.fresh(s, DType::F32, vec![b, kv, lk, dh]);
+            let v = self.fresh(s, DType::F32, vec![b, kv, lk, dh]);
             (q, k, v)
         };
         let scores = {
@@ -2131,6 +2162,15 @@ impl Gen {
             _ => Some(self.fresh(s, DType::F32, vec![1, 1, scores[2], scores[3]])),
         };
         let scale = self.rng.pick(&[1.0f32, 0.125, 0.5]);
+        let side = |g: &mut Gen| g.rng.pick(&[None, Some(0), Some(1), Some(5), Some(40)]);
+        let window = match self.rng.below(4) {
+            0 | 1 => KeyWindow::ALL,
+            2 => KeyWindow::CAUSAL,
+            _ => KeyWindow {
+                before: side(self),
+                after: side(self),
+            },
+        };
         self.make(
             s,
             Op::Attention {
@@ -2139,6 +2179,7 @@ impl Gen {
                 v,
                 bias,
                 scale,
+                window,
             },
         );
     }
@@ -2645,12 +2686,13 @@ fn apply(op: &Op, held: &HashMap<V, Tensor>) -> Result<streamfuse::Result<Tensor
             v,
             bias,
             scale,
+            window,
         } => {
             let bias = match bias {
                 Some(b) => Some(get(b)?),
                 None => None,
             };
-            get(q)?.attention(get(k)?, get(v)?, bias, *scale)
+            get(q)?.attention_with(get(k)?, get(v)?, bias, *scale, *window)
         }
         Op::LayerNorm { x, w, b, eps } => get(x)?.layer_norm(get(w)?, get(b)?, *eps),
         Op::RmsNorm { x, w, eps } => get(x)?.rms_norm(get(w)?, *eps),

@@ -169,6 +169,12 @@ pub(crate) enum OpKind {
         scale: u64,
         /// Whether the batch is packed, its fourth input the sequence offsets.
         ragged: bool,
+        /// How many keys before its own position a query sees (`KeyWindow::before`;
+        /// `None`: all).
+        before: Option<u64>,
+        /// How many keys after its own position a query sees (`KeyWindow::after`;
+        /// `None`: all).
+        after: Option<u64>,
     },
     /// Inputs x, weight, bias: layer norm over the last dim.
     LayerNorm {

@@ -76,7 +76,7 @@ pub(crate) mod teardown;
 #[cfg(test)]
 mod testutil;
 
-pub(crate) use attention::{attention, attention_ragged, MAX_HEAD_DIM};
+pub(crate) use attention::{attention, attention_ragged, Window, MAX_HEAD_DIM};
 #[cfg(test)]
 pub(crate) use chain::EpilogueStep;
 pub(crate) use chain::{chain, ChainMatMul, ChainNorm, TileEpilogue};

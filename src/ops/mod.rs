@@ -267,6 +267,17 @@ mod tests {
             keepdim: false,
         };
         assert_eq!(work(&op(sum, &[&[4, 5]], &[4])), 4);
+        // Attention: heads · head_dim per visible pair: 2 · 3 · (4 · 5) for all keys,
+        // 2 · 3 · (1 + 2 + 3 + 4) causal (query i sees keys 0..=i of 5).
+        let att = |before, after| OpKind::Attention {
+            scale: 0,
+            ragged: false,
+            before,
+            after,
+        };
+        let shapes: [&[usize]; 3] = [&[1, 2, 4, 3], &[1, 1, 5, 3], &[1, 1, 5, 3]];
+        assert_eq!(work(&op(att(None, None), &shapes, &[1, 4, 2, 3])), 120);
+        assert_eq!(work(&op(att(None, Some(0)), &shapes, &[1, 4, 2, 3])), 60);
         let mut drop = op(OpKind::Drop, &[&[4, 5]], &[4, 5]);
         drop.output = None;
         assert_eq!(work(&drop), 0);

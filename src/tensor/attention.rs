@@ -1,12 +1,72 @@
 //! [`Tensor::attention`]: scaled dot-product attention as one op, recorded for the
 //! fused kernel (`kernels::attention`), which never stores the score matrix; and
 //! [`Tensor::attention_ragged`], the same over a packed batch of sequences of
-//! different lengths (no padding), each attending only to itself.
+//! different lengths (no padding), each attending only to itself. Both take a
+//! [`KeyWindow`] (causal, sliding-window and local attention, whose hidden keys the
+//! kernel never reads) and k and v of fewer, grouped heads
+//! ([`Tensor::attention_with`], [`Tensor::attention_ragged_with`]).
+
+use std::fmt;
 
 use super::Tensor;
 use crate::ir::{Layout, OpKind};
 use crate::kernels::MAX_HEAD_DIM;
 use crate::{DType, Error, Result};
+
+/// Which keys each query of an attention sees, by position (within its sequence for
+/// the ragged form): query `i` sees key `j` iff `j + before >= i` (when `before` is
+/// `Some`) and `j <= i + after` (when `after` is `Some`). The kernel skips the key
+/// tiles a block of queries does not see, rather than adding a `-1e9` mask to them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KeyWindow {
+    /// How many keys before its own position a query sees at most; `None`: all.
+    pub before: Option<usize>,
+    /// How many keys after its own position a query sees at most; `None`: all.
+    pub after: Option<usize>,
+}
+
+impl KeyWindow {
+    /// Every key (no window): `before` and `after` `None`.
+    pub const ALL: KeyWindow = KeyWindow {
+        before: None,
+        after: None,
+    };
+
+    /// Causal (decoder) attention: query `i` sees keys `j <= i` (`after` `Some(0)`).
+    pub const CAUSAL: KeyWindow = KeyWindow {
+        before: None,
+        after: Some(0),
+    };
+
+    /// Local attention of `half` keys either side: query `i` sees key `j` iff
+    /// `|i - j| <= half`. ModernBERT's local layers (window 128) are `around(64)`.
+    pub const fn around(half: usize) -> KeyWindow {
+        KeyWindow {
+            before: Some(half),
+            after: Some(half),
+        }
+    }
+
+    /// The op's encoding (part of its plan key).
+    fn encoded(self) -> (Option<u64>, Option<u64>) {
+        (self.before.map(|x| x as u64), self.after.map(|x| x as u64))
+    }
+}
+
+impl fmt::Display for KeyWindow {
+    /// `all`, `causal`, `around(h)`, or `before b, after a` (`-` for `None`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.before, self.after) {
+            (None, None) => write!(f, "all"),
+            (None, Some(0)) => write!(f, "causal"),
+            (Some(b), Some(a)) if a == b => write!(f, "around({b})"),
+            (b, a) => {
+                let side = |x: Option<usize>| x.map_or("-".to_string(), |x| x.to_string());
+                write!(f, "before {}, after {}", side(b), side(a))
+            }
+        }
+    }
+}
 
 impl Tensor {
     /// Scaled dot-product attention: `softmax(q · kᵀ · scale + bias) · v` for every
@@ -38,20 +98,49 @@ impl Tensor {
         bias: Option<&Tensor>,
         scale: f32,
     ) -> Result<Tensor> {
-        let op = "attention";
+        self.attention_with(k, v, bias, scale, KeyWindow::ALL)
+    }
+
+    /// [`Tensor::attention`] where each query sees only the keys of `window` (query
+    /// `i` and key `j` are their indices in `lq` and `lk`, both from 0: causal with
+    /// `lq != lk` aligns the first query with the first key), and `k` and `v` may have
+    /// fewer heads than `q`.
+    ///
+    /// - `k` and `v` are `[batch, kv_heads, lk, head_dim]` with `heads` a multiple of
+    ///   `kv_heads`; query head `h` reads kv head `h / (heads / kv_heads)` (grouped-
+    ///   query attention, Hugging Face's `repeat_kv` grouping).
+    /// - The result equals [`Tensor::attention`] with the kv heads repeated and a
+    ///   `-1e9` bias on the keys the window hides (within 1e-6, `tests/attention.rs`),
+    ///   but the kernel reads only the key tiles a block of queries sees, so causal
+    ///   attention costs about half and a window of `w` keys about `w / lk`.
+    /// - A query that sees no key at all (only possible when `lq > lk`) gives zeros.
+    pub fn attention_with(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        bias: Option<&Tensor>,
+        scale: f32,
+        window: KeyWindow,
+    ) -> Result<Tensor> {
+        let op = if window == KeyWindow::ALL {
+            "attention"
+        } else {
+            "attention_with"
+        };
         let named = [("q", self), ("k", k), ("v", v)];
         let all = named.iter().copied().chain(bias.map(|b| ("bias", b)));
         check_operands(op, all, "4 ([batch, heads, len, head_dim])")?;
         let (qd, kd, vd) = (self.dims(), k.dims(), v.dims());
-        if kd[..2] != qd[..2] || kd[3] != qd[3] || vd != kd {
+        if kd[0] != qd[0] || kd[3] != qd[3] || vd != kd {
             return Err(Error::Shape {
                 op,
                 msg: format!(
-                    "q {qd:?}, k {kd:?} and v {vd:?} must agree on batch, heads and head_dim, \
-                     and k and v on length"
+                    "q {qd:?}, k {kd:?} and v {vd:?} must agree on batch and head_dim, \
+                     and k and v on heads and length"
                 ),
             });
         }
+        check_groups(op, qd[1], kd[1], "q", qd, kd)?;
         let [b, heads, lq, dh] = [qd[0], qd[1], qd[2], qd[3]];
         let lk = kd[2];
         check_head(op, dh, scale)?;
@@ -70,9 +159,12 @@ impl Tensor {
         let (q, k, v) = (rows(self)?, rows(k)?, rows(v)?);
         let out = Layout::contiguous(&[b, lq, heads, dh]);
         super::checked_numel(out.dims(), op)?;
+        let (before, after) = window.encoded();
         let kind = OpKind::Attention {
             scale: f64::from(scale).to_bits(),
             ragged: false,
+            before,
+            after,
         };
         match bias {
             Some(bias) => Tensor::record(kind, &[&q, &k, &v, bias], DType::F32, out),
@@ -105,7 +197,7 @@ impl Tensor {
         seq_offsets: &Tensor,
         scale: f32,
     ) -> Result<Tensor> {
-        self.ragged(k, v, seq_offsets, None, scale)
+        self.attention_ragged_with(k, v, seq_offsets, None, scale, KeyWindow::ALL)
     }
 
     /// [`Tensor::attention_ragged`] with an additive bias that depends on positions
@@ -127,32 +219,46 @@ impl Tensor {
         bias: &Tensor,
         scale: f32,
     ) -> Result<Tensor> {
-        self.ragged(k, v, seq_offsets, Some(bias), scale)
+        self.attention_ragged_with(k, v, seq_offsets, Some(bias), scale, KeyWindow::ALL)
     }
 
-    /// The two ragged forms.
-    fn ragged(
+    /// The ragged form with everything: [`Tensor::attention_ragged`], with the bias of
+    /// [`Tensor::attention_ragged_biased`] when given, where each query sees only the
+    /// keys of `window` by position within its sequence, and `k` and `v` may have
+    /// fewer heads than `q`.
+    ///
+    /// - `k` and `v` are `[kv_heads, total_tokens, head_dim]` with `heads` a multiple
+    ///   of `kv_heads`; query head `h` reads kv head `h / (heads / kv_heads)`.
+    /// - Every row equals what [`Tensor::attention_with`] gives its sequence on its own
+    ///   with the same window (`tests/attention.rs`); the work is each sequence's
+    ///   visible pairs (about half of `Σ len²` for causal attention).
+    pub fn attention_ragged_with(
         &self,
         k: &Tensor,
         v: &Tensor,
         seq_offsets: &Tensor,
         bias: Option<&Tensor>,
         scale: f32,
+        window: KeyWindow,
     ) -> Result<Tensor> {
-        let op = if bias.is_some() {
-            "attention_ragged_biased"
-        } else {
-            "attention_ragged"
+        let op = match (bias.is_some(), window == KeyWindow::ALL) {
+            (_, false) => "attention_ragged_with",
+            (true, true) => "attention_ragged_biased",
+            (false, true) => "attention_ragged",
         };
         let named = [("q", self), ("k", k), ("v", v)];
         check_operands(op, named, "3 ([heads, total_tokens, head_dim])")?;
         let (qd, kd, vd) = (self.dims(), k.dims(), v.dims());
-        if kd != qd || vd != qd {
+        if kd[1..] != qd[1..] || vd != kd {
             return Err(Error::Shape {
                 op,
-                msg: format!("q {qd:?}, k {kd:?} and v {vd:?} must have the same shape"),
+                msg: format!(
+                    "q {qd:?}, k {kd:?} and v {vd:?} must have the same shape, but for k's \
+                     and v's heads, which may be fewer (a divisor of q's)"
+                ),
             });
         }
+        check_groups(op, qd[0], kd[0], "q", qd, kd)?;
         let [heads, total, dh] = [qd[0], qd[1], qd[2]];
         check_head(op, dh, scale)?;
         if let Some(bias) = bias {
@@ -190,9 +296,12 @@ impl Tensor {
         );
         let out = Layout::contiguous(&[1, total, heads, dh]);
         super::checked_numel(out.dims(), op)?;
+        let (before, after) = window.encoded();
         let kind = OpKind::Attention {
             scale: f64::from(scale).to_bits(),
             ragged: true,
+            before,
+            after,
         };
         match bias {
             Some(bias) => {
@@ -201,6 +310,30 @@ impl Tensor {
             None => Tensor::record(kind, &[&q, &k, &v, &offsets], DType::F32, out)?.squeeze(0),
         }
     }
+}
+
+/// `heads` query heads can share `kv_heads` kv heads: a whole number of each (the
+/// error names q's and k's shapes, `what` the query operand).
+fn check_groups(
+    op: &'static str,
+    heads: usize,
+    kv_heads: usize,
+    what: &str,
+    qd: &[usize],
+    kd: &[usize],
+) -> Result<()> {
+    // (`is_multiple_of` is true for 0 heads of 0 kv heads, false for more.)
+    let whole = heads.is_multiple_of(kv_heads);
+    if whole {
+        return Ok(());
+    }
+    Err(Error::Shape {
+        op,
+        msg: format!(
+            "{what} {qd:?} has {heads} heads, not a multiple of k's and v's {kv_heads} \
+             (k {kd:?}): each kv head must serve a whole group of query heads"
+        ),
+    })
 }
 
 /// `t` (rank 4) itself when each row's last dim is contiguous, else a contiguous copy.

@@ -12,6 +12,7 @@
 //! casts), matmul and reductions in `compute`, views and gathers in `view`.
 
 mod attention;
+pub use attention::KeyWindow;
 mod compute;
 mod dim;
 mod elementwise;

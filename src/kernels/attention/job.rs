@@ -5,7 +5,7 @@
 
 use pulp::Simd;
 
-use super::{Bias, Path, Rows, MAX_HEAD_DIM, QB};
+use super::{Bias, Path, Rows, Window, MAX_HEAD_DIM, QB};
 use crate::kernels::par::Out;
 
 /// Everything a block of output rows needs.
@@ -18,6 +18,10 @@ pub(super) struct Job<'a> {
     pub(super) vr: Rows,
     pub(super) bias: Option<Bias<'a>>,
     pub(super) scale: f32,
+    /// The keys each query sees, by position.
+    pub(super) window: Window,
+    /// Query heads per kv head: head `h` reads kv head `h / group`.
+    pub(super) group: usize,
     pub(super) heads: usize,
     pub(super) lq: usize,
     pub(super) lk: usize,
@@ -137,9 +141,10 @@ impl Job<'_> {
             for t in 0..blk.len {
                 lines(self.q, self.qr.at(blk.b, blk.h, blk.i0 + t));
             }
-            for j in 0..self.lk {
-                lines(self.k, self.kr.at(blk.b, blk.h, j));
-                lines(self.v, self.vr.at(blk.b, blk.h, j));
+            let (lo, hi) = self.block_keys(blk);
+            for j in lo..hi {
+                lines(self.k, self.kr.at(blk.b, blk.h / self.group, j));
+                lines(self.v, self.vr.at(blk.b, blk.h / self.group, j));
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -238,10 +243,10 @@ impl Job<'_> {
         qt
     }
 
-    /// Row `j` of key (or value) operand `rows` of the block's head.
+    /// Row `j` of key (or value) operand `rows` of the block's head's kv head.
     #[inline(always)]
     pub(super) fn row<'a>(&self, data: &'a [f32], rows: &Rows, blk: Block, j: usize) -> &'a [f32] {
-        let at = rows.at(blk.b, blk.h, j);
+        let at = rows.at(blk.b, blk.h / self.group, j);
         &data[at..at + self.dh]
     }
 

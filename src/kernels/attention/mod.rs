@@ -40,6 +40,15 @@
 //! one whose rows start at its first token, so its queries score only its own keys and
 //! the work is the sum of the squared sequence lengths, never the square of the total.
 //!
+//! Both forms take a key [`Window`] (`window.rs`): query `i` sees only keys near it
+//! (causal, sliding-window and local attention). A block walks only the key tiles
+//! some of its queries see, from the first such key, and masks lanes (to `f32::MIN`,
+//! whose weight is 0 as a `-1e9` bias's would be, and never NaN) only in the tiles
+//! the window cuts; so causal attention costs about half, and a window of `w` keys
+//! about `(w + QB + KB) / lk`. A row that sees no key (only when `lq > lk`) is zeros.
+//! k and v may have fewer heads than q (grouped-query attention): query head `h`
+//! reads kv head `h / (heads / kv_heads)`.
+//!
 //! Accuracy: the same products and sums as the unfused path in a different order,
 //! `exp` within 2 ulp; `tests/attention.rs` holds every output within 1e-6 of the
 //! unfused path's, relative to the largest of them. The AVX2 and AVX-512 blocks give
@@ -53,12 +62,16 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod job;
+mod packed;
 mod portable;
 // Generic over pulp's `Simd`; only the x86 levels implement its `Lanes` so far.
 #[cfg(target_arch = "x86_64")]
 mod vector;
+mod window;
 
 use job::{Block, Dst, Job};
+use packed::Packed;
+pub(crate) use window::Window;
 
 use super::{check_dst, check_input, error, worth_splitting, KernelError, Par};
 use crate::ir::Layout;
@@ -193,12 +206,15 @@ impl<'a> Bias<'a> {
 
 /// `softmax(q·kᵀ · scale + bias) · v`, written as `[batch, lq, heads, dh]` rows.
 ///
-/// `q` is `[batch, heads, lq, dh]`, `k` and `v` are `[batch, heads, lk, dh]`, each read
-/// through its layout with its last dim contiguous; `bias`, when given, is read
-/// through a layout of dims `[batch, heads, lq, lk]` (broadcast dims have stride 0),
-/// and is added to the scaled scores (0 keeps a key, a large negative number masks
-/// it). `dst` must have `batch · lq · heads · dh` elements. `dh` is at most
-/// [`MAX_HEAD_DIM`].
+/// `q` is `[batch, heads, lq, dh]`, `k` and `v` are `[batch, kv_heads, lk, dh]` with
+/// `heads` a multiple of `kv_heads` (query head `h` reads kv head
+/// `h / (heads / kv_heads)`), each read through its layout with its last dim
+/// contiguous; `bias`, when given, is read through a layout of dims
+/// `[batch, heads, lq, lk]` (broadcast dims have stride 0), and is added to the scaled
+/// scores (0 keeps a key, a large negative number masks it). Query `i` sees only the
+/// keys `window` gives it: the key tiles outside a block's window are never read, and
+/// a row that sees no key is zeros. `dst` must have `batch · lq · heads · dh`
+/// elements. `dh` is at most [`MAX_HEAD_DIM`].
 #[allow(clippy::too_many_arguments)] // three operands with their layouts, as every kernel
 pub(crate) fn attention(
     q: &[f32],
@@ -209,6 +225,7 @@ pub(crate) fn attention(
     vl: &Layout,
     bias: Option<(&[f32], &Layout)>,
     scale: f32,
+    window: Window,
     dst: &mut [f32],
     par: Par,
 ) -> Result<(), KernelError> {
@@ -225,12 +242,13 @@ pub(crate) fn attention(
         return Ok(());
     }
     if lk == 0 {
-        // No keys: the softmax of nothing; the unfused path gives NaN rows too.
-        dst.fill(f32::NAN);
+        // No keys: the softmax of nothing; the unfused path gives NaN rows too. A
+        // window's rows that see no key are zeros instead, as in the kernel.
+        dst.fill(if window == Window::ALL { f32::NAN } else { 0.0 });
         return Ok(());
     }
-    let job = ops.job(bias, scale, lq, lk);
-    let work = batch * heads * lq * lk * dh * 4;
+    let job = ops.job(bias, scale, window, lq, lk);
+    let work = batch * heads * window.pairs(lq, lk) * dh * 4;
     job.blocks(0..batch * job.blocks_per_seq, dst, pieces(par, work));
     Ok(())
 }
@@ -254,8 +272,9 @@ fn pieces(par: Par, work: usize) -> usize {
 /// `bias`, when given, is read through a layout of dims `[1, heads, len, len]` with
 /// `len` at least the longest sequence: query `i` and key `j` of a sequence (counted
 /// from its first token) get element `(0, h, i, j)` added to their scaled score.
-/// The result is `[1, total, heads, dh]` rows in `dst`. Work is `Σ len²`, not
-/// `total²`.
+/// k and v may have fewer heads than q, as in [`attention`]; `window` applies by
+/// position within each sequence. The result is `[1, total, heads, dh]` rows in
+/// `dst`. Work is `Σ len²` (the visible pairs of each sequence), not `total²`.
 #[allow(clippy::too_many_arguments)] // three operands with their layouts, as every kernel
 pub(crate) fn attention_ragged(
     q: &[f32],
@@ -267,6 +286,7 @@ pub(crate) fn attention_ragged(
     offsets: &[u32],
     bias: Option<(&[f32], &Layout)>,
     scale: f32,
+    window: Window,
     dst: &mut [f32],
     par: Par,
 ) -> Result<(), KernelError> {
@@ -307,7 +327,7 @@ pub(crate) fn attention_ragged(
             ));
         }
         let len = (w[1] - w[0]) as usize;
-        work += len * len;
+        work += window.pairs(len, len);
     }
     let bias = match bias {
         None => None,
@@ -333,6 +353,7 @@ pub(crate) fn attention_ragged(
         offsets,
         bias,
         scale,
+        window,
     };
     packed.seqs(
         0..offsets.len() - 1,
@@ -352,6 +373,8 @@ struct Operands<'a> {
     vr: Rows,
     /// q's dims: `[batch, heads, lq, dh]`.
     dims: [usize; 4],
+    /// Query heads per kv head.
+    group: usize,
 }
 
 impl<'a> Operands<'a> {
@@ -366,11 +389,14 @@ impl<'a> Operands<'a> {
             Rows::of(kernel, "v", vl)?,
         );
         let dh = ql.dims[3];
-        if kl.dims[..2] != ql.dims[..2] || kl.dims[3] != dh || vl.dims[..] != kl.dims[..] {
+        let (heads, kv_heads) = (ql.dims[1], kl.dims[1]);
+        let grouped = heads.is_multiple_of(kv_heads);
+        if kl.dims[0] != ql.dims[0] || !grouped || kl.dims[3] != dh || vl.dims[..] != kl.dims[..] {
             return Err(error(
                 kernel,
                 format_args!(
-                    "q {:?}, k {:?} and v {:?} must agree on batch, heads and head size, and k with v on length",
+                    "q {:?}, k {:?} and v {:?} must agree on batch and head size, q's heads \
+                     must be a multiple of k's, and k must equal v",
                     ql.dims, kl.dims, vl.dims
                 ),
             ));
@@ -389,6 +415,7 @@ impl<'a> Operands<'a> {
             kr,
             vr,
             dims: [ql.dims[0], ql.dims[1], ql.dims[2], dh],
+            group: heads.checked_div(kv_heads).unwrap_or(1),
         })
     }
 
@@ -396,7 +423,14 @@ impl<'a> Operands<'a> {
     /// into blocks of query rows of one sequence, all heads (a block's output rows are
     /// contiguous in `dst`); the rows of a sequence are shared evenly between its
     /// blocks, so 20 rows make two blocks of 10, not 16 and 4.
-    fn job(&self, bias: Option<Bias<'a>>, scale: f32, lq: usize, lk: usize) -> Job<'a> {
+    fn job(
+        &self,
+        bias: Option<Bias<'a>>,
+        scale: f32,
+        window: Window,
+        lq: usize,
+        lk: usize,
+    ) -> Job<'a> {
         let blocks_per_seq = lq.div_ceil(QB);
         Job {
             q: self.q,
@@ -407,6 +441,8 @@ impl<'a> Operands<'a> {
             vr: self.vr,
             bias,
             scale,
+            window,
+            group: self.group,
             heads: self.dims[1],
             lq,
             lk,
@@ -434,51 +470,6 @@ const PREFETCH_ABOVE: usize = if cfg!(test) { 1 << 12 } else { 1 << 20 };
 /// again by each of a sequence's 8 query blocks) it measured from 5% slower to 1%
 /// faster (batch 8 of 128: 5068 → 5237, 5314 → 5565, 4359 → 4316 µs).
 const PREFETCH_KEYS: usize = 64;
-
-/// A packed batch: each sequence runs as a [`Job`] of one batch entry whose rows
-/// start at the sequence's first token.
-struct Packed<'a> {
-    ops: Operands<'a>,
-    offsets: &'a [u32],
-    /// The bias by position within a sequence (batch dim 1), for every sequence.
-    bias: Option<Bias<'a>>,
-    scale: f32,
-}
-
-impl Packed<'_> {
-    /// Sequences `range`, whose rows are `out`, cut in up to `pieces` parts run at
-    /// once (`rayon::join`, near the middle token); one sequence left takes the
-    /// remaining pieces for its blocks.
-    fn seqs(&self, range: std::ops::Range<usize>, out: &mut [f32], pieces: usize) {
-        let row = self.ops.dims[1] * self.ops.dims[3];
-        let at = |s: usize| self.offsets[s] as usize;
-        if pieces > 1 && range.len() > 1 {
-            let half = (at(range.start) + at(range.end)) / 2;
-            let n = self.offsets[range.clone()].partition_point(|&o| o as usize <= half);
-            let mid = (range.start + n).clamp(range.start + 1, range.end - 1);
-            let (left, right) = out.split_at_mut((at(mid) - at(range.start)) * row);
-            rayon::join(
-                || self.seqs(range.start..mid, left, pieces / 2),
-                || self.seqs(mid..range.end, right, pieces - pieces / 2),
-            );
-            return;
-        }
-        let mut done = 0;
-        for s in range {
-            let (first, len) = (at(s), at(s + 1) - at(s));
-            if len == 0 {
-                continue;
-            }
-            let mut job = self.ops.job(self.bias, self.scale, len, len);
-            job.qr = job.qr.starting_at(first);
-            job.kr = job.kr.starting_at(first);
-            job.vr = job.vr.starting_at(first);
-            let rows = &mut out[done..done + len * row];
-            job.blocks(0..job.blocks_per_seq, rows, pieces);
-            done += len * row;
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -548,13 +539,14 @@ mod tests {
 
     /// Runs the kernel over `[b, heads, l, dh]` operands with a padding bias.
     fn run(b: usize, heads: usize, l: usize, dh: usize, par: Par) -> Vec<f32> {
-        run_biased(b, heads, l, dh, par, false)
+        run_biased(b, heads, l, dh, par, false, Window::ALL, heads)
     }
 
     /// Runs the kernel over `[b, heads, l, dh]` operands with a padding bias (`[b, 1, 1,
     /// l]` broadcast; at least as many rows as batch entries), or with `per_query` a
     /// bias of every element (`[b, heads, l, l]`: -1e9 for a few keys, else in
-    /// [-2, 2]).
+    /// [-2, 2]); k and v have `kv_heads` heads, and queries see the keys of `window`.
+    #[allow(clippy::too_many_arguments)]
     fn run_biased(
         b: usize,
         heads: usize,
@@ -562,10 +554,13 @@ mod tests {
         dh: usize,
         par: Par,
         per_query: bool,
+        window: Window,
+        kv_heads: usize,
     ) -> Vec<f32> {
         let n = b * heads * l * dh;
         let (q, k, v) = (ramp(n, 1), ramp(n, 2), ramp(n, 3));
         let lay = Layout::contiguous(&[b, heads, l, dh]);
+        let kv = Layout::contiguous(&[b, kv_heads, l, dh]);
         let (bias, bl) = if per_query {
             let bias: Vec<f32> = ramp(b * heads * l * l, 4)
                 .into_iter()
@@ -587,16 +582,29 @@ mod tests {
             &q,
             &lay,
             &k,
-            &lay,
+            &kv,
             &v,
-            &lay,
+            &kv,
             Some((&bias, &bl)),
             0.3,
+            window,
             &mut out,
             par,
         )
         .unwrap();
         out
+    }
+
+    /// The windows and kv head counts the path tests run each edge case with: every
+    /// key, causal on one kv head, a band of 5 around the diagonal, 20 keys before.
+    fn windows(heads: usize) -> [(Window, usize); 4] {
+        let w = |before, after| Window { before, after };
+        [
+            (Window::ALL, heads),
+            (w(None, Some(0)), 1),
+            (w(Some(5), Some(5)), heads),
+            (w(Some(20), None), 1),
+        ]
     }
 
     /// Shapes `[b, heads, l, dh]` around the edges of the vector block: rows per block
@@ -630,9 +638,12 @@ mod tests {
     /// with the length of its dot product (a head of 256 differed by 1.9e-6).
     #[test]
     fn every_vector_path_is_within_1e_6_per_64_of_the_head_of_the_portable_one() {
-        for (b, heads, l, dh, per_query) in edge_cases() {
+        for ((b, heads, l, dh, per_query), (window, kv)) in edge_cases()
+            .into_iter()
+            .flat_map(|c| windows(c.1).map(|w| (c, w)))
+        {
             let par = Par { threads: 1 + l % 2 };
-            let case = || run_biased(b, heads, l, dh, par, per_query);
+            let case = || run_biased(b, heads, l, dh, par, per_query, window, kv);
             let portable = with_path(Kind::Portable, case).unwrap();
             let scale = portable.iter().fold(0.0f32, |m, x| m.max(x.abs()));
             let bound = 1e-6 * dh.div_ceil(64) as f32 * scale;
@@ -643,7 +654,8 @@ mod tests {
                 for (i, (p, f)) in portable.iter().zip(&fast).enumerate() {
                     assert!(
                         (p - f).abs() <= bound,
-                        "{kind:?} [{b}, {heads}, {l}, {dh}] element {i}: portable {p}, vector {f}"
+                        "{kind:?} [{b}, {heads}, {l}, {dh}] {window:?} kv {kv} element {i}: \
+                         portable {p}, vector {f}"
                     );
                 }
             }
@@ -655,8 +667,11 @@ mod tests {
     /// every lane goes through the same operations in the same order (`vector.rs`).
     #[test]
     fn avx2_gives_the_bits_of_avx512() {
-        for (b, heads, l, dh, per_query) in edge_cases() {
-            let case = || run_biased(b, heads, l, dh, Par::serial(), per_query);
+        for ((b, heads, l, dh, per_query), (window, kv)) in edge_cases()
+            .into_iter()
+            .flat_map(|c| windows(c.1).map(|w| (c, w)))
+        {
+            let case = || run_biased(b, heads, l, dh, Par::serial(), per_query, window, kv);
             let (Some(avx2), Some(avx512)) =
                 (with_path(Kind::Avx2, case), with_path(Kind::Avx512, case))
             else {
@@ -664,7 +679,7 @@ mod tests {
             };
             assert!(
                 same_bits(&avx2, &avx512),
-                "[{b}, {heads}, {l}, {dh}] per-query bias {per_query}"
+                "[{b}, {heads}, {l}, {dh}] per-query bias {per_query} {window:?} kv {kv}"
             );
         }
     }
@@ -702,7 +717,18 @@ mod tests {
                     let packed = |par| {
                         let mut out = vec![f32::NAN; n];
                         attention_ragged(
-                            &q, &lay, &k, &lay, &v, &lay, &offsets, None, 0.3, &mut out, par,
+                            &q,
+                            &lay,
+                            &k,
+                            &lay,
+                            &v,
+                            &lay,
+                            &offsets,
+                            None,
+                            0.3,
+                            Window::ALL,
+                            &mut out,
+                            par,
                         )
                         .unwrap();
                         out
@@ -714,6 +740,67 @@ mod tests {
                         let same = same_bits(&one, &split);
                         assert!(same, "packed {lens:?} heads {heads} threads {threads}");
                     }
+                }
+            }
+        }
+    }
+
+    /// Rows that see no key (a window over fewer keys than queries) are zeros on every
+    /// path, never NaN; the rows that see keys equal a -1e9 bias of the window.
+    #[test]
+    fn rows_that_see_no_key_are_zeros() {
+        let (lq, lk, dh) = (40, 9, 32);
+        let (q, k, v) = (ramp(lq * dh, 1), ramp(lk * dh, 2), ramp(lk * dh, 3));
+        let (ql, kl) = (
+            Layout::contiguous(&[1, 1, lq, dh]),
+            Layout::contiguous(&[1, 1, lk, dh]),
+        );
+        let window = Window {
+            before: Some(2),
+            after: Some(1),
+        };
+        let bias: Vec<f32> = (0..lq * lk)
+            .map(|x| {
+                let (lo, hi) = window.keys(x / lk, lk);
+                if (lo..hi).contains(&(x % lk)) {
+                    0.0
+                } else {
+                    -1e9
+                }
+            })
+            .collect();
+        let bl = Layout::contiguous(&[1, 1, lq, lk]);
+        for kind in [Kind::Portable, Kind::Avx2, Kind::Avx512] {
+            let run = |w: Window, b: Option<(&[f32], &Layout)>| {
+                let mut out = vec![f32::NAN; lq * dh];
+                attention(
+                    &q,
+                    &ql,
+                    &k,
+                    &kl,
+                    &v,
+                    &kl,
+                    b,
+                    0.5,
+                    w,
+                    &mut out,
+                    Par::serial(),
+                )
+                .unwrap();
+                out
+            };
+            let Some((got, want)) = with_path(kind, || {
+                (run(window, None), run(Window::ALL, Some((&bias, &bl))))
+            }) else {
+                continue;
+            };
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let row = i / dh;
+                let (lo, hi) = window.keys(row, lk);
+                if lo >= hi {
+                    assert_eq!(*g, 0.0, "{kind:?} row {row}");
+                } else {
+                    assert!((g - w).abs() <= 1e-6, "{kind:?} element {i}: {g} vs {w}");
                 }
             }
         }
@@ -733,6 +820,7 @@ mod tests {
             &lay,
             None,
             1.0,
+            Window::ALL,
             &mut out,
             Par::serial(),
         );
@@ -747,6 +835,7 @@ mod tests {
             &lay,
             None,
             1.0,
+            Window::ALL,
             &mut out,
             Par::serial(),
         );
@@ -760,6 +849,7 @@ mod tests {
             &lay,
             None,
             1.0,
+            Window::ALL,
             &mut out[..4],
             Par::serial(),
         );

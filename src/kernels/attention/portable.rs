@@ -18,9 +18,12 @@ impl Job<'_> {
         let mut s = [[0f32; QB]; KB];
         let mut max = [f32::NEG_INFINITY; QB];
         let mut sum = [0f32; QB];
-        let mut j0 = 0;
-        while j0 < self.lk {
-            let kn = KB.min(self.lk - j0);
+        // Only the keys some row of the block sees, in tiles from the first.
+        let (mut j0, end) = self.block_keys(blk);
+        let mut first = true;
+        while j0 < end {
+            let kn = KB.min(end - j0);
+            let cut = self.cut(blk, j0, kn);
             // Scores of this key block.
             for (jj, sj) in s[..kn].iter_mut().enumerate() {
                 let mut acc = [0f32; QB];
@@ -33,6 +36,9 @@ impl Job<'_> {
                     for l in 0..QB {
                         acc[l] += bias[l];
                     }
+                }
+                if cut {
+                    self.mask_lanes(blk, j0 + jj, &mut acc);
                 }
                 *sj = acc;
             }
@@ -53,7 +59,7 @@ impl Job<'_> {
                 };
                 sum[l] *= corr[l];
             }
-            if j0 > 0 {
+            if !first {
                 for o in ot[..dh].iter_mut() {
                     for l in 0..QB {
                         o[l] *= corr[l];
@@ -74,7 +80,10 @@ impl Job<'_> {
                 }
             }
             j0 += kn;
+            first = false;
         }
-        self.write_rows(&ot, &sum.map(|x| 1.0 / x), blk.len, out);
+        let mut inv = sum.map(|x| 1.0 / x);
+        self.zero_unseeing(blk, &mut inv);
+        self.write_rows(&ot, &inv, blk.len, out);
     }
 }

@@ -120,9 +120,13 @@ impl Job<'_> {
         let mut s = [[zero; N]; KB];
         let mut max = [simd.splat_f32s(f32::NEG_INFINITY); N];
         let mut sum = [zero; N];
-        let mut j0 = 0;
-        while j0 < self.lk {
-            let kn = KB.min(self.lk - j0);
+        // Only the keys some row of the block sees, in tiles from the first; lanes
+        // are masked only in the tiles the window cuts.
+        let (mut j0, end) = self.block_keys(blk);
+        let mut first = true;
+        while j0 < end {
+            let kn = KB.min(end - j0);
+            let cut = self.cut(blk, j0, kn);
             // Scores, G keys at a time: G · N independent multiply-add chains (one would
             // wait on the FMA latency at every step) sharing each load of qt[n][d].
             let mut jj = 0;
@@ -149,6 +153,15 @@ impl Job<'_> {
                         }),
                         None => *a,
                     };
+                    if cut {
+                        let w = S::F32_LANES;
+                        let mut lanes = [0f32; QB];
+                        for (n, &sn) in s[jj + x].iter().enumerate() {
+                            store::<S>(&mut lanes[n * w..n * w + w], sn);
+                        }
+                        self.mask_lanes(blk, j0 + jj + x, &mut lanes);
+                        s[jj + x] = std::array::from_fn(|n| load::<S>(&lanes[n * w..n * w + w]));
+                    }
                 }
                 jj += g;
             }
@@ -160,7 +173,7 @@ impl Job<'_> {
                 sum[n] = simd.mul_f32s(sum[n], corr[n]);
                 max[n] = new_max;
             }
-            if j0 > 0 {
+            if !first {
                 for (on, &c) in ot.iter_mut().zip(&corr) {
                     for o in on[..dh].iter_mut() {
                         *o = simd.mul_f32s(*o, c);
@@ -202,6 +215,7 @@ impl Job<'_> {
                 jj += g;
             }
             j0 += kn;
+            first = false;
         }
         let mut inv = [0f32; QB];
         for (n, &sn) in sum.iter().enumerate() {
@@ -211,6 +225,7 @@ impl Job<'_> {
                 simd.div_f32s(simd.splat_f32s(1.0), sn),
             );
         }
+        self.zero_unseeing(blk, &mut inv);
         if dh == D {
             self.write_rows_transposed::<S, D, N>(simd, &mut ot, &inv, blk.len, out);
         } else {
