@@ -23,6 +23,7 @@ pub mod pooling;
 pub mod qwen3;
 mod ragged;
 mod text;
+mod weights;
 
 pub use accuracy::{agreement, Agreement};
 pub use bert::{BertClassifier, BertConfig, BertModel, EmbedOptions};

@@ -12,6 +12,7 @@
 
 use std::path::Path;
 
+use super::super::weights::WeightReader;
 use super::packed::Packing;
 use super::weights::read_folder;
 use super::{BertConfig, BertModel};
@@ -43,8 +44,9 @@ impl BertClassifier {
         dir: &Path,
         precision: Precision,
     ) -> std::result::Result<BertClassifier, ModelError> {
-        let (config, bytes, path) = read_folder(dir)?;
-        BertClassifier::from_safetensors_as(config, &bytes, &path, precision)
+        let (config, path) = read_folder(dir)?;
+        let r = WeightReader::open_file(&path, precision)?;
+        BertClassifier::from_reader(config, &r, &path)
     }
 
     /// Builds the classifier from `config` (its `num_labels` is the head's width) and
@@ -54,6 +56,16 @@ impl BertClassifier {
         bytes: &[u8],
         path: &Path,
         precision: Precision,
+    ) -> std::result::Result<BertClassifier, ModelError> {
+        let r = WeightReader::open(bytes, path, precision)?;
+        BertClassifier::from_reader(config, &r, path)
+    }
+
+    /// The classifier from `config` and the weights `r` reads from the file at `path`.
+    fn from_reader(
+        config: BertConfig,
+        r: &WeightReader<'_>,
+        path: &Path,
     ) -> std::result::Result<BertClassifier, ModelError> {
         let (h, labels) = (config.hidden_size, config.num_labels);
         if config.model_type != "bert" {
@@ -74,15 +86,14 @@ impl BertClassifier {
                 msg: "`id2label` is empty: a classifier needs at least one label".into(),
             });
         }
-        let (model, head) =
-            BertModel::from_safetensors_with(config, bytes, path, precision, |r, _| {
-                Ok((
-                    r.linear_f32("pooler.dense.weight", h, h)?,
-                    r.tensor("pooler.dense.bias", &[h])?,
-                    r.linear_f32("classifier.weight", labels, h)?,
-                    r.tensor("classifier.bias", &[labels])?,
-                ))
-            })?;
+        let (model, head) = BertModel::from_reader_with(config, r, |r, _| {
+            Ok((
+                r.linear_f32("pooler.dense.weight", h, h)?,
+                r.tensor("pooler.dense.bias", &[h])?,
+                r.linear_f32("classifier.weight", labels, h)?,
+                r.tensor("classifier.bias", &[labels])?,
+            ))
+        })?;
         let (pooler_w, pooler_b, out_w, out_b) = head;
         Ok(BertClassifier {
             model,

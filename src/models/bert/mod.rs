@@ -42,7 +42,6 @@ pub use config::BertConfig;
 pub use embed::{length_sorted_batches, EmbedOptions};
 pub(in crate::models) use packed::bucket_tokens;
 pub use packed::Packing;
-pub(in crate::models) use weights::WeightReader;
 
 use super::Precision;
 use crate::Tensor;

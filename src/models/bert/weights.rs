@@ -1,290 +1,31 @@
-//! Loading weights: reads a safetensors file, checks every tensor's name, dtype and
-//! shape, and converts each straight into the layout the forward pass uses
-//! ([`BertModel::load`], [`BertModel::from_safetensors`]).
+//! Loading a BERT-family model: its weights, read through the shared
+//! [`WeightReader`], in the layout the forward pass uses ([`BertModel::load`],
+//! [`BertModel::from_safetensors`]).
 
 use std::path::{Path, PathBuf};
 
-use safetensors::{Dtype, SafeTensors};
-
+use super::super::weights::{Columns, WeightReader};
 use super::super::{ModelError, Precision};
 use super::config::{Activation, BertConfig};
 use super::names::LayerNames;
 use super::relative::RelativeBias;
 use super::{BertModel, Layer};
-use crate::{DType, Tensor};
+use crate::Tensor;
 
-/// Says once per precision, in the log, that the tier has no fast product for it and
-/// the model keeps its weights' values in f32 instead.
-fn warn_slow(p: Precision) {
-    use std::sync::atomic::{AtomicU8, Ordering};
-    static SAID: AtomicU8 = AtomicU8::new(0);
-    let bit = 1u8 << (p as u8);
-    if SAID.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
-        log::warn!(
-            "precision {p}: the CPU tier in use ({}) has no {p} product faster than f32's; \
-             keeping the {p} weights' values in f32 and multiplying in f32 (f32's speed \
-             and memory)",
-            crate::cpu::tier()
-        );
-    }
-}
-
-/// Reads tensors out of a parsed safetensors file and converts them to f32 vectors
-/// (also what the other families' loaders read their files with).
-pub(in crate::models) struct WeightReader<'a> {
-    st: SafeTensors<'a>,
-    path: &'a Path,
-    /// What the matrix weights become.
-    precision: Precision,
-}
-
-/// The little-endian bytes of one tensor in the file, by dtype.
-#[derive(Clone, Copy)]
-enum Raw<'a> {
-    F32(&'a [u8]),
-    /// bfloat16: widened to f32 exactly (a bf16 model loaded in bf16 keeps its values).
-    Bf16(&'a [u8]),
-}
-
-impl<'a> Raw<'a> {
-    /// The values, in f32.
-    fn values(self) -> Box<dyn Iterator<Item = f32> + 'a> {
-        match self {
-            Raw::F32(b) => Box::new(f32s(b)),
-            Raw::Bf16(b) => Box::new(
-                b.chunks_exact(2)
-                    .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16)),
-            ),
-        }
-    }
-
-    /// Elements `from..to` of it, in f32.
-    fn range(self, from: usize, to: usize) -> impl Iterator<Item = f32> + 'a {
-        self.values().skip(from).take(to - from)
-    }
-}
-
-impl<'a> WeightReader<'a> {
-    /// A reader of the safetensors file `bytes` (`path` names it in errors), making
-    /// matrix weights in `precision`.
-    pub(in crate::models) fn open(
-        bytes: &'a [u8],
-        path: &'a Path,
-        precision: Precision,
-    ) -> std::result::Result<WeightReader<'a>, ModelError> {
-        let st = SafeTensors::deserialize(bytes).map_err(|e| ModelError::Format {
-            path: path.to_path_buf(),
-            msg: format!("not a valid safetensors file: {e:?}"),
-        })?;
-        Ok(WeightReader {
-            st,
-            path,
-            precision,
-        })
-    }
-
-    /// The linear weights `parts` (each `(name, out)`, `[out, inp]` in the file) side
-    /// by side as one `[inp, Σ out]` weight in the model's precision, each part
-    /// times its `scale`: one product for several projections of the same input.
-    pub(in crate::models) fn linears_joined(
-        &self,
-        parts: &[(&str, usize, f32)],
-        inp: usize,
-    ) -> std::result::Result<Tensor, ModelError> {
-        let cols: usize = parts.iter().map(|p| p.1).sum();
-        let mut w = vec![0.0f32; inp * cols];
-        let mut first = 0;
-        for &(name, out, scale) in parts {
-            let dst = Columns {
-                data: &mut w,
-                cols,
-                first,
-            };
-            self.linear_into(name, [out, inp], scale, dst)?;
-            first += out;
-        }
-        self.weight(w, [inp, cols])
-    }
-
-    fn err(&self, msg: String) -> ModelError {
-        ModelError::Format {
-            path: self.path.to_path_buf(),
-            msg,
-        }
-    }
-
-    /// The raw little-endian bytes of `name` (also tried with a `bert.`, `roberta.`,
-    /// `mpnet.` or `model.` prefix),
-    /// checked against `shape`: f32 or bf16.
-    fn bytes(&self, name: &str, shape: &[usize]) -> std::result::Result<Raw<'a>, ModelError> {
-        let view = self
-            .st
-            .tensor(name)
-            .or_else(|_| self.st.tensor(&format!("bert.{name}")))
-            .or_else(|_| self.st.tensor(&format!("roberta.{name}")))
-            .or_else(|_| self.st.tensor(&format!("mpnet.{name}")))
-            .or_else(|_| self.st.tensor(&format!("model.{name}")))
-            .map_err(|_| self.err(format!("weight `{name}` is missing")))?;
-        if view.shape() != shape {
-            return Err(self.err(format!(
-                "weight `{name}` has shape {:?}, expected {shape:?}",
-                view.shape()
-            )));
-        }
-        match view.dtype() {
-            Dtype::F32 => Ok(Raw::F32(view.data())),
-            Dtype::BF16 => Ok(Raw::Bf16(view.data())),
-            other => Err(self.err(format!(
-                "weight `{name}` is {other:?}; only F32 and BF16 weights are supported"
-            ))),
-        }
-    }
-
-    /// A matrix weight `[k, n]` in the model's precision, kept packed for products.
-    /// Where the tier has no fast product for a reduced precision
-    /// ([`Precision::fast_here`]), the weight holds that precision's values (bf16's
-    /// rounding, int8's integers times their scales; `Bf16x3`'s are the f32 values
-    /// themselves) in f32, for the f32 tile.
-    fn weight(&self, w: Vec<f32>, dims: [usize; 2]) -> std::result::Result<Tensor, ModelError> {
-        let p = self.precision;
-        if p.fast_here() && p != Precision::F32 {
-            return Ok(Tensor::from_vec(w, &dims)?.to_dtype(p.dtype())?);
-        }
-        let w = match p {
-            Precision::Bf16 | Precision::Int8 => {
-                warn_slow(p);
-                let packed = Tensor::from_vec(w, &dims)?.to_dtype(p.own_dtype())?;
-                packed.to_dtype(DType::F32)?.to_vec::<f32>()?
-            }
-            Precision::F32 | Precision::Bf16x3 => w,
-        };
-        Ok(Tensor::weight(w, &dims)?)
-    }
-
-    /// `name` as a tensor of `shape`, converted in one pass.
-    pub(in crate::models) fn tensor(
-        &self,
-        name: &str,
-        shape: &[usize],
-    ) -> std::result::Result<Tensor, ModelError> {
-        let raw = self.bytes(name, shape)?;
-        Ok(Tensor::from_vec(raw.values().collect(), shape)?)
-    }
-
-    /// The linear weight `name` (`[out, in]` in the file) transposed to `[in, out]`,
-    /// times `scale`, written into `dst`'s columns `first..first + out`.
-    fn linear_into(
-        &self,
-        name: &str,
-        [out, inp]: [usize; 2],
-        scale: f32,
-        dst: Columns<'_>,
-    ) -> std::result::Result<(), ModelError> {
-        let raw = self.bytes(name, &[out, inp])?;
-        for (at, x) in raw.values().enumerate() {
-            let (o, i) = (at / inp, at % inp);
-            dst.data[i * dst.cols + dst.first + o] = x * scale;
-        }
-        Ok(())
-    }
-
-    /// The linear weight `name` (`[out, in]` in the file) as an `[in, out]` tensor, kept
-    /// packed for products in the model's precision.
-    pub(in crate::models) fn linear(
-        &self,
-        name: &str,
-        out: usize,
-        inp: usize,
-    ) -> std::result::Result<Tensor, ModelError> {
-        self.weight(self.transposed(name, out, inp)?, [inp, out])
-    }
-
-    /// The linear weight `name` (`[out, in]` in the file) as a plain `[in, out]` f32
-    /// tensor, whatever the model's precision: for a small head that multiplies a row
-    /// per sequence, where packing buys nothing.
-    pub(super) fn linear_f32(
-        &self,
-        name: &str,
-        out: usize,
-        inp: usize,
-    ) -> std::result::Result<Tensor, ModelError> {
-        Ok(Tensor::from_vec(
-            self.transposed(name, out, inp)?,
-            &[inp, out],
-        )?)
-    }
-
-    /// The values of the linear weight `name` (`[out, in]` in the file) as a row-major
-    /// `[in, out]` matrix.
-    fn transposed(
-        &self,
-        name: &str,
-        out: usize,
-        inp: usize,
-    ) -> std::result::Result<Vec<f32>, ModelError> {
-        let mut w = vec![0.0f32; out * inp];
-        self.linear_into(
-            name,
-            [out, inp],
-            1.0,
-            Columns {
-                data: &mut w,
-                cols: out,
-                first: 0,
-            },
-        )?;
-        Ok(w)
-    }
-
-    fn bias_into(
-        &self,
-        name: &str,
-        n: usize,
-        scale: f32,
-        dst: &mut [f32],
-    ) -> std::result::Result<(), ModelError> {
-        let raw = self.bytes(name, &[n])?;
-        for (d, x) in dst.iter_mut().zip(raw.values()) {
-            *d = x * scale;
-        }
-        Ok(())
-    }
-}
-
-/// A row-major `[rows, cols]` destination matrix and the first column to write.
-struct Columns<'d> {
-    data: &'d mut [f32],
-    cols: usize,
-    first: usize,
-}
-
-/// The config (`config.json`) and the bytes of `model.safetensors` of the model folder
-/// `dir`, with the weights file's path.
-pub(super) fn read_folder(
-    dir: &Path,
-) -> std::result::Result<(BertConfig, Vec<u8>, PathBuf), ModelError> {
+/// The config (`config.json`) of the model folder `dir` and the path of its
+/// `model.safetensors`.
+pub(super) fn read_folder(dir: &Path) -> std::result::Result<(BertConfig, PathBuf), ModelError> {
     let config = BertConfig::load(&dir.join("config.json"))?;
-    let path = dir.join("model.safetensors");
-    let bytes = std::fs::read(&path).map_err(|error| ModelError::Io {
-        path: path.clone(),
-        error,
-    })?;
-    Ok((config, bytes, path))
-}
-
-/// Little-endian f32 values of `bytes` (whose length is a multiple of 4).
-fn f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+    Ok((config, dir.join("model.safetensors")))
 }
 
 impl BertModel {
     /// Loads `config.json` and `model.safetensors` from the model folder `dir`.
     ///
-    /// The safetensors file is read into memory once; each weight is converted from
-    /// its bytes straight into the f32 tensor the forward pass uses (one pass, no
-    /// intermediate copy), and the bytes are dropped when loading ends. The pooler
+    /// The safetensors file is read one weight at a time; each weight is converted
+    /// from its bytes straight into the tensor the forward pass uses, and its bytes
+    /// are dropped at once (loading holds the model and one weight's bytes, never the
+    /// whole file besides). The pooler
     /// weights and position ids in the file are not used by sentence embeddings and
     /// are not loaded.
     pub fn load(dir: &Path) -> std::result::Result<BertModel, ModelError> {
@@ -295,8 +36,9 @@ impl BertModel {
     /// model is made from the file's f32 weights (or bf16 ones, widened exactly) as it
     /// loads, so it never holds more than one weight in f32 at a time.
     pub fn load_as(dir: &Path, precision: Precision) -> std::result::Result<BertModel, ModelError> {
-        let (config, bytes, path) = read_folder(dir)?;
-        BertModel::from_safetensors_as(config, &bytes, &path, precision)
+        let (config, path) = read_folder(dir)?;
+        let r = WeightReader::open_file(&path, precision)?;
+        BertModel::from_reader_with(config, &r, |_, _| Ok(())).map(|(model, ())| model)
     }
 
     /// Builds the model from `config` and the bytes of a safetensors file (`path` is
@@ -316,24 +58,22 @@ impl BertModel {
         path: &Path,
         precision: Precision,
     ) -> std::result::Result<BertModel, ModelError> {
-        BertModel::from_safetensors_with(config, bytes, path, precision, |_, _| Ok(()))
-            .map(|(model, ())| model)
+        let r = WeightReader::open(bytes, path, precision)?;
+        BertModel::from_reader_with(config, &r, |_, _| Ok(())).map(|(model, ())| model)
     }
 
-    /// [`BertModel::from_safetensors_as`], then `more` reads other weights of the same
-    /// file (a classifier's head) before its bytes are let go.
-    pub(super) fn from_safetensors_with<T>(
+    /// The model from `config` and the weights `r` reads, then `more` reads other
+    /// weights of the same file (a classifier's head).
+    pub(super) fn from_reader_with<T>(
         config: BertConfig,
-        bytes: &[u8],
-        path: &Path,
-        precision: Precision,
+        r: &WeightReader<'_>,
         more: impl FnOnce(&WeightReader<'_>, &BertConfig) -> std::result::Result<T, ModelError>,
     ) -> std::result::Result<(BertModel, T), ModelError> {
         config.validate().map_err(|msg| ModelError::Format {
             path: PathBuf::from("config.json"),
             msg,
         })?;
-        let r = WeightReader::open(bytes, path, precision)?;
+        let precision = r.precision();
         let h = config.hidden_size;
         let inter = config.intermediate_size;
         let positions = config.positions();
@@ -362,7 +102,7 @@ impl BertModel {
         // Row `t * positions + p`: position p's embedding plus token type t's.
         let mut pos_type = Vec::with_capacity(config.type_vocab_size * positions * h);
         for t in 0..config.type_vocab_size {
-            let type_t: Vec<f32> = match types {
+            let type_t: Vec<f32> = match &types {
                 Some(types) => types.range(t * h, (t + 1) * h).collect(),
                 None => vec![0.0; h],
             };
@@ -423,7 +163,7 @@ impl BertModel {
             path: PathBuf::from("config.json"),
             msg,
         })?;
-        let extra = more(&r, &config)?;
+        let extra = more(r, &config)?;
         let model = BertModel {
             config,
             precision,
@@ -442,6 +182,7 @@ impl BertModel {
 #[cfg(test)]
 mod tests {
     use safetensors::tensor::TensorView;
+    use safetensors::Dtype;
 
     use super::*;
 

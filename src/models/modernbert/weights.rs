@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::super::bert::WeightReader;
+use super::super::weights::WeightReader;
 use super::super::{ragged, ModelError, Precision};
 use super::{Layer, ModernBertConfig, ModernBertModel, Rotary};
 use crate::Tensor;
@@ -20,11 +20,7 @@ impl ModernBertModel {
     ) -> std::result::Result<ModernBertModel, ModelError> {
         let config = ModernBertConfig::load(&dir.join("config.json"))?;
         let path = dir.join("model.safetensors");
-        let bytes = std::fs::read(&path).map_err(|error| ModelError::Io {
-            path: path.clone(),
-            error,
-        })?;
-        ModernBertModel::from_safetensors_as(config, &bytes, &path, precision)
+        ModernBertModel::from_reader(config, &WeightReader::open_file(&path, precision)?)
     }
 
     /// Builds the model from `config` and the bytes of a safetensors file (`path`
@@ -35,7 +31,15 @@ impl ModernBertModel {
         path: &Path,
         precision: Precision,
     ) -> std::result::Result<ModernBertModel, ModelError> {
-        let r = WeightReader::open(bytes, path, precision)?;
+        ModernBertModel::from_reader(config, &WeightReader::open(bytes, path, precision)?)
+    }
+
+    /// The model from `config` and the weights `r` reads.
+    fn from_reader(
+        config: ModernBertConfig,
+        r: &WeightReader<'_>,
+    ) -> std::result::Result<ModernBertModel, ModelError> {
+        let precision = r.precision();
         let c = &config;
         let (h, inter) = (c.hidden_size, c.intermediate_size);
         // A layer norm's weight and bias (zeros where the model has none).

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::super::bert::WeightReader;
+use super::super::weights::WeightReader;
 use super::super::{ragged, ModelError, Precision};
 use super::{Layer, Qwen3Config, Qwen3Model};
 use crate::Tensor;
@@ -19,11 +19,7 @@ impl Qwen3Model {
     ) -> std::result::Result<Qwen3Model, ModelError> {
         let config = Qwen3Config::load(&dir.join("config.json"))?;
         let path = dir.join("model.safetensors");
-        let bytes = std::fs::read(&path).map_err(|error| ModelError::Io {
-            path: path.clone(),
-            error,
-        })?;
-        Qwen3Model::from_safetensors_as(config, &bytes, &path, precision)
+        Qwen3Model::from_reader(config, &WeightReader::open_file(&path, precision)?)
     }
 
     /// Builds the model from `config` and the bytes of a safetensors file (`path`
@@ -34,7 +30,15 @@ impl Qwen3Model {
         path: &Path,
         precision: Precision,
     ) -> std::result::Result<Qwen3Model, ModelError> {
-        let r = WeightReader::open(bytes, path, precision)?;
+        Qwen3Model::from_reader(config, &WeightReader::open(bytes, path, precision)?)
+    }
+
+    /// The model from `config` and the weights `r` reads.
+    fn from_reader(
+        config: Qwen3Config,
+        r: &WeightReader<'_>,
+    ) -> std::result::Result<Qwen3Model, ModelError> {
+        let precision = r.precision();
         let c = &config;
         let (h, dh, inter) = (c.hidden_size, c.head_dim, c.intermediate_size);
         let (q_out, kv_out) = (c.num_attention_heads * dh, c.num_key_value_heads * dh);
