@@ -216,6 +216,12 @@ def encoder(seed, tmp, arch="bert"):
         for name, p in model.named_parameters():
             if "LayerNorm.weight" in name or "layer_norm.weight" in name or "norm.weight" in name:
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif arch == "modernbert" and p.dim() == 2 and "embeddings" not in name:
+                # Pre-norm with a GeGLU (a product of two projections): at 0.3 the
+                # residual stream grows about 7x a layer, far more sensitive to a
+                # weight's rounding than any trained model; 1/sqrt(fan-in) (the scale
+                # of nn.Linear's own init) keeps the layers' gain near 1.
+                p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
             else:
                 p.copy_(0.3 * torch.randn_like(p))
     model.save_pretrained(tmp)

@@ -24,9 +24,6 @@ pub(crate) struct Packed {
     pub(crate) offsets: Tensor,
     /// The row each real sequence starts at.
     pub(crate) starts: Vec<usize>,
-    /// The longest sequence, filler included, rounded up to a multiple of 8 (the side
-    /// of a bias by position).
-    pub(crate) longest: usize,
 }
 
 impl Packed {
@@ -139,13 +136,11 @@ pub(crate) fn pack(limits: Limits, seqs: &[&[u32]]) -> Result<Packed> {
     positions.extend((0..filler).map(|p| (p % limits.max_positions) as u32));
     ids.resize(total, 0);
     offsets.resize(n_offsets, total as u32);
-    let longest = offsets.windows(2).map(|w| (w[1] - w[0]) as usize).max();
     Ok(Packed {
         ids: Tensor::from_vec(ids, &[total])?,
         positions: Tensor::from_vec(positions, &[total])?,
         offsets: Tensor::from_vec(offsets, &[n_offsets])?,
         starts,
-        longest: longest.unwrap_or(0).next_multiple_of(8),
     })
 }
 
@@ -173,17 +168,6 @@ pub(crate) fn rotary_tables(
     ))
 }
 
-/// A bias by position `[1, len, len]` for a ragged attention: 0 where query `i` may
-/// see key `j` (`visible(i, j)`, positions within a sequence), -1e9 elsewhere (so
-/// `exp` of the masked scores is 0 in f32).
-pub(crate) fn key_mask(len: usize, visible: impl Fn(usize, usize) -> bool) -> Result<Tensor> {
-    let v = (0..len)
-        .flat_map(|i| (0..len).map(move |j| (i, j)))
-        .map(|(i, j)| if visible(i, j) { 0.0 } else { -1e9 })
-        .collect();
-    Tensor::from_vec(v, &[1, len, len])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,7 +189,6 @@ mod tests {
         );
         assert_eq!(p.offsets.to_vec::<u32>().unwrap(), [0, 3, 4, 8, 8, 8, 8, 8]);
         assert_eq!(p.starts, [0, 3]);
-        assert_eq!(p.longest, 8);
     }
 
     #[test]
@@ -228,11 +211,5 @@ mod tests {
         // Pair 1 of position 2 turns by 2 · 100^(-1/2) = 0.2.
         assert!((c[5] - 0.2f32.cos()).abs() < 1e-7 && (s[5] - 0.2f32.sin()).abs() < 1e-7);
         assert_eq!((c[0], s[0]), (1.0, 0.0));
-    }
-
-    #[test]
-    fn key_masks_hide_what_is_not_visible() {
-        let m = key_mask(3, |i, j| j <= i).unwrap().to_vec::<f32>().unwrap();
-        assert_eq!(m, [0.0, -1e9, -1e9, 0.0, 0.0, -1e9, 0.0, 0.0, 0.0]);
     }
 }

@@ -8,7 +8,7 @@
 use super::{ModernBertModel, Rotary};
 use crate::models::head::Head;
 use crate::models::ragged::{self, Limits, Packed};
-use crate::{Result, Tensor};
+use crate::{KeyWindow, Result, Tensor};
 
 impl ModernBertModel {
     /// Vectors of `seqs` from one ragged forward pass through the encoder and `head`
@@ -50,8 +50,7 @@ impl ModernBertModel {
         let global = turn(&self.global)?;
         let local = turn(&self.local)?;
         // The local layers' window: keys at most local_attention / 2 positions away.
-        let half = c.local_attention / 2;
-        let window = ragged::key_mask(packed.longest, |i, j| i.abs_diff(j) <= half)?;
+        let local_window = KeyWindow::around(c.local_attention / 2);
         let (w, b) = &self.embed_norm;
         let mut x = self
             .embed
@@ -71,11 +70,11 @@ impl ModernBertModel {
                 p.permute(&[1, 0, 2])
             };
             let (q, k, v) = (part(0, true)?, part(1, true)?, part(2, false)?);
-            let ctx = if c.is_local(l) {
-                q.attention_ragged_biased(&k, &v, &packed.offsets, &window, scale)?
-            } else {
-                q.attention_ragged(&k, &v, &packed.offsets, scale)?
+            let window = match c.is_local(l) {
+                true => local_window,
+                false => KeyWindow::ALL,
             };
+            let ctx = q.attention_ragged_with(&k, &v, &packed.offsets, None, scale, window)?;
             let ctx = ctx.reshape(&[total, h])?;
             x = ctx.matmul(&layer.out_w)?.add(&x)?;
             let (w, b) = &layer.mlp_norm;

@@ -8,7 +8,7 @@ use super::Qwen3Model;
 use crate::models::head::Head;
 use crate::models::ragged::{self, Limits, Packed};
 use crate::Result;
-use crate::Tensor;
+use crate::{KeyWindow, Tensor};
 
 impl Qwen3Model {
     /// Vectors of `seqs` from one ragged forward pass through the decoder and `head`
@@ -45,11 +45,6 @@ impl Qwen3Model {
                 .reshape(&[total, 1, dh / 2])
         };
         let (cos, sin) = (turn(&self.cos)?, turn(&self.sin)?);
-        // Causal: query i sees keys j <= i of its own sequence.
-        let causal = ragged::key_mask(packed.longest, |i, j| j <= i)?;
-        // Query head h reads key/value head h / (heads / kv).
-        let group: Vec<u32> = (0..heads).map(|h| (h / (heads / kv)) as u32).collect();
-        let group = Tensor::from_vec(group, &[heads])?;
         let mut x = self.embed.index_select(&packed.ids, 0)?;
         for layer in &self.layers {
             let qkv = x.rms_norm(&layer.in_norm, eps)?.matmul(&layer.qkv_w)?;
@@ -63,10 +58,12 @@ impl Qwen3Model {
                 p.permute(&[1, 0, 2])
             };
             let q = part(0, heads, Some(&layer.q_norm))?;
-            let k = part(heads, kv, Some(&layer.k_norm))?.index_select(&group, 0)?;
-            let v = part(heads + kv, kv, None)?.index_select(&group, 0)?;
+            let k = part(heads, kv, Some(&layer.k_norm))?;
+            let v = part(heads + kv, kv, None)?;
+            // Causal within each sequence; query head h reads key/value head
+            // h / (heads / kv) (the kernel's grouped heads).
             let ctx = q
-                .attention_ragged_biased(&k, &v, &packed.offsets, &causal, 1.0)?
+                .attention_ragged_with(&k, &v, &packed.offsets, None, 1.0, KeyWindow::CAUSAL)?
                 .reshape(&[total, heads * dh])?;
             x = ctx.matmul(&layer.out_w)?.add(&x)?;
             let gu = x
