@@ -146,8 +146,12 @@ fn run() -> Result<(), String> {
             ..Default::default()
         }))
         .map_err(|e| format!("cannot set truncation: {e}"))?;
-    let model = BertModel::load_as(&dir, args.precision)
-        .map_err(|e| format!("cannot load the model: {e}"))?;
+    let model = BertModel::load_as(&dir, args.precision).map_err(|e| {
+        format!(
+            "cannot load the model: {e} (this example runs BERT-family encoders; \
+             `cargo run --release --example embed -- --folder DIR` runs every family)"
+        )
+    })?;
     println!(
         "model: {} ({} layers, hidden {}, {} weights), loaded in {:.0} ms",
         dir.display(),

@@ -76,11 +76,17 @@ impl BertConfig {
             {
                 t.clone()
             }
+            Some(other) if other == "modernbert" || other == "qwen3" => {
+                return Err(format!(
+                    "model_type {other} is not a BERT-family encoder: load the folder as a \
+                     `TextModel` (the Embedder does)"
+                ))
+            }
             Some(other) => {
                 return Err(format!(
                     "model_type {other} is not supported (only `bert`, `roberta`, \
-                     `xlm-roberta`, `camembert` and `mpnet`); the folder's architecture \
-                     cannot be run"
+                     `xlm-roberta`, `camembert` and `mpnet`, and through `TextModel` \
+                     `modernbert` and `qwen3`); the folder's architecture cannot be run"
                 ))
             }
         };
@@ -326,7 +332,9 @@ mod tests {
         let cfg = tiny_with;
         assert!(cfg(r#", "model_type": "bert""#).is_ok());
         let e = cfg(r#", "model_type": "modernbert""#).unwrap_err();
-        assert!(e.contains("modernbert") && e.contains("model_type"), "{e}");
+        assert!(e.contains("modernbert") && e.contains("TextModel"), "{e}");
+        let e = cfg(r#", "model_type": "deberta-v2""#).unwrap_err();
+        assert!(e.contains("deberta-v2") && e.contains("model_type"), "{e}");
         let e = cfg(r#", "hidden_act": "silu""#).unwrap_err();
         assert!(e.contains("silu") && e.contains("hidden_act"), "{e}");
     }
