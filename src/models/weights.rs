@@ -393,31 +393,40 @@ fn f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
 }
 
+/// A safetensors file of `tensors` (name, shape, values) in `dtype` (F32 or BF16,
+/// the values rounded down to it): what the loaders' tests read.
+#[cfg(test)]
+pub(in crate::models) fn safetensors_file(
+    tensors: &[(String, Vec<usize>, Vec<f32>)],
+    dtype: Dtype,
+) -> Vec<u8> {
+    let data: Vec<Vec<u8>> = tensors
+        .iter()
+        .map(|(_, _, v)| match dtype {
+            Dtype::BF16 => v
+                .iter()
+                .flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes())
+                .collect(),
+            _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        })
+        .collect();
+    let views = tensors.iter().zip(&data).map(|((name, shape, _), bytes)| {
+        let view = safetensors::tensor::TensorView::new(dtype, shape.clone(), bytes);
+        (name.clone(), view.unwrap())
+    });
+    safetensors::serialize(views, None).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
-    use safetensors::tensor::TensorView;
-
     use super::*;
 
-    /// A safetensors file of `tensors` (name, shape, values) in `dtype`.
     fn file(tensors: &[(&str, &[usize], Vec<f32>)], dtype: Dtype) -> Vec<u8> {
-        let data: Vec<Vec<u8>> = tensors
+        let owned: Vec<_> = tensors
             .iter()
-            .map(|(_, _, v)| match dtype {
-                Dtype::BF16 => v
-                    .iter()
-                    .flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes())
-                    .collect(),
-                _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            })
+            .map(|(n, s, v)| (n.to_string(), s.to_vec(), v.clone()))
             .collect();
-        let views = tensors.iter().zip(&data).map(|((name, shape, _), bytes)| {
-            (
-                name.to_string(),
-                TensorView::new(dtype, shape.to_vec(), bytes).unwrap(),
-            )
-        });
-        safetensors::serialize(views, None).unwrap()
+        safetensors_file(&owned, dtype)
     }
 
     fn temp(name: &str, bytes: &[u8]) -> std::path::PathBuf {

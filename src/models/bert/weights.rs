@@ -285,23 +285,7 @@ mod tests {
 
     /// A safetensors file of `weights` in `dtype` (F32 or BF16).
     fn file_in(weights: &[(String, Vec<usize>, Vec<f32>)], dtype: Dtype) -> Vec<u8> {
-        let data: Vec<Vec<u8>> = weights
-            .iter()
-            .map(|(_, _, v)| match dtype {
-                Dtype::BF16 => v
-                    .iter()
-                    .flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes())
-                    .collect(),
-                _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            })
-            .collect();
-        let views = weights.iter().zip(&data).map(|((name, shape, _), bytes)| {
-            (
-                name.clone(),
-                TensorView::new(dtype, shape.clone(), bytes).unwrap(),
-            )
-        });
-        safetensors::serialize(views, None).unwrap()
+        crate::models::weights::safetensors_file(weights, dtype)
     }
 
     #[test]
