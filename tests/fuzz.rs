@@ -470,6 +470,11 @@ enum Op {
         w: V,
         eps: f64,
     },
+    Rotary {
+        x: V,
+        cos: V,
+        sin: V,
+    },
     Reshape {
         x: V,
         dims: Vec<usize>,
@@ -535,6 +540,7 @@ impl Op {
             Op::Binary { x, y, .. } | Op::MatMul { x, y } => vec![*x, *y],
             Op::LayerNorm { x, w, b, .. } => vec![*x, *w, *b],
             Op::RmsNorm { x, w, .. } => vec![*x, *w],
+            Op::Rotary { x, cos, sin } => vec![*x, *cos, *sin],
             Op::Attention { q, k, v, bias, .. } => {
                 let mut i = vec![*q, *k, *v];
                 i.extend(bias);
@@ -615,6 +621,7 @@ impl fmt::Display for Op {
             }
             Op::LayerNorm { x, w, b, eps } => write!(f, "v{x}.layer_norm(v{w}, v{b}, {eps})"),
             Op::RmsNorm { x, w, eps } => write!(f, "v{x}.rms_norm(v{w}, {eps})"),
+            Op::Rotary { x, cos, sin } => write!(f, "v{x}.rotary(v{cos}, v{sin})"),
             Op::Reshape { x, dims } => write!(f, "v{x}.reshape({dims:?})"),
             Op::Transpose { x, d0, d1 } => write!(f, "v{x}.transpose({d0}, {d1})"),
             Op::Permute { x, perm } => write!(f, "v{x}.permute({perm:?})"),
@@ -1085,6 +1092,7 @@ impl Model<'_> {
             }
             Op::LayerNorm { x, w, b, eps } => self.infer_norm(*x, &[*w, *b], *eps),
             Op::RmsNorm { x, w, eps } => self.infer_norm(*x, &[*w], *eps),
+            Op::Rotary { x, cos, sin } => self.infer_rotary(*x, *cos, *sin),
             Op::Attention {
                 q,
                 k,
@@ -1308,6 +1316,37 @@ impl Model<'_> {
             _ => None,
         };
         Inferred::Ok(v)
+    }
+
+    /// `x.rotary(cos, sin)`: the op's shape rule (positions in dim -2 when the
+    /// tables' `seq` matches it, else dim -3; tables `[seq, dh / 2]`, or
+    /// `[seq, 1, dh / 2]` for dim -3 only), and each output a sum of two products.
+    fn infer_rotary(&self, x: V, cos: V, sin: V) -> Inferred {
+        let (a, c, s) = (self.v(x), self.v(cos), self.v(sin));
+        if [a.dtype, c.dtype, s.dtype].iter().any(|&d| d != DType::F32) {
+            return Inferred::Err;
+        }
+        let rank = a.dims.len();
+        if rank < 2 || a.dims[rank - 1] % 2 != 0 || c.dims != s.dims {
+            return Inferred::Err;
+        }
+        let (dh, seq) = (a.dims[rank - 1], c.dims.first().copied().unwrap_or(0));
+        let two = c.dims == [seq, dh / 2];
+        if !two && c.dims != [seq, 1, dh / 2] {
+            return Inferred::Err;
+        }
+        let fits = (two && a.dims[rank - 2] == seq) || (rank >= 3 && a.dims[rank - 3] == seq);
+        if !fits {
+            return Inferred::Err;
+        }
+        let t = c.mag.max(s.mag);
+        let mag = 2.0 * prod(a.mag, t);
+        let err = if mag.is_finite() {
+            2.0 * (prod(a.err, t) + prod(a.mag, c.err.max(s.err))) + 4.0 * EPS * mag + TINY
+        } else {
+            f64::INFINITY
+        };
+        Inferred::Ok(self.derived(&[x, cos, sin], a.dims.clone(), DType::F32, mag, err))
     }
 
     fn infer_norm(&self, x: V, params: &[V], eps: f64) -> Inferred {
@@ -1995,7 +2034,8 @@ impl Gen {
                 let dim = self.rand_dim(self.val(x).dims.len());
                 self.make(s, Op::Softmax { x, dim });
             }
-            62..=66 => self.gen_norm(s),
+            62..=64 => self.gen_norm(s),
+            65..=66 => self.gen_rotary(s),
             67..=84 => self.gen_view(s),
             85..=87 => {
                 let x = self.input(s, None, 0);
@@ -2182,6 +2222,39 @@ impl Gen {
                 window,
             },
         );
+    }
+
+    fn gen_rotary(&mut self, s: &mut Site) {
+        let f32_ = Some(DType::F32);
+        if self.rng.chance(0.2) {
+            // Whatever is held: often the wrong shapes (an error).
+            let x = self.input(s, f32_, 2);
+            let (cos, sin) = (self.input(s, f32_, 2), self.input(s, f32_, 2));
+            self.make(s, Op::Rotary { x, cos, sin });
+            return;
+        }
+        let (seq, dh) = (
+            self.rng.range(1, 12) as usize,
+            2 * self.rng.range(1, 9) as usize,
+        );
+        let heads_form = self.rng.chance(0.5);
+        let mut dims = if heads_form {
+            vec![seq, self.rng.range(1, 5) as usize, dh]
+        } else {
+            vec![seq, dh]
+        };
+        if self.rng.chance(0.5) {
+            dims.insert(0, self.rng.range(1, 4) as usize);
+        }
+        let x = self.fresh(s, DType::F32, dims);
+        let table = if heads_form && self.rng.chance(0.5) {
+            vec![seq, 1, dh / 2]
+        } else {
+            vec![seq, dh / 2]
+        };
+        let cos = self.fresh(s, DType::F32, table.clone());
+        let sin = self.fresh(s, DType::F32, table);
+        self.make(s, Op::Rotary { x, cos, sin });
     }
 
     fn gen_norm(&mut self, s: &mut Site) {
@@ -2696,6 +2769,7 @@ fn apply(op: &Op, held: &HashMap<V, Tensor>) -> Result<streamfuse::Result<Tensor
         }
         Op::LayerNorm { x, w, b, eps } => get(x)?.layer_norm(get(w)?, get(b)?, *eps),
         Op::RmsNorm { x, w, eps } => get(x)?.rms_norm(get(w)?, *eps),
+        Op::Rotary { x, cos, sin } => get(x)?.rotary(get(cos)?, get(sin)?),
         Op::Reshape { x, dims } => get(x)?.reshape(dims),
         Op::Transpose { x, d0, d1 } => get(x)?.transpose(*d0, *d1),
         Op::Permute { x, perm } => get(x)?.permute(perm),
