@@ -2,8 +2,50 @@
 //! by a weight reads the weight's packed form; a product may head a chain.
 
 use super::{broadcast, dst, output, typed, Family, FusionClass};
-use crate::ir::{Dims, Layout, Op};
+use crate::error::Error;
+use crate::ir::{DType, Dims, Layout, Op};
 use crate::kernels::{self, KernelError};
+
+/// The output dims of `a.matmul(b)` (dims, dtype each): an f32 left operand and an
+/// f32, bf16 or i8 right one, both of rank 2 or more, inner dims equal, batch dims
+/// broadcast. The error names the op and the shapes.
+pub(crate) fn shape(a: (&[usize], DType), b: (&[usize], DType)) -> crate::Result<Dims> {
+    let op = "matmul";
+    if a.1 != DType::F32 || !(b.1 == DType::F32 || b.1.is_weight_only()) {
+        return Err(Error::DType {
+            op,
+            msg: format!(
+                "needs an f32 left operand and an f32, bf16 or i8 right one, got {} and {}",
+                a.1, b.1
+            ),
+        });
+    }
+    let (a, b) = (a.0, b.0);
+    if a.len() < 2 || b.len() < 2 {
+        return Err(Error::Shape {
+            op,
+            msg: format!("needs operands of rank 2 or more, got shapes {a:?} and {b:?}"),
+        });
+    }
+    let (m, k) = (a[a.len() - 2], a[a.len() - 1]);
+    let (k2, n) = (b[b.len() - 2], b[b.len() - 1]);
+    if k != k2 {
+        return Err(Error::Shape {
+            op,
+            msg: format!(
+                "inner dims differ: {a:?} x {b:?} ({k} columns on the left, {k2} rows on the right)"
+            ),
+        });
+    }
+    let mut dims = super::binary::broadcast_shape(&a[..a.len() - 2], &b[..b.len() - 2], op)
+        .map_err(|_| Error::Shape {
+            op,
+            msg: format!("batch dims of {a:?} and {b:?} cannot be broadcast together"),
+        })?;
+    dims.push(m);
+    dims.push(n);
+    Ok(dims)
+}
 
 /// The registry entry of `matmul`.
 pub(super) static FAMILY: Family = Family {

@@ -5,7 +5,9 @@
 //! `fill.rs`, `rotary.rs`) declares a [`Family`]: its fusion class (what the plan
 //! builder may merge it with), its cost (element operations, for the threading
 //! decision) and its kernel binding (which kernel runs it on typed slices). Shape rules
-//! and plain scalar reference implementations live beside them in the same file.
+//! (`shape`, which the `Tensor` method calls: so far `binary`, `matmul`, `norm` and
+//! `rotary`) and plain scalar reference implementations (so far `rotary`'s) live
+//! beside them in the same file.
 //! [`family`] maps an [`OpKind`] to its entry, one line per family: the executors
 //! ([`run`]), the plan builder ([`class`]) and the cost estimate ([`work`]) ask it and
 //! hold no per-op logic of their own.
@@ -36,14 +38,14 @@ macro_rules! with_dtype {
 }
 
 mod attention;
-mod binary;
+pub(crate) mod binary;
 mod cat;
 mod data;
 mod fill;
 mod index_select;
 mod layout;
-mod matmul;
-mod norm;
+pub(crate) mod matmul;
+pub(crate) mod norm;
 mod reduce;
 pub(crate) mod rotary;
 mod unary;

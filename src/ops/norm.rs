@@ -2,8 +2,47 @@
 //! a chain (a product and its epilogue), else runs as its own kernel.
 
 use super::{dst, per_output_element, typed, Family, FusionClass};
-use crate::ir::OpKind;
+use crate::error::{Error, Result};
+use crate::ir::{DType, Dims, OpKind};
 use crate::kernels::{self, KernelError};
+
+/// The output dims of the norm `op` (`layer_norm`, `rms_norm`) of `x` with its
+/// per-feature `params` (name, dims, dtype: `weight`, and `bias` for layer norm): x
+/// f32 of rank 1 or more, each parameter f32 `[n]` with `n` x's last dim. The error
+/// names the op and the shapes.
+pub(crate) fn shape(
+    op: &'static str,
+    x: (&[usize], DType),
+    params: &[(&str, &[usize], DType)],
+) -> Result<Dims> {
+    let f32_only = |dims: &[usize], dtype: DType| match dtype {
+        DType::F32 => Ok(()),
+        _ => Err(Error::DType {
+            op,
+            msg: format!("needs an f32 tensor, got {dtype} with shape {dims:?}"),
+        }),
+    };
+    f32_only(x.0, x.1)?;
+    let Some(&n) = x.0.last() else {
+        return Err(Error::Shape {
+            op,
+            msg: "needs a tensor of rank 1 or more, got a scalar".into(),
+        });
+    };
+    for &(name, dims, dtype) in params {
+        f32_only(dims, dtype)?;
+        if dims != [n] {
+            return Err(Error::Shape {
+                op,
+                msg: format!(
+                    "{name} has shape {dims:?} but the input {:?} needs [{n}] (its last dim)",
+                    x.0
+                ),
+            });
+        }
+    }
+    Ok(Dims::from_slice(x.0))
+}
 
 /// The registry entry of the row normalisations.
 pub(super) static FAMILY: Family = Family {

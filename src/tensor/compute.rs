@@ -8,6 +8,7 @@
 use super::{Dim, Tensor};
 use crate::error::{Error, Result};
 use crate::ir::{DType, Layout, OpKind, ReduceOp};
+use crate::ops;
 
 impl Tensor {
     /// Prepares this matrix to be the right operand of many products (a model's
@@ -38,44 +39,7 @@ impl Tensor {
     /// quantises the left rows inside the kernel, and sums in f32). The result is f32.
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         let op = "matmul";
-        if self.dtype() != DType::F32
-            || !(rhs.dtype() == DType::F32 || rhs.dtype().is_weight_only())
-        {
-            return Err(Error::DType {
-                op,
-                msg: format!(
-                    "needs an f32 left operand and an f32, bf16 or i8 right one, got {} and {}",
-                    self.dtype(),
-                    rhs.dtype()
-                ),
-            });
-        }
-        let (a, b) = (self.dims(), rhs.dims());
-        if a.len() < 2 || b.len() < 2 {
-            return Err(Error::Shape {
-                op,
-                msg: format!("needs operands of rank 2 or more, got shapes {a:?} and {b:?}"),
-            });
-        }
-        let (m, k) = (a[a.len() - 2], a[a.len() - 1]);
-        let (k2, n) = (b[b.len() - 2], b[b.len() - 1]);
-        if k != k2 {
-            return Err(Error::Shape {
-                op,
-                msg: format!(
-                    "inner dims differ: {a:?} x {b:?} ({k} columns on the left, {k2} rows on the right)"
-                ),
-            });
-        }
-        let mut dims =
-            super::elementwise::broadcast_shape(&a[..a.len() - 2], &b[..b.len() - 2], op).map_err(
-                |_| Error::Shape {
-                    op,
-                    msg: format!("batch dims of {a:?} and {b:?} cannot be broadcast together"),
-                },
-            )?;
-        dims.push(m);
-        dims.push(n);
+        let dims = ops::matmul::shape((self.dims(), self.dtype()), (rhs.dims(), rhs.dtype()))?;
         super::checked_numel(&dims, op)?;
         Tensor::record(
             OpKind::MatMul,
@@ -200,7 +164,11 @@ impl Tensor {
     /// size.
     pub fn layer_norm(&self, weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
         let op = "layer_norm";
-        self.check_norm(op, &[("weight", weight), ("bias", bias)])?;
+        let params = [
+            ("weight", weight.dims(), weight.dtype()),
+            ("bias", bias.dims(), bias.dtype()),
+        ];
+        ops::norm::shape(op, (self.dims(), self.dtype()), &params)?;
         Tensor::record(
             OpKind::LayerNorm { eps: eps.to_bits() },
             &[self, weight, bias],
@@ -213,38 +181,14 @@ impl Tensor {
     /// `weight` is 1-D of the last dim's size.
     pub fn rms_norm(&self, weight: &Tensor, eps: f64) -> Result<Tensor> {
         let op = "rms_norm";
-        self.check_norm(op, &[("weight", weight)])?;
+        let params = [("weight", weight.dims(), weight.dtype())];
+        ops::norm::shape(op, (self.dims(), self.dtype()), &params)?;
         Tensor::record(
             OpKind::RmsNorm { eps: eps.to_bits() },
             &[self, weight],
             DType::F32,
             Layout::contiguous(self.dims()),
         )
-    }
-
-    fn check_norm(&self, op: &'static str, params: &[(&str, &Tensor)]) -> Result<()> {
-        self.expect_f32(op)?;
-        if self.rank() == 0 {
-            return Err(Error::Shape {
-                op,
-                msg: "needs a tensor of rank 1 or more, got a scalar".into(),
-            });
-        }
-        let n = self.dims()[self.rank() - 1];
-        for (name, p) in params {
-            p.expect_f32(op)?;
-            if p.dims() != [n] {
-                return Err(Error::Shape {
-                    op,
-                    msg: format!(
-                        "{name} has shape {:?} but the input {:?} needs [{n}] (its last dim)",
-                        p.dims(),
-                        self.dims()
-                    ),
-                });
-            }
-        }
-        Ok(())
     }
 
     pub(crate) fn expect_f32(&self, op: &'static str) -> Result<()> {

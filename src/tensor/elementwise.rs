@@ -1,60 +1,22 @@
 //! Element-wise ops: unary functions, binary ops with numpy broadcasting, casts.
 //!
-//! Each op checks dtypes (transcendental functions need f32; both sides of a binary op
-//! must have the same dtype) and, for binary ops, computes the broadcast shape: dims
-//! are matched from the right, a dim of 1 stretches, missing leading dims are added.
+//! Each op checks dtypes (transcendental functions need f32); a binary op's shape rule
+//! (one dtype on both sides, numpy broadcasting: dims matched from the right, a dim of
+//! 1 stretches, missing leading dims are added) is `ops::binary::shape`.
 
 use super::Tensor;
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, DType, Dims, Layout, OpKind, UnaryOp};
+use crate::ir::{BinaryOp, DType, Layout, OpKind, UnaryOp};
+use crate::ops;
 use crate::runtime::TensorBuffer;
-
-/// The shape both operands broadcast to, or an error naming `op` and both shapes.
-pub(crate) fn broadcast_shape(a: &[usize], b: &[usize], op: &'static str) -> Result<Dims> {
-    let rank = a.len().max(b.len());
-    // Both operands are tensors, so both ranks (and the result's) are at most MAX_RANK.
-    let mut out = Dims::zeros(rank);
-    for i in 0..rank {
-        let da = if i + a.len() >= rank {
-            a[i + a.len() - rank]
-        } else {
-            1
-        };
-        let db = if i + b.len() >= rank {
-            b[i + b.len() - rank]
-        } else {
-            1
-        };
-        out[i] = match (da, db) {
-            _ if da == db => da,
-            (1, d) | (d, 1) => d,
-            _ => {
-                return Err(Error::Shape {
-                    op,
-                    msg: format!(
-                        "shapes {a:?} and {b:?} cannot be broadcast together \
-                         (dim {i} of the result: {da} vs {db})"
-                    ),
-                })
-            }
-        };
-    }
-    Ok(out)
-}
 
 impl Tensor {
     fn binary(&self, rhs: &Tensor, op: BinaryOp) -> Result<Tensor> {
-        if self.dtype() != rhs.dtype() {
-            return Err(Error::DType {
-                op: op.name(),
-                msg: format!(
-                    "operands have different dtypes, {} and {} (convert one with to_dtype)",
-                    self.dtype(),
-                    rhs.dtype()
-                ),
-            });
-        }
-        let dims = broadcast_shape(self.dims(), rhs.dims(), op.name())?;
+        let dims = ops::binary::shape(
+            op.name(),
+            (self.dims(), self.dtype()),
+            (rhs.dims(), rhs.dtype()),
+        )?;
         super::checked_numel(&dims, op.name())?;
         Tensor::record(
             OpKind::Binary(op),
@@ -252,26 +214,5 @@ impl Tensor {
             dtype,
             Layout::contiguous(src.dims()),
         ))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn broadcast_shapes() {
-        assert_eq!(
-            *broadcast_shape(&[2, 1, 3], &[4, 1], "add").unwrap(),
-            [2, 4, 3]
-        );
-        assert_eq!(*broadcast_shape(&[], &[2], "add").unwrap(), [2]);
-        let e = broadcast_shape(&[2, 3], &[4], "add")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("add") && e.contains("[2, 3]") && e.contains("[4]"),
-            "{e}"
-        );
     }
 }
