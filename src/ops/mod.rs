@@ -5,8 +5,8 @@
 //! `fill.rs`, `rotary.rs`) declares a [`Family`]: its fusion class (what the plan
 //! builder may merge it with), its cost (element operations, for the threading
 //! decision) and its kernel binding (which kernel runs it on typed slices). Shape rules
-//! (`shape`, which the `Tensor` method calls: so far `binary`, `matmul`, `norm` and
-//! `rotary`) and plain scalar reference implementations (so far `rotary`'s) live
+//! (`shape`, which the `Tensor` method calls: so far `unary`, `binary`, `reduce`,
+//! `matmul`, `norm` and `rotary`) and plain scalar reference implementations (so far `rotary`'s) live
 //! beside them in the same file.
 //! [`family`] maps an [`OpKind`] to its entry, one line per family: the executors
 //! ([`run`]), the plan builder ([`class`]) and the cost estimate ([`work`]) ask it and
@@ -46,9 +46,9 @@ mod index_select;
 mod layout;
 pub(crate) mod matmul;
 pub(crate) mod norm;
-mod reduce;
+pub(crate) mod reduce;
 pub(crate) mod rotary;
-mod unary;
+pub(crate) mod unary;
 
 pub(crate) use data::{Data, DataElement, DataMut};
 

@@ -71,30 +71,8 @@ impl Tensor {
     }
 
     fn reduce(&self, op: ReduceOp, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
-        let name = op.name();
-        let d = dim.resolve(self.rank(), name)?;
-        let dtype = match op {
-            ReduceOp::ArgMax => DType::U32,
-            ReduceOp::Mean if !self.dtype().is_float() => {
-                return Err(Error::DType {
-                    op: name,
-                    msg: format!("needs a float tensor, got {}", self.dtype()),
-                })
-            }
-            _ => self.dtype(),
-        };
-        if self.dims()[d] == 0 && op != ReduceOp::Sum {
-            return Err(Error::Shape {
-                op: name,
-                msg: format!("dim {d} of shape {:?} is empty", self.dims()),
-            });
-        }
-        let mut dims = self.dims().to_vec();
-        if keepdim {
-            dims[d] = 1;
-        } else {
-            dims.remove(d);
-        }
+        let d = dim.resolve(self.rank(), op.name())?;
+        let (dims, dtype) = ops::reduce::shape(op, (self.dims(), self.dtype()), d, keepdim)?;
         Tensor::record(
             OpKind::Reduce {
                 op,

@@ -57,21 +57,12 @@ impl Tensor {
     }
 
     fn unary(&self, op: UnaryOp) -> Result<Tensor> {
-        if !self.dtype().is_float() {
-            return Err(Error::DType {
-                op: op.name(),
-                msg: format!(
-                    "needs a float tensor, got {} with shape {:?} (use to_dtype(DType::F32))",
-                    self.dtype(),
-                    self.dims()
-                ),
-            });
-        }
+        let dims = ops::unary::shape(op, (self.dims(), self.dtype()))?;
         Tensor::record(
             OpKind::Unary(op),
             &[self],
             self.dtype(),
-            Layout::contiguous(self.dims()),
+            Layout::contiguous(&dims),
         )
     }
 
