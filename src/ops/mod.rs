@@ -6,7 +6,7 @@
 //! builder may merge it with), its cost (element operations, for the threading
 //! decision) and its kernel binding (which kernel runs it on typed slices). Shape rules
 //! (`shape`, which the `Tensor` method calls: so far `unary`, `binary`, `reduce`,
-//! `matmul`, `norm` and `rotary`) and plain scalar reference implementations (so far `rotary`'s) live
+//! `matmul`, `norm`, `cat` and `rotary`) and plain scalar reference implementations (so far `rotary`'s) live
 //! beside them in the same file.
 //! [`family`] maps an [`OpKind`] to its entry, one line per family: the executors
 //! ([`run`]), the plan builder ([`class`]) and the cost estimate ([`work`]) ask it and
@@ -39,7 +39,7 @@ macro_rules! with_dtype {
 
 mod attention;
 pub(crate) mod binary;
-mod cat;
+pub(crate) mod cat;
 mod data;
 mod fill;
 mod index_select;

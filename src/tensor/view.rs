@@ -8,6 +8,7 @@
 use super::{Dim, Tensor};
 use crate::error::{Error, Result};
 use crate::ir::{DType, Dims, Layout, OpKind};
+use crate::ops;
 
 impl Tensor {
     fn view(&self, layout: Layout) -> Result<Tensor> {
@@ -138,52 +139,18 @@ impl Tensor {
     /// except `dim`.
     pub fn cat(tensors: &[&Tensor], dim: impl Dim) -> Result<Tensor> {
         let op = "cat";
-        let first = tensors.first().ok_or_else(|| Error::Arg {
-            op,
-            msg: "needs at least one tensor".into(),
-        })?;
-        let d = dim.resolve(first.rank(), op)?;
-        let mut dims = first.dims().to_vec();
-        dims[d] = 0;
-        for (i, t) in tensors.iter().enumerate() {
-            if t.dtype() != first.dtype() {
-                return Err(Error::DType {
-                    op,
-                    msg: format!(
-                        "tensor {i} is {} but tensor 0 is {}",
-                        t.dtype(),
-                        first.dtype()
-                    ),
-                });
-            }
-            let same = t.rank() == first.rank()
-                && t.dims()
-                    .iter()
-                    .zip(first.dims())
-                    .enumerate()
-                    .all(|(j, (a, b))| j == d || a == b);
-            if !same {
-                return Err(Error::Shape {
-                    op,
-                    msg: format!(
-                        "tensor {i} has shape {:?}, which does not match {:?} outside dim {d}",
-                        t.dims(),
-                        first.dims()
-                    ),
-                });
-            }
-            dims[d] = dims[d]
-                .checked_add(t.dims()[d])
-                .ok_or_else(|| Error::Shape {
-                    op,
-                    msg: format!("joined dim {d} overflows"),
-                })?;
-        }
+        // The first part's rank resolves the dim (no part: the shape rule's error).
+        let d = match tensors.first() {
+            Some(first) => dim.resolve(first.rank(), op)?,
+            None => 0,
+        };
+        let parts = tensors.iter().map(|t| (t.dims(), t.dtype()));
+        let dims = ops::cat::shape(parts, d)?;
         super::checked_numel(&dims, op)?;
         Tensor::record(
             OpKind::Cat { dim: d },
             tensors,
-            first.dtype(),
+            tensors[0].dtype(),
             Layout::contiguous(&dims),
         )
     }
