@@ -194,52 +194,30 @@ impl<'a> WeightReader<'a> {
     ) -> std::result::Result<Raw<'a>, ModelError> {
         let names = ["", "bert.", "roberta.", "mpnet.", "model."].map(|p| format!("{p}{name}"));
         let missing = || self.err(format!("weight `{name}` is missing"));
-        let (dtype, have, data) = match &self.source {
+        match &self.source {
             Source::Memory(st) => {
                 let view = names
                     .iter()
                     .find_map(|n| st.tensor(n).ok())
                     .ok_or_else(missing)?;
-                let data = Cow::Borrowed(view.data());
-                (view.dtype(), view.shape().to_vec(), Some(data))
+                let bf16 = self.checked(name, view.dtype(), view.shape(), shape)?;
+                Ok(Raw {
+                    bf16,
+                    data: Cow::Borrowed(view.data()),
+                })
             }
-            Source::File { meta, .. } => {
+            Source::File {
+                file,
+                data_start,
+                data_len,
+                meta,
+            } => {
                 let info = names
                     .iter()
                     .find_map(|n| meta.info(n))
                     .ok_or_else(missing)?;
-                (info.dtype, info.shape.clone(), None)
-            }
-        };
-        if have != shape {
-            return Err(self.err(format!(
-                "weight `{name}` has shape {have:?}, expected {shape:?}"
-            )));
-        }
-        let bf16 = match dtype {
-            Dtype::F32 => false,
-            Dtype::BF16 => true,
-            other => {
-                return Err(self.err(format!(
-                    "weight `{name}` is {other:?}; only F32 and BF16 weights are supported"
-                )))
-            }
-        };
-        let data = match (data, &self.source) {
-            (Some(data), _) => data,
-            (
-                None,
-                Source::File {
-                    file,
-                    data_start,
-                    data_len,
-                    meta,
-                },
-            ) => {
-                let info = names
-                    .iter()
-                    .find_map(|n| meta.info(n))
-                    .ok_or_else(missing)?;
+                // Checked before its bytes are read.
+                let bf16 = self.checked(name, info.dtype, &info.shape, shape)?;
                 let (from, to) = (info.data_offsets.0 as u64, info.data_offsets.1 as u64);
                 if to > *data_len {
                     return Err(self.err(format!(
@@ -254,11 +232,36 @@ impl<'a> WeightReader<'a> {
                         path: self.path.to_path_buf(),
                         error,
                     })?;
-                Cow::Owned(buf)
+                Ok(Raw {
+                    bf16,
+                    data: Cow::Owned(buf),
+                })
             }
-            (None, Source::Memory(_)) => unreachable!("a tensor in memory is borrowed above"),
-        };
-        Ok(Raw { bf16, data })
+        }
+    }
+
+    /// Whether the weight `name` of `dtype` and shape `have` is bf16 (else f32), or
+    /// the error naming what is wrong with it when `have` is not `want` or the dtype
+    /// is neither.
+    fn checked(
+        &self,
+        name: &str,
+        dtype: Dtype,
+        have: &[usize],
+        want: &[usize],
+    ) -> std::result::Result<bool, ModelError> {
+        if have != want {
+            return Err(self.err(format!(
+                "weight `{name}` has shape {have:?}, expected {want:?}"
+            )));
+        }
+        match dtype {
+            Dtype::F32 => Ok(false),
+            Dtype::BF16 => Ok(true),
+            other => Err(self.err(format!(
+                "weight `{name}` is {other:?}; only F32 and BF16 weights are supported"
+            ))),
+        }
     }
 
     /// A matrix weight `[k, n]` in the model's precision, kept packed for products.
