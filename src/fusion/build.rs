@@ -21,7 +21,7 @@ use super::levels::sort_by_level;
 use super::memory::{place, MemoryStep};
 use super::prune::prune;
 use super::values::{describe, Facts};
-use super::{ExecutionPlan, Kernel, Value};
+use super::{ExecutionPlan, Home, Kernel, Value};
 use crate::error::Error;
 use crate::ir::relative::RelativeOp;
 use crate::ir::{Op, OpKind};
@@ -106,6 +106,10 @@ pub(super) fn kernels(
             }
             continue;
         }
+        let product = match (&op.kind, rel.inputs.get(1)) {
+            (OpKind::MatMul, Some(&rhs)) => crate::ops::matmul::plan(op, is_weight(values, rhs)),
+            _ => None,
+        };
         match op.kind {
             OpKind::Drop | OpKind::View => {}
             _ => kernels.push(Kernel::Op {
@@ -114,10 +118,22 @@ pub(super) fn kernels(
                 output: [rel
                     .output
                     .ok_or_else(|| broken("kernels", format!("live op {i} has no output")))?],
+                product,
             }),
         }
     }
     Ok(kernels)
+}
+
+/// Whether value `v` (relative id) is, or is a view of, a segment input: a weight, for
+/// a product that reads it as its right operand (made before the segment, so its
+/// buffer can keep a packed form).
+pub(super) fn is_weight(values: &[Value], v: u32) -> bool {
+    let root = match values.get(v as usize).map(|x| x.home) {
+        Some(Home::View { root }) => root,
+        _ => v,
+    };
+    matches!(values.get(root as usize).map(|x| x.home), Some(Home::Input))
 }
 
 /// An [`Error::Internal`] for a broken invariant of the plan builder, found by `step`.

@@ -16,7 +16,7 @@ use super::{Home, Kernel, Value};
 use crate::error::Error;
 use crate::ir::relative::RelativeOp;
 use crate::ir::{DType, Dims, Layout, Op};
-use crate::kernels::{FusedProgram, Instr, TileEpilogue};
+use crate::kernels::{FusedProgram, Instr, ProductPlan, TileEpilogue};
 use crate::ops::FusionClass;
 
 /// A fused group (or none) extended into a [`Chain`](super::Chain): the matmul op whose product only
@@ -284,13 +284,21 @@ pub(super) fn chain_kernel(
                 .iter()
                 .position(|(v, _)| *v == product)
                 .ok_or_else(|| fail(format!("the product r{product} is not a program input")))?;
+            let weight = super::build::is_weight(values, b);
+            let plan = ProductPlan::of(&lhs, &rhs, op.inputs[1].dtype, weight);
+            let epilogue = if plan.epilogue_in_tile(&lhs) {
+                TileEpilogue::plan(&program, input)
+            } else {
+                None
+            };
             Some(super::MatMulHead {
                 op: p,
                 lhs: (a, lhs),
                 rhs: (b, rhs),
                 product,
                 input,
-                epilogue: TileEpilogue::plan(&program, input),
+                plan,
+                epilogue,
             })
         }
     };
@@ -385,6 +393,7 @@ mod tests {
 
     #[test]
     fn matmul_bias_gelu_is_one_chain() {
+        use crate::kernels::{ProductPath, TileEpilogue};
         // p = x·w; q = p + bias; g = gelu(q).
         let ops = [
             matmul(0, 1, 2),
@@ -397,23 +406,49 @@ mod tests {
         let c = the_chain(&p);
         assert_eq!(c.matmul.as_ref().map(|m| (m.op, m.product)), Some((0, 2)));
         assert!(c.norm.is_none(), "{p}");
-        // The plan decides the tile's epilogue: the bias add, then GELU.
-        use crate::kernels::TileEpilogue;
-        let steps = c
-            .matmul
-            .as_ref()
-            .and_then(|m| m.epilogue.as_ref())
-            .map(TileEpilogue::steps);
-        assert!(
-            matches!(
-                steps,
-                Some([
-                    crate::kernels::EpilogueStep::Add { .. },
-                    crate::kernels::EpilogueStep::Gelu
-                ])
+        // A 4 x 4 weight is not worth packing: gemm, and the program runs over the
+        // product.
+        let head = c.matmul.as_ref().unwrap();
+        assert_eq!(head.plan.path, ProductPath::Gemm, "{p}");
+        assert!(head.epilogue.is_none(), "{p}");
+        // At 32 x 32 the plan puts the product on the tier's tile, and the program in
+        // it where the tile takes one: the bias add, then GELU.
+        const BIG: &[usize] = &[32, 32];
+        let ops = [
+            op_dims(OpKind::MatMul, &[(0, BIG), (1, BIG)], (2, BIG)),
+            op_dims(
+                OpKind::Binary(BinaryOp::Add),
+                &[(2, BIG), (3, &[32])],
+                (4, BIG),
             ),
-            "{steps:?}"
+            op_dims(OpKind::Unary(UnaryOp::Gelu), &[(4, BIG)], (5, BIG)),
+            drop_of(2),
+            drop_of(4),
+        ];
+        let big = plan(&ops);
+        let head = the_chain(&big).matmul.as_ref().unwrap();
+        let tile = crate::kernels::PackedRhs::tile(DType::F32);
+        assert_eq!(
+            head.plan.path,
+            tile.map_or(ProductPath::Gemm, ProductPath::Packed)
         );
+        let steps = head.epilogue.as_ref().map(TileEpilogue::steps);
+        if tile.is_some_and(|t| t.epilogue) {
+            assert!(
+                matches!(
+                    steps,
+                    Some([
+                        crate::kernels::EpilogueStep::Add { .. },
+                        crate::kernels::EpilogueStep::Gelu
+                    ])
+                ),
+                "{steps:?}"
+            );
+            let listing = big.to_string();
+            assert!(listing.contains("program in the tile"), "{listing}");
+        } else {
+            assert!(steps.is_none(), "{big}");
+        }
         assert_eq!(
             (&c.input_ids[..], &c.outputs[..]),
             (&[0, 1, 3][..], &[5][..])

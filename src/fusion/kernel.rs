@@ -3,7 +3,7 @@
 //! the values each reads and writes.
 
 use crate::ir::{Dims, Layout, OpKind};
-use crate::kernels::{FusedProgram, TileEpilogue};
+use crate::kernels::{FusedProgram, ProductPlan, TileEpilogue};
 
 /// One kernel of a plan.
 #[derive(Clone, Debug)]
@@ -16,6 +16,9 @@ pub(crate) enum Kernel {
         inputs: Vec<u32>,
         /// Relative id of its output (a one-element list).
         output: [u32; 1],
+        /// For a matmul: how the product runs, decided here
+        /// ([`crate::ops::matmul::plan`]).
+        product: Option<ProductPlan>,
     },
     /// A fused element-wise chain.
     Fused {
@@ -76,8 +79,11 @@ pub(crate) struct MatMulHead {
     pub product: u32,
     /// Which program input the product is.
     pub input: usize,
-    /// The steps of the program the packed f32 tile applies to its sums, decided here
-    /// once ([`TileEpilogue::plan`]); `None` when the program is not such steps.
+    /// How the product runs: packed on a named tile or by `gemm`, and its split.
+    pub plan: ProductPlan,
+    /// The steps of the program the packed tile applies to its sums, decided here once
+    /// ([`TileEpilogue::plan`]); `None` when the program is not such steps or the
+    /// plan's tile takes no epilogue ([`ProductPlan::epilogue_in_tile`]).
     pub epilogue: Option<TileEpilogue>,
 }
 

@@ -150,11 +150,17 @@ impl fmt::Display for ExecutionPlan {
         };
         for (k, lvl) in self.kernels.iter().zip(&self.levels) {
             match k {
-                Kernel::Op { op, inputs, output } => {
+                Kernel::Op {
+                    op,
+                    inputs,
+                    output,
+                    product,
+                } => {
                     let ins: Vec<String> = inputs.iter().map(|&v| home(v)).collect();
+                    let how = product.map_or(String::new(), |p| format!(" [{p}]"));
                     writeln!(
                         f,
-                        "  L{lvl} op#{op}({}) -> {}",
+                        "  L{lvl} op#{op}({}){how} -> {}",
                         ins.join(", "),
                         home(output[0])
                     )?;
@@ -186,10 +192,14 @@ impl fmt::Display for ExecutionPlan {
                 Kernel::Chain(c) => {
                     let ins: Vec<String> = c.input_ids.iter().map(|&v| home(v)).collect();
                     let outs: Vec<String> = c.outputs.iter().map(|&v| home(v)).collect();
-                    let head = c
-                        .matmul
-                        .as_ref()
-                        .map_or(String::new(), |m| format!("op#{} matmul -> ", m.op));
+                    let head = c.matmul.as_ref().map_or(String::new(), |m| {
+                        let tile = if m.epilogue.is_some() {
+                            ", program in the tile"
+                        } else {
+                            ""
+                        };
+                        format!("op#{} matmul [{}{tile}] -> ", m.op, m.plan)
+                    });
                     let tail = c.norm.as_ref().map_or(String::new(), |n| {
                         format!(" -> op#{} {}(out{})", n.op, n.kind.name(), n.output)
                     });

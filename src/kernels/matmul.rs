@@ -14,80 +14,46 @@
 //! 4. every stride handed to gemm fits in `isize` (strides of size-1 dims, which gemm
 //!    never multiplies by a non-zero index, are replaced by 1).
 //!
-//! Parallelism: a large matrix (`m * n * k >= 64³`) uses gemm's own rayon splitting,
-//! except a short one (at most 128 rows, the tokens of one request), whose columns are
-//! cut into one block per thread, each a single-threaded gemm writing its columns of
-//! `dst` (`gemm_columns`; the blocks are disjoint, which is what its `unsafe` relies
-//! on): MiniLM one sentence at a time ran 17% faster so. A batch of small matrices is
-//! spread across the batch with rayon instead, one single-threaded gemm per matrix.
+//! Parallelism follows the product's [`Split`] (the plan's, or [`Split::of`] for a
+//! direct call): by rows is gemm's own rayon splitting; by columns (a short product,
+//! the tokens of one request) cuts the columns into one block per thread, each a
+//! single-threaded gemm writing its columns of `dst` (`gemm_columns`; the blocks are
+//! disjoint, which is what its `unsafe` relies on): MiniLM one sentence at a time ran
+//! 17% faster so; a batch of small matrices is spread across the batch with rayon, one
+//! single-threaded gemm per matrix.
 
 use gemm::Parallelism;
 
-use super::packed::{matmul_packed, matmul_packed_epilogue, Epilogue, PackedRhs};
-use super::par::{for_each_chunk, Out, PRODUCT_PAR_WORK, SHORT_M};
+use super::par::{for_each_chunk, Out, Split};
 use super::strided::offset_of;
 use super::{check_dst, check_input, error, KernelError, Par};
 use crate::ir::Layout;
-
-/// [`matmul`], reading the right operand from `packed` (its packed form, when the
-/// caller has one) with the packed kernel when that form packs `rhs_layout`; through
-/// `gemm` otherwise. When it does, `rhs` is not read (a buffer kept only packed passes
-/// an empty slice).
-#[allow(clippy::too_many_arguments)]
-pub fn matmul_prepacked(
-    lhs: &[f32],
-    lhs_layout: &Layout,
-    rhs: &[f32],
-    rhs_layout: &Layout,
-    packed: Option<&PackedRhs>,
-    dst: &mut [f32],
-    par: Par,
-) -> Result<(), KernelError> {
-    if let Some(p) = packed.filter(|p| packs_for(p, lhs_layout, rhs_layout)) {
-        return matmul_packed(lhs, lhs_layout, p, dst, par);
-    }
-    matmul(lhs, lhs_layout, rhs, rhs_layout, dst, par)
-}
-
-/// [`matmul_prepacked`] followed by `epilogue` on every element of the product, when
-/// the packed f32 kernel runs it (which applies it in its registers, with the bits of
-/// the separate operations); `Ok(false)`, having done nothing, otherwise, and the
-/// caller runs the epilogue itself.
-pub(crate) fn matmul_prepacked_epilogue(
-    lhs: &[f32],
-    lhs_layout: &Layout,
-    rhs_layout: &Layout,
-    packed: Option<&PackedRhs>,
-    epilogue: Epilogue<'_>,
-    dst: &mut [f32],
-    par: Par,
-) -> Result<bool, KernelError> {
-    match packed.filter(|p| packs_for(p, lhs_layout, rhs_layout)) {
-        Some(p) => matmul_packed_epilogue(lhs, lhs_layout, p, epilogue, dst, par),
-        None => Ok(false),
-    }
-}
-
-/// Whether `packed` can stand for the right operand `rhs_layout` of a product with
-/// `lhs_layout` (the same batch dims, the matrix it packs).
-fn packs_for(packed: &PackedRhs, lhs_layout: &Layout, rhs_layout: &Layout) -> bool {
-    let (l, r) = (&lhs_layout.dims, &rhs_layout.dims);
-    l.len() == r.len()
-        && l.len() >= 2
-        && l[..l.len() - 2] == r[..r.len() - 2]
-        && packed.packs(rhs_layout)
-}
 
 /// Multiplies `[b.., m, k] x [b.., k, n] -> [b.., m, n]`.
 ///
 /// Both inputs have the same batch dims (already broadcast; a batch stride may be 0), and
 /// any strides within a matrix (a transposed operand is read in place). `dst` receives the
 /// result contiguously and must hold exactly `b * m * n` elements. `k == 0` gives zeros.
+/// The product is split between threads by [`Split::of`] (a plan's product calls
+/// [`matmul_split`] with the split it decided).
 pub fn matmul(
     lhs: &[f32],
     lhs_layout: &Layout,
     rhs: &[f32],
     rhs_layout: &Layout,
+    dst: &mut [f32],
+    par: Par,
+) -> Result<(), KernelError> {
+    matmul_split(lhs, lhs_layout, rhs, rhs_layout, None, dst, par)
+}
+
+/// [`matmul`], split between threads as `split` says ([`Split::of`] when `None`).
+pub(crate) fn matmul_split(
+    lhs: &[f32],
+    lhs_layout: &Layout,
+    rhs: &[f32],
+    rhs_layout: &Layout,
+    split: Option<Split>,
     dst: &mut [f32],
     par: Par,
 ) -> Result<(), KernelError> {
@@ -140,6 +106,7 @@ pub fn matmul(
         rhs_cs: stride(rhs_layout, rank - 1),
     };
     let work = m.saturating_mul(n).saturating_mul(k);
+    let split = split.unwrap_or_else(|| Split::of(batch, m, n, k));
     let lhs_base = |b: usize| {
         offset_of(
             batch_dims,
@@ -156,10 +123,10 @@ pub fn matmul(
             b,
         )
     };
-    if par.threads > 1 && work >= PRODUCT_PAR_WORK {
+    if par.threads > 1 && matches!(split, Split::Rows | Split::Columns) {
         for (b, out) in dst.chunks_exact_mut(mn).enumerate() {
             let (l, r) = (&lhs[lhs_base(b)..], &rhs[rhs_base(b)..]);
-            if m <= SHORT_M && n >= 2 * COLUMN_ALIGN {
+            if split == Split::Columns {
                 gemm_columns(l, r, out, geom, par.threads);
             } else {
                 gemm_one(l, r, out, geom, Parallelism::Rayon(par.threads));
@@ -185,7 +152,7 @@ pub fn matmul(
 /// Column blocks start at multiples of this (a whole number of vectors).
 const COLUMN_ALIGN: usize = 16;
 
-/// One short product (`m <= SHORT_M`) over `threads` threads, each computing a block of
+/// One short product ([`Split::Columns`]) over `threads` threads, each computing a block of
 /// the columns with a single-threaded gemm. The rows of one request (a sentence of a
 /// few dozen tokens) are too few for gemm's own split, which scaled poorly: by
 /// columns each thread reads (and packs) only its part of `rhs`, the weight.
@@ -317,6 +284,7 @@ unsafe fn gemm_raw(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::par::SHORT_M;
     use crate::kernels::testutil::*;
 
     fn naive(lb: &[f32], l: &Layout, rb: &[f32], r: &Layout) -> Vec<f32> {
@@ -383,9 +351,10 @@ mod tests {
     }
 
     #[test]
-    fn short_products_split_by_columns_match() {
-        // m <= SHORT_M with several threads takes `gemm_columns`: column blocks of
-        // uneven widths, a transposed rhs (column stride k) and a batch of two.
+    fn every_split_matches() {
+        // Whatever split a plan decides, on any shape: by columns takes
+        // `gemm_columns` (column blocks of uneven widths), by rows gemm's own split; a
+        // transposed rhs (column stride k) and a batch of two.
         let mut rng = Rng::new(43);
         for (m, k, n) in [(1, 8, 33), (28, 40, 50), (SHORT_M, 17, 161)] {
             let a: Vec<f32> = (0..2 * m * k).map(|_| rng.f32()).collect();
@@ -393,10 +362,13 @@ mod tests {
             let al = Layout::contiguous(&[2, m, k]);
             let bt = Layout::contiguous(&[2, n, k]).permute(&[0, 2, 1]);
             let want = naive(&a, &al, &b, &bt);
-            for threads in [2, 3, 4] {
-                let mut out = vec![f32::NAN; 2 * m * n];
-                matmul(&a, &al, &b, &bt, &mut out, Par { threads }).unwrap();
-                assert_close(&out, &want, 1e-5);
+            for split in [Split::Serial, Split::Batch, Split::Rows, Split::Columns] {
+                for threads in [1, 2, 3, 4] {
+                    let mut out = vec![f32::NAN; 2 * m * n];
+                    let par = Par { threads };
+                    matmul_split(&a, &al, &b, &bt, Some(split), &mut out, par).unwrap();
+                    assert_close(&out, &want, 1e-5);
+                }
             }
         }
     }

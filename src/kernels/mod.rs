@@ -37,10 +37,13 @@
 //!   tests' references;
 //! - `norm`: softmax, layer norm, RMS norm;
 //! - `attention`: scaled dot-product attention as one kernel, per instruction set;
-//! - `matmul` (the gemm wrapper), `packed` (products by a packed weight) and `chain`
+//! - `product` (a product as its plan decided it: `ProductPlan`, the path, packed on
+//!   a named tile or by `gemm`, and the split; the right operand as bound, `Rhs`),
+//!   `matmul` (the gemm wrapper), `packed` (products by a packed weight) and `chain`
 //!   (a matmul, a fused program and a row norm run panel by panel as one kernel:
 //!   matmul epilogues and norm prologues);
-//! - `par`: splitting work between threads, and `Out`, the raw output they share;
+//! - `par`: splitting work between threads (with `Split`, the one split policy of a
+//!   product), and `Out`, the raw output they share;
 //! - `teardown`: whether the calling thread is exiting.
 //!
 //! `unsafe` appears only where it buys measured speed or reaches the CPU, each block
@@ -69,6 +72,7 @@ mod matmul;
 mod norm;
 mod packed;
 mod par;
+mod product;
 mod reduce;
 mod strided;
 pub(crate) mod teardown;
@@ -85,11 +89,13 @@ pub(crate) use copy::{cast, cat, fill};
 pub use elementwise::{binary, unary};
 pub(crate) use fused::{fused_in_place, FusedProgram, Instr};
 pub(crate) use index::index_select;
-pub use matmul::{matmul, matmul_prepacked};
+pub use matmul::matmul;
 pub(crate) use norm::rms_norm;
 pub use norm::{layer_norm, softmax};
 pub use packed::PackedRhs;
 pub(crate) use par::worth_splitting;
+pub use product::matmul_prepacked;
+pub(crate) use product::{packable, product, ProductPath, ProductPlan, Rhs};
 pub(crate) use reduce::{argmax, reduce};
 
 use std::fmt;

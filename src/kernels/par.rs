@@ -20,17 +20,68 @@ use super::Par;
 /// tiny value so that small tensors exercise the chunked code paths.
 pub(crate) const MIN_TASK_WORK: usize = if cfg!(test) { 24 } else { 1 << 16 };
 
-/// The one split policy of a matrix product, whichever kernel runs it (the packed
-/// tiles, `kernels/packed/product.rs`, or `gemm`, `kernels/matmul.rs`): below
-/// [`PRODUCT_PAR_WORK`] multiply-adds it runs on one thread; otherwise a product of at
-/// most [`SHORT_M`] rows (the tokens of a request or two) is split between threads by
-/// columns, so each thread reads only its part of the weight (from DRAM, for a model
-/// larger than the cache), and a taller one by rows. Tests use fewer rows, so that
-/// both splits run on small matrices.
+/// The most rows of a product split by columns ([`Split::of`]): the tokens of a request
+/// or two, whose rows are too few to share out. Tests use fewer rows, so that both
+/// splits run on small matrices.
 pub(crate) const SHORT_M: usize = if cfg!(test) { 20 } else { 128 };
 
-/// Below this many multiply-adds a product runs on one thread (see [`SHORT_M`]).
+/// Below this many multiply-adds per matrix a product runs on one thread
+/// ([`Split::of`]).
 pub(crate) const PRODUCT_PAR_WORK: usize = if cfg!(test) { 1 << 9 } else { 64 * 64 * 64 };
+
+/// How a matrix product's work is shared between threads: the one split policy,
+/// whichever kernel runs the product. The plan builder decides it once per product
+/// ([`Split::of`], stored in its `ProductPlan`); the kernels follow it with the threads
+/// the run is given (with one thread every split runs serially).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Split {
+    /// On one thread: fewer than [`PRODUCT_PAR_WORK`] multiply-adds per matrix, one
+    /// matrix.
+    Serial,
+    /// The matrices of a batch of small products shared out whole between threads.
+    Batch,
+    /// Each matrix cut into blocks of rows, each thread computing all columns of its
+    /// rows.
+    Rows,
+    /// Each matrix cut into blocks of columns, each thread reading only its part of
+    /// the right operand (a weight, from DRAM when it is larger than the cache).
+    Columns,
+}
+
+impl Split {
+    /// The split of `batch` products `[m, k] x [k, n]`: below [`PRODUCT_PAR_WORK`]
+    /// multiply-adds per matrix, whole matrices between threads (or none for one);
+    /// above, by columns when the product has at most [`SHORT_M`] rows (the tokens of a
+    /// request or two) and two blocks of [`SPLIT_COLUMNS`] columns to share, else by
+    /// rows.
+    pub(crate) fn of(batch: usize, m: usize, n: usize, k: usize) -> Split {
+        if m.saturating_mul(n).saturating_mul(k) < PRODUCT_PAR_WORK {
+            if batch > 1 {
+                Split::Batch
+            } else {
+                Split::Serial
+            }
+        } else if m <= SHORT_M && n >= 2 * SPLIT_COLUMNS {
+            Split::Columns
+        } else {
+            Split::Rows
+        }
+    }
+
+    /// Its name, for plan listings.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Split::Serial => "serial",
+            Split::Batch => "by matrices",
+            Split::Rows => "by rows",
+            Split::Columns => "by columns",
+        }
+    }
+}
+
+/// Column blocks of a [`Split::Columns`] start at multiples of this: one panel of a
+/// packed weight (two AVX-512 vectors).
+pub(crate) const SPLIT_COLUMNS: usize = 32;
 
 /// Whether `work` element operations are worth more than one thread (at least two
 /// tasks' worth; below that every kernel would run on one thread anyway).

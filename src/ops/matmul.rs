@@ -1,10 +1,10 @@
 //! `matmul`: `[.., m, k] x [.., k, n] -> [.., m, n]`, batch dims broadcast. A product
 //! by a weight reads the weight's packed form; a product may head a chain.
 
-use super::{broadcast, dst, output, typed, Family, FusionClass};
+use super::{broadcast, dst, output, typed, BoundProduct, Family, FusionClass};
 use crate::error::Error;
 use crate::ir::{DType, Dims, Layout, Op};
-use crate::kernels::{self, KernelError};
+use crate::kernels::{self, KernelError, ProductPlan, Rhs};
 
 /// The output dims of `a.matmul(b)` (dims, dtype each): an f32 left operand and an
 /// f32, bf16 or i8 right one, both of rank 2 or more, inner dims equal, batch dims
@@ -52,23 +52,40 @@ pub(super) static FAMILY: Family = Family {
     name: "matmul",
     class: FusionClass::Product,
     work,
-    run: |op, inputs, packed, out, par| {
+    run: |op, inputs, product, out, par| {
         let (l, r) = layouts(
             &op.inputs[0].layout,
             &op.inputs[1].layout,
             &output(op)?.layout.dims,
         )?;
-        kernels::matmul_prepacked(
-            typed(inputs[0])?,
-            &l,
-            typed(inputs[1])?,
-            &r,
-            packed,
-            dst(out)?,
-            par,
-        )
+        // Without a plan (the op-by-op executor): planned here, as a product by a
+        // computed operand.
+        let own;
+        let (plan, rhs) = match product {
+            Some(BoundProduct {
+                plan,
+                packed: Some(p),
+            }) => (plan, Rhs::Packed(p)),
+            Some(BoundProduct { plan, packed: None }) => (plan, Rhs::Elements(typed(inputs[1])?)),
+            None => {
+                own = ProductPlan::of(&l, &r, DType::F32, false);
+                (&own, Rhs::Elements(typed(inputs[1])?))
+            }
+        };
+        kernels::product(plan, typed(inputs[0])?, &l, rhs, &r, &[], dst(out)?, par)
     },
 };
+
+/// The plan of the product `op` (a matmul), whose right operand is a weight (made
+/// before the segment) when `weight`: its path and split ([`ProductPlan::of`]); `None`
+/// for an op that is not a product of a known output.
+pub(crate) fn plan(op: &Op, weight: bool) -> Option<ProductPlan> {
+    let ([a, b], Some(out)) = (op.inputs.as_slice(), op.output.as_ref()) else {
+        return None;
+    };
+    let (l, r) = layouts(&a.layout, &b.layout, &out.layout.dims).ok()?;
+    Some(ProductPlan::of(&l, &r, b.dtype, weight))
+}
 
 /// The output's element count times the inner dim.
 fn work(op: &Op) -> usize {

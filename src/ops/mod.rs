@@ -53,7 +53,7 @@ pub(crate) mod unary;
 pub(crate) use data::{Data, DataElement, DataMut};
 
 use crate::ir::{Layout, Op, OpKind};
-use crate::kernels::{KernelError, PackedRhs, Par};
+use crate::kernels::{KernelError, PackedRhs, Par, ProductPlan};
 
 /// What the plan builder may do with an op: the question `fusion` asks of a family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,15 +77,27 @@ pub(crate) enum FusionClass {
 }
 
 /// One op's kernel on typed slices: reads `inputs` (in the op's input order, through
-/// the layouts of `op.inputs`) and writes the output contiguously into `out`. `packed`
-/// is the right operand's packed form for a product by a weight.
+/// the layouts of `op.inputs`) and writes the output contiguously into `out`. A
+/// product of a plan gets its plan and its right operand's packed form when the
+/// executor bound one (`product`; then `inputs[1]` is not read).
 pub(crate) type RunFn = fn(
     op: &Op,
     inputs: &[Data<'_>],
-    packed: Option<&PackedRhs>,
+    product: Option<BoundProduct<'_>>,
     out: DataMut<'_>,
     par: Par,
 ) -> Result<(), KernelError>;
+
+/// A product as the plan decided it (`ProductPlan`) with its right operand's packed
+/// form, when the executor bound one (the plan's path is packed and the weight's buffer
+/// has it).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BoundProduct<'a> {
+    /// The plan's decision.
+    pub(crate) plan: &'a ProductPlan,
+    /// The packed right operand, or `None`: its elements (`inputs[1]`) are read.
+    pub(crate) packed: Option<&'a PackedRhs>,
+}
 
 /// What a family of ops declares to the engine: plain data and functions.
 pub(crate) struct Family {
@@ -132,7 +144,7 @@ static DROP: Family = Family {
 pub(crate) fn run(
     op: &Op,
     inputs: &[Data<'_>],
-    packed: Option<&PackedRhs>,
+    product: Option<BoundProduct<'_>>,
     out: DataMut<'_>,
     par: Par,
 ) -> Result<(), KernelError> {
@@ -147,7 +159,7 @@ pub(crate) fn run(
             family(&op.kind).name
         )));
     }
-    (family(&op.kind).run)(op, inputs, packed, out, par)
+    (family(&op.kind).run)(op, inputs, product, out, par)
 }
 
 /// The fusion class of `op`.

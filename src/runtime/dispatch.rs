@@ -10,7 +10,10 @@ use super::execute::{region, root, Reads};
 use super::{Data, DataMut, TensorBuffer};
 use crate::fusion::{Chain, ExecutionPlan, Kernel};
 use crate::ir::{Layout, OpKind};
-use crate::kernels::{self, ChainMatMul, ChainNorm, KernelError, PackedRhs, Par};
+use crate::kernels::{
+    self, ChainMatMul, ChainNorm, KernelError, PackedRhs, Par, ProductPath, ProductPlan, Rhs,
+};
+use crate::ops::BoundProduct;
 
 /// Collects up to `N` items into an array on the stack, or into a `Vec` beyond that,
 /// and calls `f` on them: per-kernel argument lists without a heap allocation.
@@ -92,14 +95,21 @@ pub(super) fn run_kernel(
         d.ok_or_else(|| KernelError(format!("no place for r{o} (engine bug)")))
     };
     match kernel {
-        Kernel::Op { op, inputs, output } => {
+        Kernel::Op {
+            op,
+            inputs,
+            output,
+            product,
+        } => {
             let out = dst(output[0])?;
             let op = &reads.tasks[*op].op;
-            // A product by a weight reads the weight's packed form.
-            let packed = match (&op.kind, inputs.get(1), op.inputs.get(1)) {
-                (OpKind::MatMul, Some(&v), Some(desc)) => reads.packed_rhs(v, &desc.layout),
+            // A product the plan put on a packed tile reads the weight's packed form,
+            // once its buffer has one.
+            let packed = match (product, inputs.get(1), op.inputs.get(1)) {
+                (Some(plan), Some(&v), Some(desc)) => bind_packed(reads, plan, v, &desc.layout),
                 _ => None,
             };
+            let product = product.as_ref().map(|plan| BoundProduct { plan, packed });
             // The packed kernel does not read the weight's elements (a weight kept only
             // packed has none to read without unpacking them).
             with_list::<_, _, 4>(
@@ -108,7 +118,7 @@ pub(super) fn run_kernel(
                     _ => reads.data(v),
                 }),
                 Data::F32(&[]),
-                |data| crate::ops::run(op, data, packed, out, par),
+                |data| crate::ops::run(op, data, product, out, par),
             )
         }
         Kernel::Fused {
@@ -147,11 +157,28 @@ pub(super) fn run_kernel(
             let packed = chain
                 .matmul
                 .as_ref()
-                .and_then(|m| reads.packed_rhs(m.rhs.0, &m.rhs.1));
+                .and_then(|m| bind_packed(reads, &m.plan, m.rhs.0, &m.rhs.1));
             with_f32_outputs(&chain.outputs, dst, "chain", |dsts| {
                 run_chain(chain, data, packed, dsts, par)
             })
         }
+    }
+}
+
+/// The packed form of the right operand `v` (read through `layout`) of a product that
+/// `plan` put on a packed tile, when its buffer has one or makes one now
+/// (`runtime/prepack.rs`: at its second use as a right operand); `None` for a product
+/// by `gemm`, and before the weight is packed (the product then runs by `gemm` on its
+/// elements, with the plan's split).
+fn bind_packed<'a>(
+    reads: &Reads<'a, '_>,
+    plan: &ProductPlan,
+    v: u32,
+    layout: &Layout,
+) -> Option<&'a PackedRhs> {
+    match plan.path {
+        ProductPath::Packed(_) => reads.packed_rhs(v, layout),
+        ProductPath::Gemm => None,
     }
 }
 
@@ -212,15 +239,14 @@ fn run_chain<'a>(
         Some(m) => Some(ChainMatMul {
             lhs: (data(m.lhs.0)?, &m.lhs.1),
             rhs: (
-                if packed.is_some() {
-                    &[]
-                } else {
-                    data(m.rhs.0)?
+                match packed {
+                    Some(p) => Rhs::Packed(p),
+                    None => Rhs::Elements(data(m.rhs.0)?),
                 },
                 &m.rhs.1,
             ),
             input: m.input,
-            packed,
+            plan: &m.plan,
             epilogue: m.epilogue,
         }),
         None => None,

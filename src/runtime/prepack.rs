@@ -22,10 +22,7 @@ use std::sync::OnceLock;
 
 use super::memory::{add_live_bytes, sub_live_bytes};
 use crate::ir::Layout;
-use crate::kernels::PackedRhs;
-
-/// Smallest sides of a matrix worth packing (smaller products gain nothing).
-const MIN_SIDE: usize = 16;
+use crate::kernels::{packable, PackedRhs};
 
 /// The packed form of a buffer's matrix, made on demand (see the module docs).
 #[derive(Debug, Default)]
@@ -49,14 +46,10 @@ impl PackSlot {
         if let Some(p) = self.packed.get() {
             return p.as_ref().filter(|p| p.packs(layout));
         }
-        let r = layout.dims.len();
-        if r < 2
-            || layout.dims[r - 2] < MIN_SIDE
-            || layout.dims[r - 1] < MIN_SIDE
-            || layout.strides[..r - 2].iter().any(|&s| s != 0)
-        {
+        if !packable(layout) {
             return None;
         }
+        let r = layout.dims.len();
         if !eager && self.uses.fetch_add(1, Ordering::Relaxed) == 0 {
             return None;
         }

@@ -51,6 +51,7 @@ pub(super) fn plan_bytes(plan: &ExecutionPlan) -> usize {
                 op: _,
                 inputs,
                 output: _,
+                product: _,
             } => vec_bytes(inputs),
             Kernel::Fused {
                 program,

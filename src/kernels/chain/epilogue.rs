@@ -44,7 +44,7 @@ impl TileEpilogue {
     /// When `program` is its product (program input `head`) followed by steps the
     /// packed f32 tile can take in its registers (adds of a bias or a residual, GELU;
     /// one output): those steps. The tile applies them to its sums before it stores
-    /// them ([`matmul_prepacked_epilogue`](super::super::matmul::matmul_prepacked_epilogue)),
+    /// them (a planned product's epilogue, `kernels::product`),
     /// each the operation the program would do, so the bits are the program's, without
     /// the program's pass over the panel: a fused QKV projection's bias, the FFN's
     /// `gelu(product + bias)`, the output projections' `product + bias + residual`

@@ -7,6 +7,7 @@ use super::super::strided::offset_of;
 use super::super::{check_input, error, numel_of, KernelError};
 use super::ChainMatMul;
 use crate::ir::Layout;
+use crate::kernels::product::Rhs;
 
 /// How the output is cut into panels: `per_matrix` panels of `rows` rows (the last
 /// one of a matrix may be shorter) for each matrix.
@@ -97,8 +98,8 @@ impl<'d> Geometry<'d> {
         check_input(kernel, "lhs", mm.lhs.0.len(), mm.lhs.1)?;
         // A packed right operand is read from its panels, not from the slice (which is
         // empty for a weight kept only packed); the product checks the panels fit.
-        if mm.packed.is_none() {
-            check_input(kernel, "rhs", mm.rhs.0.len(), mm.rhs.1)?;
+        if let Rhs::Elements(r) = mm.rhs.0 {
+            check_input(kernel, "rhs", r.len(), mm.rhs.1)?;
         }
         Ok(k)
     }

@@ -12,16 +12,16 @@
 //!
 //! The output is cut into **panels**: runs of whole rows of one matrix (`rows × n`,
 //! about [`PANEL_BYTES`] each). For each panel the head's gemm writes the product
-//! straight into the panel of output 0 (through the checked wrapper [`matmul_prepacked`],
-//! restricted to the panel's rows of `lhs`), [`fused_in_place`] then runs the program on
+//! straight into the panel of output 0 (through [`product`], as the chain's plan decided it:
+//! `ProductPlan`, restricted to the panel's rows of `lhs`), [`fused_in_place`] then runs the program on
 //! the panel, reading the product from that output before overwriting it and every
 //! other input through its layout narrowed to the panel's rows, and the tail normalises
 //! the panel's rows of its output while they are still in cache. The product and the
-//! norm's input get no memory of their own. When the weight is packed in f32 and the
-//! program only carries the product through adds (a bias, a residual) and GELU, the
-//! packed tile applies those steps to its sums before it stores them
-//! ([`TileEpilogue`], decided when the chain is planned), with the program's bits, and the program's pass over the
-//! panel disappears. With several threads, runs of panels are
+//! norm's input get no memory of their own. When the plan put the program in the tile
+//! (the weight is packed for a tile that takes an epilogue and the program only carries
+//! the product through adds, a bias or a residual, and GELU: [`TileEpilogue`]) and the
+//! weight is bound packed, the tile applies those steps to its sums before it stores
+//! them, with the program's bits, and the program's pass over the panel disappears. With several threads, runs of panels are
 //! halved across `rayon::join` (a few per thread, each with single-threaded gemms);
 //! a chain with too few panels for that runs them one after the other, each gemm,
 //! program and norm using the threads itself. (Running big panels one after the other
@@ -37,10 +37,10 @@ use epilogue::MAX_STEPS;
 use geometry::{Geometry, Panel, PanelLayout};
 
 use super::fused::{fused_in_place, FusedProgram};
-use super::matmul::{matmul_prepacked, matmul_prepacked_epilogue};
 use super::norm::RowOp;
-use super::packed::{PackedRhs, Step};
+use super::packed::Step;
 use super::par::{for_each_chunk, join_split, units_per_task, MIN_TASK_WORK};
+use super::product::{product, ProductPath, ProductPlan, Rhs};
 use super::{check_input, error, numel_of, KernelError, Par};
 use crate::ir::{DType, Layout};
 
@@ -69,15 +69,16 @@ pub(super) const F32_PANEL_BYTES: usize = PANEL_BYTES / 4;
 pub(crate) struct ChainMatMul<'a> {
     /// The left operand, `[b.., m, k]` (batch dims already those of the output).
     pub lhs: (&'a [f32], &'a Layout),
-    /// The right operand, `[b.., k, n]`.
-    pub rhs: (&'a [f32], &'a Layout),
+    /// The right operand, `[b.., k, n]`, as the executor bound it: packed, or its
+    /// elements.
+    pub rhs: (Rhs<'a>, &'a Layout),
     /// Which input of the program is the product (its slice in `inputs` is ignored).
     pub input: usize,
-    /// The right operand packed for the packed kernel, when it is a weight that has
-    /// been (then `rhs`'s slice is not read, and may be empty).
-    pub packed: Option<&'a PackedRhs>,
-    /// What the packed f32 tile applies to its sums, as the plan decided
-    /// ([`TileEpilogue::plan`]); `None`: the program runs over the product.
+    /// How the product runs, as the plan decided.
+    pub plan: &'a ProductPlan,
+    /// What the packed tile applies to its sums, as the plan decided
+    /// ([`TileEpilogue::plan`]); `None`: the program runs over the product. Applied
+    /// only when the right operand is bound packed.
     pub epilogue: Option<TileEpilogue>,
 }
 
@@ -192,8 +193,8 @@ pub(crate) fn chain(
     // tile needs its two row tiles to keep up with the weight's stream).
     let one_product_panel =
         matmul.is_some() && geom.m.saturating_mul(geom.n).saturating_mul(4) <= PANEL_BYTES;
-    let panel_bytes = match matmul.and_then(|m| m.packed) {
-        Some(p) if p.dtype() == DType::F32 => F32_PANEL_BYTES,
+    let panel_bytes = match matmul.map(|m| m.plan.path) {
+        Some(ProductPath::Packed(t)) if t.dtype == DType::F32 => F32_PANEL_BYTES,
         _ => PANEL_BYTES,
     };
     let mut per_matrix = if one_product_panel {
@@ -347,30 +348,23 @@ impl Ctx<'_> {
                 .first_mut()
                 .ok_or_else(|| error("chain", "a matmul head needs an output"))?;
             let mut steps = [Step::Gelu; MAX_STEPS];
-            if let Some(n_steps) = self.tile_epilogue(p, &mut steps) {
-                let done = matmul_prepacked_epilogue(
+            let (bound, plan) = (mm.rhs.0, mm.plan);
+            if let (Rhs::Packed(_), Some(n_steps)) = (bound, self.tile_epilogue(p, &mut steps)) {
+                let steps = &steps[..n_steps];
+                product(
+                    plan,
                     mm.lhs.0,
                     &lhs,
+                    bound,
                     &rhs,
-                    mm.packed,
-                    &steps[..n_steps],
+                    steps,
                     &mut out[..len],
                     par,
                 )?;
-                if done {
-                    self.tail(outs, par);
-                    return Ok(());
-                }
+                self.tail(outs, par);
+                return Ok(());
             }
-            matmul_prepacked(
-                mm.lhs.0,
-                &lhs,
-                mm.rhs.0,
-                &rhs,
-                mm.packed,
-                &mut out[..len],
-                par,
-            )?;
+            product(plan, mm.lhs.0, &lhs, bound, &rhs, &[], &mut out[..len], par)?;
         }
         // Every other input, narrowed to the panel's rows; the product as output 0.
         let local = Layout::contiguous(&[p.rows, g.n]);
@@ -436,7 +430,37 @@ mod tests {
     use crate::ir::{BinaryOp, UnaryOp};
     use crate::kernels::fused::Instr;
     use crate::kernels::testutil::*;
-    use crate::kernels::{binary, layer_norm, matmul, softmax, unary};
+    use crate::kernels::{binary, layer_norm, matmul, matmul_prepacked, softmax, unary};
+    use crate::kernels::{PackedRhs, ProductPlan};
+
+    /// A chain's head as a plan and the executor's binding make it: on `packed`'s tile
+    /// when given, by `gemm` on `rhs` otherwise, with `program` in the tile where the
+    /// plan would put it.
+    fn head<'a>(
+        lhs: (&'a [f32], &'a Layout),
+        rhs: (&'a [f32], &'a Layout),
+        packed: Option<&'a PackedRhs>,
+        plan: &'a ProductPlan,
+        program: &FusedProgram,
+    ) -> ChainMatMul<'a> {
+        ChainMatMul {
+            lhs,
+            rhs: (
+                match (plan.path, packed) {
+                    (ProductPath::Packed(_), Some(p)) => Rhs::Packed(p),
+                    _ => Rhs::Elements(rhs.0),
+                },
+                rhs.1,
+            ),
+            input: 0,
+            plan,
+            epilogue: if plan.epilogue_in_tile(lhs.1) {
+                TileEpilogue::plan(program, 0)
+            } else {
+                None
+            },
+        }
+    }
 
     /// The programs after a product that the packed f32 tile takes in its registers
     /// ([`Ctx::tile_epilogue`]): a bias (either operand order), GELU of it, a bias
@@ -455,6 +479,7 @@ mod tests {
         let geom = Geometry::new("chain", &dims, true).unwrap();
         let lhs = Layout::contiguous(&[m, 2]);
         let rhs = Layout::contiguous(&[2, n]);
+        let gemm = ProductPlan::with(&lhs, &rhs, None);
         let (i, u, add) = (
             Instr::Input,
             |x| Instr::Unary(UnaryOp::Gelu, x),
@@ -483,9 +508,9 @@ mod tests {
                 geom: &geom,
                 matmul: Some(ChainMatMul {
                     lhs: (&[], &lhs),
-                    rhs: (&[], &rhs),
+                    rhs: (Rhs::Elements(&[]), &rhs),
                     input: 0,
-                    packed: None,
+                    plan: &gemm,
                     epilogue: TileEpilogue::plan(&program, 0),
                 }),
                 program: &program,
@@ -586,13 +611,8 @@ mod tests {
             for (program, tail, want) in &cases {
                 for par in pars() {
                     for packed in [packed.as_ref(), None] {
-                        let mm = ChainMatMul {
-                            lhs: (&lb, &ll),
-                            rhs: (&rb, &rl),
-                            input: 0,
-                            packed,
-                            epilogue: TileEpilogue::plan(program, 0),
-                        };
+                        let plan = ProductPlan::with(&ll, &rl, packed);
+                        let mm = head((&lb, &ll), (&rb, &rl), packed, &plan, program);
                         let mut out = vec![f32::NAN; m * n];
                         let outs = &mut [&mut out[..]];
                         chain(&dims, Some(mm), program, &inputs, *tail, outs, par).unwrap();
@@ -666,13 +686,8 @@ mod tests {
                 .into_iter()
                 .flat_map(|p| [(p, None), (p, packed.as_ref())])
             {
-                let mm = ChainMatMul {
-                    lhs: (&lb, &ll),
-                    rhs: (&rb, &rl),
-                    input: 0,
-                    packed,
-                    epilogue: TileEpilogue::plan(&program, 0),
-                };
+                let plan = ProductPlan::with(&ll, &rl, packed);
+                let mm = head((&lb, &ll), (&rb, &rl), packed, &plan, &program);
                 let (mut g, mut out) = (vec![f32::NAN; numel], vec![f32::NAN; numel]);
                 chain(
                     &dims,
@@ -802,11 +817,12 @@ mod tests {
         .unwrap_err();
         assert!(e.0.contains("weight"), "{e}");
         // A head whose operands do not multiply into the output.
+        let gemm = ProductPlan::with(&l, &l, None);
         let mm = ChainMatMul {
             lhs: (&a, &l),
-            rhs: (&a, &l),
+            rhs: (Rhs::Elements(&a), &l),
             input: 0,
-            packed: None,
+            plan: &gemm,
             epilogue: None,
         };
         let e = chain(
@@ -823,9 +839,9 @@ mod tests {
         let l32 = Layout::contiguous(&[3, 3]);
         let mm = ChainMatMul {
             lhs: (&a, &l),
-            rhs: (&a, &l32),
+            rhs: (Rhs::Elements(&a), &l32),
             input: 0,
-            packed: None,
+            plan: &gemm,
             epilogue: None,
         };
         assert!(chain(

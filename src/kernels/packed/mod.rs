@@ -54,13 +54,17 @@ mod tiles;
 use super::par::Out;
 use super::{check_input, error, KernelError};
 use crate::ir::{DType, Layout};
+#[cfg(test)]
 pub(super) use product::matmul_packed;
+#[cfg(test)]
+pub(crate) use product::matmul_packed_epilogue;
+pub(super) use product::matmul_packed_split;
 #[cfg(test)]
 use product::product;
 #[cfg(target_arch = "x86_64")]
 use product::{lane_masks, prefetch_ahead};
-pub(crate) use product::{matmul_packed_epilogue, Epilogue, Step};
 use product::{rows_end, Cols, Form, Matrix, Part};
+pub(crate) use product::{Epilogue, Step};
 #[cfg(target_arch = "x86_64")]
 use stack::store_rows;
 use stack::{by_rows, chunk_rows, with_stack, with_stack_uninit, CHUNK_ROWS};
@@ -69,6 +73,18 @@ use stack::{by_rows, chunk_rows, with_stack, with_stack_uninit, CHUNK_ROWS};
 pub(super) const NR: usize = 32;
 /// Most rows of one tile (`MR × 2` accumulators of the 32 vector registers).
 pub(super) const MR: usize = 14;
+
+/// The tile that multiplies by a packed matrix on the tier in use
+/// ([`PackedRhs::tile`]): what a plan records of a packed product's path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tile {
+    /// The element type the matrix is kept in.
+    pub(crate) dtype: DType,
+    /// The tile's name (instruction set, and shape where it has one).
+    pub(crate) name: &'static str,
+    /// Whether it applies a chain's epilogue to its sums before it stores them.
+    pub(crate) epilogue: bool,
+}
 
 /// A `[k, n]` matrix packed into panels of 32 columns, kept in f32, bf16 or int8 with
 /// a scale per column, for products `[.., m, k] × [k, n]` by an f32 left operand
@@ -164,6 +180,31 @@ impl PackedRhs {
     /// `gemm`.
     pub fn packs_f32() -> bool {
         f32::Isa::here().is_some()
+    }
+
+    /// The tile a product by a matrix packed in `dtype` runs on the tier in use, or
+    /// `None` where nothing is packed in `dtype` (f32 without an f32 tile: the
+    /// portable tier; a dtype that is not a weight's). What the plan builder asks
+    /// when it picks a product's path.
+    pub(crate) fn tile(dtype: DType) -> Option<Tile> {
+        let amx = super::cpu::has_amx_bf16();
+        let (name, epilogue) = match dtype {
+            DType::F32 => (f32::Isa::here()?.name(), true),
+            DType::BF16 if amx => ("amx tdpbf16ps", false),
+            DType::BF16 => (
+                bf16::tile_name(bf16::simd()),
+                bf16::takes_epilogue(bf16::simd()),
+            ),
+            DType::I8 => i8::tile_here(),
+            DType::BF16X3 if amx => ("amx tdpbf16ps x3", false),
+            DType::BF16X3 => ("portable", false),
+            DType::U32 | DType::I64 => return None,
+        };
+        Some(Tile {
+            dtype,
+            name,
+            epilogue,
+        })
     }
 
     /// Packs the `[k, n]` matrix `layout` reads from `src` in bf16 (each element
@@ -670,9 +711,9 @@ mod tests {
                     &a,
                     &al,
                     dims,
-                    form,
-                    false,
+                    (form, false),
                     &[],
+                    None,
                     &mut portable,
                     Par::serial(),
                 )

@@ -7,7 +7,7 @@ use std::fmt;
 
 use super::{bf16, f32, i8, tiles, PackedRhs, MR, NR};
 use crate::ir::Layout;
-use crate::kernels::par::{Out, PRODUCT_PAR_WORK, SHORT_M};
+use crate::kernels::par::{for_each_chunk, Out, Split};
 use crate::kernels::{check_input, error, KernelError, Par};
 
 /// How far ahead of the step being multiplied the bf16 and int8 tiles ask for their
@@ -45,6 +45,7 @@ pub(super) fn prefetch_ahead(step: *const u8) {
 /// (`b * m * n` elements, row-major). A bf16 matrix multiplies the left operand's
 /// elements rounded to bf16, an int8 one its rows quantised to int8 (module `i8`);
 /// both sum in f32.
+#[cfg(test)]
 pub(in crate::kernels) fn matmul_packed(
     lhs: &[f32],
     lhs_layout: &Layout,
@@ -57,12 +58,53 @@ pub(in crate::kernels) fn matmul_packed(
         lhs,
         lhs_layout,
         (rhs.k, rhs.n),
-        form,
-        form.simd(),
+        (form, form.simd()),
         &[],
+        None,
         dst,
         par,
     )
+}
+
+/// [`matmul_packed`] as a plan decided it: split between threads as `split` says, and
+/// followed by `epilogue` in the tile's registers, which the plan asks for only where
+/// the tile takes one (`PackedRhs::tile`) and the product is one matrix; an epilogue
+/// the form cannot apply is an error, not a silent second pass.
+pub(crate) fn matmul_packed_split(
+    lhs: &[f32],
+    lhs_layout: &Layout,
+    rhs: &PackedRhs,
+    split: Split,
+    epilogue: Epilogue<'_>,
+    dst: &mut [f32],
+    par: Par,
+) -> Result<(), KernelError> {
+    if epilogue.is_empty() {
+        let form = rhs.form();
+        return product(
+            lhs,
+            lhs_layout,
+            (rhs.k, rhs.n),
+            (form, form.simd()),
+            &[],
+            Some(split),
+            dst,
+            par,
+        );
+    }
+    if epilogue_run(lhs, lhs_layout, rhs, epilogue, Some(split), dst, par)? {
+        Ok(())
+    } else {
+        Err(error(
+            "matmul",
+            format_args!(
+                "a product by a {} matrix of {} rows was planned with an epilogue its tile \
+                 does not apply (engine bug)",
+                rhs.dtype(),
+                lhs_layout.dims.len()
+            ),
+        ))
+    }
 }
 
 /// One step of an [`Epilogue`]: what the f32 tile does to each of its sums (the
@@ -155,11 +197,25 @@ pub(crate) type Epilogue<'a> = &'a [Step<'a>];
 /// before it stores them (see [`Epilogue`]). Returns `Ok(false)`, having done nothing,
 /// for the other forms and for batched products (the caller then runs the epilogue
 /// itself); an error when a step's operand does not fit the product.
+#[cfg(test)]
 pub(crate) fn matmul_packed_epilogue(
     lhs: &[f32],
     lhs_layout: &Layout,
     rhs: &PackedRhs,
     epilogue: Epilogue<'_>,
+    dst: &mut [f32],
+    par: Par,
+) -> Result<bool, KernelError> {
+    epilogue_run(lhs, lhs_layout, rhs, epilogue, None, dst, par)
+}
+
+/// [`matmul_packed_epilogue`], split as `split` says (by [`Split::of`] when `None`).
+fn epilogue_run(
+    lhs: &[f32],
+    lhs_layout: &Layout,
+    rhs: &PackedRhs,
+    epilogue: Epilogue<'_>,
+    split: Option<Split>,
     dst: &mut [f32],
     par: Par,
 ) -> Result<bool, KernelError> {
@@ -192,9 +248,9 @@ pub(crate) fn matmul_packed_epilogue(
         lhs,
         lhs_layout,
         (rhs.k, rhs.n),
-        form,
-        form.simd(),
+        (form, form.simd()),
         epilogue,
+        split,
         dst,
         par,
     )?;
@@ -255,15 +311,16 @@ impl Form<'_> {
 
 /// [`matmul_packed`] by the `[k, n]` matrix whose panels are `form`, on the
 /// instruction-set path when `simd`, on the portable loops otherwise (the tests run
-/// both).
+/// both), split between threads as `split` says ([`Split::of`] the product when
+/// `None`: a direct call, not a plan's).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn product(
     lhs: &[f32],
     lhs_layout: &Layout,
     (k, n): (usize, usize),
-    form: Form<'_>,
-    simd: bool,
+    (form, simd): (Form<'_>, bool),
     epilogue: Epilogue<'_>,
+    split: Option<Split>,
     dst: &mut [f32],
     par: Par,
 ) -> Result<(), KernelError> {
@@ -304,13 +361,9 @@ pub(super) fn product(
         dst.fill(0.0);
         return Ok(());
     }
-    let work = m.saturating_mul(n).saturating_mul(k);
-    let threads = if work >= PRODUCT_PAR_WORK {
-        par.threads
-    } else {
-        1
-    };
-    for (b, out) in dst.chunks_exact_mut(m * n).enumerate() {
+    let split = split.unwrap_or_else(|| Split::of(batch, m, n, k));
+    // Matrix `b` of the batch, into its `m * n` elements of `dst`, on `threads`.
+    let one = |b: usize, out: &mut [f32], threads: usize| {
         let base = crate::kernels::strided::offset_of(
             &ld[..rank - 2],
             &lhs_layout.strides[..rank - 2],
@@ -328,14 +381,29 @@ pub(super) fn product(
             epilogue,
         };
         let out = Out::new(out);
-        let panels = (0, n.div_ceil(NR));
-        // The rows of a request or two: split by columns, so each thread reads only
-        // its part of the weight (from DRAM, for a model larger than the cache);
-        // taller products: by rows.
-        if threads > 1 && m > SHORT_M {
-            split_rows(&job, (0, m), out, threads);
-        } else {
-            split_columns(&job, (0, m), out, panels, threads);
+        match split {
+            Split::Rows => split_rows(&job, (0, m), out, threads),
+            _ => split_columns(&job, (0, m), out, (0, n.div_ceil(NR)), threads),
+        }
+    };
+    match split {
+        Split::Batch => {
+            let work = m.saturating_mul(n).saturating_mul(k);
+            for_each_chunk(dst, m * n, work, par, |first, out| {
+                for (i, out) in out.chunks_exact_mut(m * n).enumerate() {
+                    one(first + i, out, 1);
+                }
+            });
+        }
+        Split::Serial => {
+            for (b, out) in dst.chunks_exact_mut(m * n).enumerate() {
+                one(b, out, 1);
+            }
+        }
+        Split::Rows | Split::Columns => {
+            for (b, out) in dst.chunks_exact_mut(m * n).enumerate() {
+                one(b, out, par.threads);
+            }
         }
     }
     Ok(())

@@ -490,9 +490,9 @@ mod tests {
             a,
             al,
             (w.k, w.n),
-            w.form(),
-            simd,
+            (w.form(), simd),
             &[],
+            None,
             &mut out,
             Par { threads },
         )

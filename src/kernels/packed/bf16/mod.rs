@@ -209,6 +209,18 @@ pub(super) fn takes_epilogue(simd: bool) -> bool {
     !matches!(Kernel::chosen(simd), Kernel::Portable | Kernel::Dpbf16)
 }
 
+/// The name of the tile [`part`] runs here (for `simd`), for plan listings.
+pub(super) fn tile_name(simd: bool) -> &'static str {
+    match Kernel::chosen(simd) {
+        Kernel::Portable => "portable",
+        Kernel::Avx2 => "avx2 6x16 widening",
+        Kernel::Dpbf16 => "avx512 vdpbf16ps 14x32",
+        Kernel::Widened512 => "avx512 14x32 on widened panels",
+        Kernel::Neon => "neon widening",
+        Kernel::Bfmmla => "neon bfmmla",
+    }
+}
+
 /// The rows of one tile of the tier in use (a split by rows cuts at multiples of it).
 pub(super) fn tile_rows() -> usize {
     match Kernel::chosen(simd()) {

@@ -62,6 +62,16 @@ impl Isa {
         }
     }
 
+    /// The tile's name, for plan listings.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Isa::Avx512 => "avx512 14x32",
+            Isa::Avx2 => "avx2 6x16",
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => "neon 6x16",
+        }
+    }
+
     /// The most rows of one tile.
     pub(super) fn rows(self) -> usize {
         match self {

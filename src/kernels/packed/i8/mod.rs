@@ -123,7 +123,7 @@ use crate::kernels::{check_input, error, KernelError};
 use walk::Tile;
 #[cfg(test)]
 use walk::PATHS;
-pub(super) use walk::{part, simd, takes_epilogue, Path};
+pub(super) use walk::{part, simd, takes_epilogue, tile_here, Path};
 
 /// The largest `k` a weight may have: the exact integer sums fit in i32 up to it.
 pub(super) const MAX_K: usize = 1 << 17;
@@ -429,7 +429,7 @@ mod tests {
         par: Par,
     ) -> Result<(), KernelError> {
         let form = super::super::Form::I8(w);
-        super::super::product(a, al, (w.k, w.n), form, simd, &[], out, par)
+        super::super::product(a, al, (w.k, w.n), (form, simd), &[], None, out, par)
     }
 
     /// The product by `w` on `path`, on one thread, straight through [`part_on`]

@@ -101,6 +101,21 @@ impl Path {
         }
     }
 
+    /// The path's name, for plan listings.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Path::Portable => "portable",
+            Path::Avx2 => "avx2 vpmaddubsw",
+            Path::Avx2Vnni => "avx-vnni vpdpbusd",
+            Path::Avx512 => "avx512 vpmaddwd",
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512Vnni if cpu::has_amx_int8() => "amx tdpbsud, avx512 vpdpbusd",
+            Path::Avx512Vnni => "avx512 vpdpbusd",
+            Path::NeonDotprod => "neon sdot",
+            Path::NeonI8mm => "neon smmla",
+        }
+    }
+
     /// Whether the path's tile applies an [`Epilogue`] (module `avx2`'s store, module
     /// `neon`'s).
     pub(super) fn takes_epilogue(self) -> bool {
@@ -123,6 +138,13 @@ impl Path {
 /// above, `neon-dotprod` or above): `matmul_packed`'s `simd`.
 pub(in crate::kernels::packed) fn simd() -> bool {
     Path::best_for(Format::best()) != Path::Portable
+}
+
+/// The name of the tile that multiplies a weight packed here ([`Format::best`]), and
+/// whether it applies an [`Epilogue`]: what a plan records of it.
+pub(in crate::kernels::packed) fn tile_here() -> (&'static str, bool) {
+    let path = Path::best_for(Format::best());
+    (path.name(), path.takes_epilogue())
 }
 
 /// Whether the tile that multiplies `w` (on the fastest tile the tier in use has when
