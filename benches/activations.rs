@@ -2,12 +2,12 @@
 //! same size (the memory-bandwidth floor: an activation that costs about a copy is
 //! free inside a matmul epilogue, where its input is already in cache).
 //!
-//! Run with `cargo bench --bench activations -- --warm-up-time 1 --measurement-time 3`.
+//! Run with `cargo bench --features internals --bench activations -- --warm-up-time 1 --measurement-time 3`.
 //! Criterion's "thrpt" is elements/s.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use streamfuse::inspect::kernels::UnaryOp;
 use streamfuse::inspect::kernels::{self, Par};
-use streamfuse::inspect::UnaryOp;
 use streamfuse::Layout;
 
 const N: usize = 16 << 20;

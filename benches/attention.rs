@@ -11,7 +11,7 @@
 //! the three in turn and prints each one's median and the ratios to all-keys (medians
 //! of alternated runs, which a shared machine's drift affects alike).
 //!
-//! Run with `cargo bench --bench attention -- --warm-up-time 1 --measurement-time 3`.
+//! Run with `cargo bench --features internals --bench attention -- --warm-up-time 1 --measurement-time 3`.
 
 use std::time::Instant;
 

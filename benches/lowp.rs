@@ -21,7 +21,7 @@
 //! Measured (thread CPU time, one core, the pass; see `kernels/packed/i8.rs`): f32
 //! 102 GFLOP/s at 28 rows and 111 at 896; int8 390 and 366 GOP/s (3.8× and 3.3×).
 //!
-//! Run with `cargo bench --bench lowp -- --warm-up-time 1 --measurement-time 3`
+//! Run with `cargo bench --features internals --bench lowp -- --warm-up-time 1 --measurement-time 3`
 //! (`STREAMFUSE_PORTABLE=1` times the portable int8 loops instead).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -135,7 +135,7 @@ fn bench_shapes(c: &mut Criterion) {
     }
 }
 
-/// `lowp_alternate`, run only when named (`cargo bench --bench lowp --
+/// `lowp_alternate`, run only when named (`cargo bench --features internals --bench lowp --
 /// lowp_alternate`): the f32 and bf16 passes over MiniLM's 24 weights alternated in
 /// one process, 21 rounds at 12, 28 and 896 rows (`LOWP_ROWS=12,96,...` for others),
 /// on one thread (its CPU time) and on all (wall time; `LOWP_SERIAL=1` skips it);

@@ -4,12 +4,12 @@
 //! kernel with the weights packed once, and each of its weight shapes alone; softmax and layer norm over `[128 * 32, 384]` and a 16M-element add compared with
 //! a plain copy of the same size (the memory-bandwidth reference).
 //!
-//! Run with `cargo bench --bench matmul -- --warm-up-time 1 --measurement-time 3`.
+//! Run with `cargo bench --features internals --bench matmul -- --warm-up-time 1 --measurement-time 3`.
 //! For matmul, criterion's "thrpt" in elements/s is FLOP/s (`2 n³` per product).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use streamfuse::inspect::kernels::BinaryOp;
 use streamfuse::inspect::kernels::{self, Par};
-use streamfuse::inspect::BinaryOp;
 use streamfuse::Layout;
 
 fn data(n: usize) -> Vec<f32> {

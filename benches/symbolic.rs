@@ -17,7 +17,7 @@
 //! 32) over 4 tokens, where the kernels cost next to nothing, so the timings are
 //! mostly recording and planning.
 //!
-//! `cargo bench --bench symbolic`
+//! `cargo bench --features internals --bench symbolic`
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use streamfuse::clear_plan_cache;

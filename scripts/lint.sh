@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The lints, as CI runs them before the tests (.ci/run): formatting, then clippy on
-# every target with the default features and with none, and on the Python package
+# every target with the default features, with none and with `internals` (the
+# benches' raw kernels), and on the Python package
 # (bindings/python), warnings as errors. The
 # crate's own lint levels (src/lib.rs: missing_docs, unreachable_pub,
 # unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks) are warnings while one
@@ -16,7 +17,10 @@ done
 cargo fmt --all -- --check
 cargo clippy --quiet --all-targets -- -D warnings
 cargo clippy --quiet --all-targets --no-default-features -- -D warnings
+# With `internals`: the benches that time raw kernels, and `unreachable_pub`, which
+# holds only when `inspect::kernels` makes the raw kernels reachable (src/lib.rs).
+cargo clippy --quiet --all-targets --features internals -- -D warnings
 # The Python package's crate (a workspace member; the root's clippy covers the core
 # crate only).
 cargo clippy --quiet -p streamfuse-python --all-targets -- -D warnings
-echo "== lints (fmt, clippy with default features and none, and the Python package): $((SECONDS - start)) s"
+echo "== lints (fmt, clippy with default features, none and internals, and the Python package): $((SECONDS - start)) s"

@@ -111,7 +111,7 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 build=(--profile "$profile" --target "$target")
 # Clippy, warnings as errors, as scripts/lint.sh runs it natively: the aarch64 code
 # (NEON tiles, their `unsafe`) is linted here only.
-cargo clippy --quiet "${build[@]}" --benches --examples -- -D warnings
+cargo clippy --quiet "${build[@]}" --benches --examples --features internals -- -D warnings
 cargo clippy --quiet "${build[@]}" --all-targets --no-default-features -- -D warnings
 lap "cargo clippy --target $target (every target, default features and none)"
 

@@ -22,7 +22,11 @@
 // The public surface is documented, `pub` means reachable from outside the crate, and
 // every unsafe operation sits in an `unsafe` block with the invariant it relies on.
 // `scripts/lint.sh` (run by CI) turns these warnings into errors.
-#![warn(missing_docs, unreachable_pub, unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs, unsafe_op_in_unsafe_fn)]
+// Every `pub` item is reachable from outside the crate: the raw kernels only through
+// `inspect::kernels`, which the `internals` feature builds (for the benchmarks), so the
+// lint holds with it on (`scripts/lint.sh` checks it so).
+#![cfg_attr(feature = "internals", warn(unreachable_pub))]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod cpu {

@@ -141,7 +141,7 @@ fn a_repeated_bert_layer_forward_pass_allocates_nothing_in_the_engine() {
         );
         assert_eq!(rec, 0, "recording allocated; first at:\n{info_rec}");
         assert_eq!(run, 0, "running allocated; first at:\n{info_run}");
-        if streamfuse::inspect::kernels::PackedRhs::packs_f32() {
+        if streamfuse::inspect::product_tile(streamfuse::DType::F32).is_some() {
             assert_eq!(rec_gemm + run_gemm, 0, "a product went through gemm");
         }
 

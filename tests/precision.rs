@@ -19,7 +19,7 @@ fn bf16(x: f64) -> f64 {
 /// AVX512_BF16, and aarch64 CPUs without the bf16 instructions).
 fn bf16_left(x: &Ref) -> Ref {
     use streamfuse::cpu::{tier, Tier};
-    use streamfuse::inspect::kernels::{has_arm_bf16, has_avx512_bf16, has_neon};
+    use streamfuse::inspect::{has_arm_bf16, has_avx512_bf16, has_neon};
     let widens = match tier() {
         Tier::Avx2 | Tier::Avx2Vnni | Tier::Avx512 => true,
         // The avx512-vnni tier includes AVX512_BF16 where the CPU has it.

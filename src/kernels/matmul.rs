@@ -36,6 +36,7 @@ use crate::ir::Layout;
 /// result contiguously and must hold exactly `b * m * n` elements. `k == 0` gives zeros.
 /// The product is split between threads by [`Split::of`] (a plan's product calls
 /// [`matmul_split`] with the split it decided).
+#[cfg(any(test, feature = "internals"))]
 pub fn matmul(
     lhs: &[f32],
     lhs_layout: &Layout,

@@ -89,11 +89,13 @@ pub(crate) use copy::{cast, cat, fill};
 pub use elementwise::{binary, unary};
 pub(crate) use fused::{fused_in_place, FusedProgram, Instr};
 pub(crate) use index::index_select;
+#[cfg(any(test, feature = "internals"))]
 pub use matmul::matmul;
 pub(crate) use norm::rms_norm;
 pub use norm::{layer_norm, softmax};
 pub use packed::PackedRhs;
 pub(crate) use par::worth_splitting;
+#[cfg(any(test, feature = "internals"))]
 pub use product::matmul_prepacked;
 pub(crate) use product::{packable, product, ProductPath, ProductPlan, Rhs};
 pub(crate) use reduce::{argmax, reduce};
@@ -120,6 +122,7 @@ impl Par {
     }
 
     /// Use every thread of the current rayon pool.
+    #[cfg(any(test, feature = "internals"))]
     pub fn all() -> Par {
         Par {
             threads: rayon::current_num_threads(),

@@ -74,6 +74,7 @@ impl ProductPlan {
     /// The plan of a direct call that has `packed`, the right operand's packed form,
     /// or not: packed on its tile whatever its sides (the caller packed it for this)
     /// when it packs `rhs` for this product, by `gemm` otherwise.
+    #[cfg(any(test, feature = "internals"))]
     pub(crate) fn with(lhs: &Layout, rhs: &Layout, packed: Option<&PackedRhs>) -> ProductPlan {
         let r = lhs.dims.len();
         let batch: usize = lhs.dims[..r.saturating_sub(2)].iter().product();
@@ -178,6 +179,7 @@ fn packs_for(packed: &PackedRhs, lhs_layout: &Layout, rhs_layout: &Layout) -> bo
 /// packs `rhs_layout`, through `gemm` otherwise: a product planned on the spot
 /// ([`ProductPlan::of`]), for benchmarks and direct calls. When the packed form is
 /// used, `rhs` is not read (a buffer kept only packed passes an empty slice).
+#[cfg(any(test, feature = "internals"))]
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_prepacked(
     lhs: &[f32],

@@ -479,6 +479,7 @@ pub fn clear() {
 /// Forgets every stored instance but keeps the structures, so that the next flush of
 /// each structure is an instantiation (for benchmarks of instantiation against full
 /// builds; counters are kept).
+#[cfg(feature = "internals")]
 pub fn forget_instances() {
     let mut cache = CACHE.write();
     let old: Vec<Entry> = cache
