@@ -4,10 +4,10 @@
 //! `attention.rs`, `index_select.rs`, `cat.rs`, `layout.rs` for cast/contiguous/view,
 //! `fill.rs`, `rotary.rs`) declares a [`Family`]: its fusion class (what the plan
 //! builder may merge it with), its cost (element operations, for the threading
-//! decision) and its kernel binding (which kernel runs it on typed slices). Shape rules
-//! (`shape`, which the `Tensor` method calls: so far `unary`, `binary`, `reduce`,
-//! `matmul`, `norm`, `cat` and `rotary`) and plain scalar reference implementations (so far `rotary`'s) live
-//! beside them in the same file.
+//! decision) and its kernel binding (which kernel runs it on typed slices). Its shape
+//! rules and argument checks (`shape`, or one function per view in `layout.rs`, which
+//! the `Tensor` method calls before it records anything) and plain scalar reference
+//! implementations (so far `rotary`'s) live beside them in the same file.
 //! [`family`] maps an [`OpKind`] to its entry, one line per family: the executors
 //! ([`run`]), the plan builder ([`class`]) and the cost estimate ([`work`]) ask it and
 //! hold no per-op logic of their own.
@@ -37,13 +37,13 @@ macro_rules! with_dtype {
     };
 }
 
-mod attention;
+pub(crate) mod attention;
 pub(crate) mod binary;
 pub(crate) mod cat;
 mod data;
-mod fill;
-mod index_select;
-mod layout;
+pub(crate) mod fill;
+pub(crate) mod index_select;
+pub(crate) mod layout;
 pub(crate) mod matmul;
 pub(crate) mod norm;
 pub(crate) mod reduce;
@@ -54,6 +54,35 @@ pub(crate) use data::{Data, DataElement, DataMut};
 
 use crate::ir::{Layout, Op, OpKind};
 use crate::kernels::{KernelError, PackedRhs, Par, ProductPlan};
+
+/// The element count of `dims`, or an error if the rank is above [`MAX_RANK`](crate::MAX_RANK) or the
+/// count overflows.
+pub(crate) fn checked_numel(dims: &[usize], op: &'static str) -> crate::Result<usize> {
+    if dims.len() > crate::ir::MAX_RANK {
+        return Err(crate::Error::Shape {
+            op,
+            msg: format!(
+                "shape {dims:?} has rank {}, above the maximum of {}",
+                dims.len(),
+                crate::ir::MAX_RANK
+            ),
+        });
+    }
+    // Dims of size 0 do not excuse the others: strides are products of the dims after
+    // them, so those products must fit too.
+    let limit = isize::MAX as usize / 8;
+    let fits = dims
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d.max(1)))
+        .is_some_and(|n| n <= limit);
+    if !fits {
+        return Err(crate::Error::Shape {
+            op,
+            msg: format!("shape {dims:?} has too many elements"),
+        });
+    }
+    Ok(dims.iter().product())
+}
 
 /// What the plan builder may do with an op: the question `fusion` asks of a family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

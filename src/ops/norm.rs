@@ -6,6 +6,23 @@ use crate::error::{Error, Result};
 use crate::ir::{DType, Dims, OpKind};
 use crate::kernels::{self, KernelError};
 
+/// Checks softmax's input (over a dim the `Tensor` method has resolved, and moves last
+/// by transposing around the op): f32. The error names the dtype and the shape.
+pub(crate) fn softmax_shape(x: (&[usize], DType)) -> Result<()> {
+    f32_only("softmax", x.0, x.1)
+}
+
+/// `Ok` for an f32 operand; the error names `op`, the dtype and the shape.
+fn f32_only(op: &'static str, dims: &[usize], dtype: DType) -> Result<()> {
+    match dtype {
+        DType::F32 => Ok(()),
+        _ => Err(Error::DType {
+            op,
+            msg: format!("needs an f32 tensor, got {dtype} with shape {dims:?}"),
+        }),
+    }
+}
+
 /// The output dims of the norm `op` (`layer_norm`, `rms_norm`) of `x` with its
 /// per-feature `params` (name, dims, dtype: `weight`, and `bias` for layer norm): x
 /// f32 of rank 1 or more, each parameter f32 `[n]` with `n` x's last dim. The error
@@ -15,14 +32,7 @@ pub(crate) fn shape(
     x: (&[usize], DType),
     params: &[(&str, &[usize], DType)],
 ) -> Result<Dims> {
-    let f32_only = |dims: &[usize], dtype: DType| match dtype {
-        DType::F32 => Ok(()),
-        _ => Err(Error::DType {
-            op,
-            msg: format!("needs an f32 tensor, got {dtype} with shape {dims:?}"),
-        }),
-    };
-    f32_only(x.0, x.1)?;
+    f32_only(op, x.0, x.1)?;
     let Some(&n) = x.0.last() else {
         return Err(Error::Shape {
             op,
@@ -30,7 +40,7 @@ pub(crate) fn shape(
         });
     };
     for &(name, dims, dtype) in params {
-        f32_only(dims, dtype)?;
+        f32_only(op, dims, dtype)?;
         if dims != [n] {
             return Err(Error::Shape {
                 op,

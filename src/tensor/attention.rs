@@ -10,8 +10,8 @@ use std::fmt;
 
 use super::Tensor;
 use crate::ir::{Layout, OpKind};
-use crate::kernels::MAX_HEAD_DIM;
-use crate::{DType, Error, Result};
+use crate::ops;
+use crate::{DType, Result};
 
 /// Which keys each query of an attention sees, by position (within its sequence for
 /// the ragged form): query `i` sees key `j` iff `j + before >= i` (when `before` is
@@ -127,38 +127,12 @@ impl Tensor {
         } else {
             "attention_with"
         };
-        let named = [("q", self), ("k", k), ("v", v)];
-        let all = named.iter().copied().chain(bias.map(|b| ("bias", b)));
-        check_operands(op, all, "4 ([batch, heads, len, head_dim])")?;
-        let (qd, kd, vd) = (self.dims(), k.dims(), v.dims());
-        if kd[0] != qd[0] || kd[3] != qd[3] || vd != kd {
-            return Err(Error::Shape {
-                op,
-                msg: format!(
-                    "q {qd:?}, k {kd:?} and v {vd:?} must agree on batch and head_dim, \
-                     and k and v on heads and length"
-                ),
-            });
-        }
-        check_groups(op, qd[1], kd[1], "q", qd, kd)?;
-        let [b, heads, lq, dh] = [qd[0], qd[1], qd[2], qd[3]];
-        let lk = kd[2];
-        check_head(op, dh, scale)?;
-        let scores = [b, heads, lq, lk];
-        if let Some(bias) = bias {
-            let bd = bias.dims();
-            if bd.iter().zip(&scores).any(|(&x, &s)| x != s && x != 1) {
-                return Err(Error::Shape {
-                    op,
-                    msg: format!(
-                        "bias {bd:?} cannot be broadcast to the scores' [batch, heads, lq, lk] = {scores:?}"
-                    ),
-                });
-            }
-        }
+        let bias_of = bias.map(operand);
+        let [b, heads, lq, dh] =
+            ops::attention::shape(op, [operand(self), operand(k), operand(v)], bias_of, scale)?;
         let (q, k, v) = (rows(self)?, rows(k)?, rows(v)?);
         let out = Layout::contiguous(&[b, lq, heads, dh]);
-        super::checked_numel(out.dims(), op)?;
+        ops::checked_numel(out.dims(), op)?;
         let (before, after) = window.encoded();
         let kind = OpKind::Attention {
             scale: f64::from(scale).to_bits(),
@@ -246,44 +220,13 @@ impl Tensor {
             (true, true) => "attention_ragged_biased",
             (false, true) => "attention_ragged",
         };
-        let named = [("q", self), ("k", k), ("v", v)];
-        check_operands(op, named, "3 ([heads, total_tokens, head_dim])")?;
-        let (qd, kd, vd) = (self.dims(), k.dims(), v.dims());
-        if kd[1..] != qd[1..] || vd != kd {
-            return Err(Error::Shape {
-                op,
-                msg: format!(
-                    "q {qd:?}, k {kd:?} and v {vd:?} must have the same shape, but for k's \
-                     and v's heads, which may be fewer (a divisor of q's)"
-                ),
-            });
-        }
-        check_groups(op, qd[0], kd[0], "q", qd, kd)?;
-        let [heads, total, dh] = [qd[0], qd[1], qd[2]];
-        check_head(op, dh, scale)?;
-        if let Some(bias) = bias {
-            check_operands(op, [("bias", bias)], "3 ([heads, len, len])")?;
-            let bd = bias.dims();
-            if (bd[0] != heads && bd[0] != 1) || bd[1] != bd[2] {
-                return Err(Error::Shape {
-                    op,
-                    msg: format!(
-                        "bias {bd:?} must be [heads, len, len] or [1, len, len], with {heads} heads"
-                    ),
-                });
-            }
-        }
-        if seq_offsets.dtype() != DType::U32 || seq_offsets.rank() != 1 || seq_offsets.numel() == 0
-        {
-            return Err(Error::Arg {
-                op,
-                msg: format!(
-                    "seq_offsets must be a non-empty 1-D u32 tensor (n + 1 offsets), got {} {:?}",
-                    seq_offsets.dtype(),
-                    seq_offsets.dims()
-                ),
-            });
-        }
+        let [heads, total, dh] = ops::attention::shape_ragged(
+            op,
+            [operand(self), operand(k), operand(v)],
+            operand(seq_offsets),
+            bias.map(operand),
+            scale,
+        )?;
         let offsets = if seq_offsets.numel() > 1 && seq_offsets.layout().strides()[0] != 1 {
             seq_offsets.contiguous()?
         } else {
@@ -295,7 +238,7 @@ impl Tensor {
             rows(&v.unsqueeze(0)?)?,
         );
         let out = Layout::contiguous(&[1, total, heads, dh]);
-        super::checked_numel(out.dims(), op)?;
+        ops::checked_numel(out.dims(), op)?;
         let (before, after) = window.encoded();
         let kind = OpKind::Attention {
             scale: f64::from(scale).to_bits(),
@@ -312,30 +255,6 @@ impl Tensor {
     }
 }
 
-/// `heads` query heads can share `kv_heads` kv heads: a whole number of each (the
-/// error names q's and k's shapes, `what` the query operand).
-fn check_groups(
-    op: &'static str,
-    heads: usize,
-    kv_heads: usize,
-    what: &str,
-    qd: &[usize],
-    kd: &[usize],
-) -> Result<()> {
-    // (`is_multiple_of` is true for 0 heads of 0 kv heads, false for more.)
-    let whole = heads.is_multiple_of(kv_heads);
-    if whole {
-        return Ok(());
-    }
-    Err(Error::Shape {
-        op,
-        msg: format!(
-            "{what} {qd:?} has {heads} heads, not a multiple of k's and v's {kv_heads} \
-             (k {kd:?}): each kv head must serve a whole group of query heads"
-        ),
-    })
-}
-
 /// `t` (rank 4) itself when each row's last dim is contiguous, else a contiguous copy.
 fn rows(t: &Tensor) -> Result<Tensor> {
     let l = t.layout();
@@ -346,42 +265,7 @@ fn rows(t: &Tensor) -> Result<Tensor> {
     }
 }
 
-/// Every operand is f32 and of `rank` (the text names the rank and the dims' meaning).
-fn check_operands<'t>(
-    op: &'static str,
-    named: impl IntoIterator<Item = (&'static str, &'t Tensor)>,
-    rank: &str,
-) -> Result<()> {
-    for (what, t) in named {
-        if t.dtype() != DType::F32 {
-            return Err(Error::DType {
-                op,
-                msg: format!("{what} must be f32, got {}", t.dtype()),
-            });
-        }
-        if rank.split(' ').next().and_then(|r| r.parse().ok()) != Some(t.rank()) {
-            return Err(Error::Shape {
-                op,
-                msg: format!("{what} must have rank {rank}, got shape {:?}", t.dims()),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// The head size fits the kernel's tiles and the scale is finite.
-fn check_head(op: &'static str, dh: usize, scale: f32) -> Result<()> {
-    if dh > MAX_HEAD_DIM {
-        return Err(Error::Arg {
-            op,
-            msg: format!("head_dim {dh} is above the largest supported, {MAX_HEAD_DIM}"),
-        });
-    }
-    if !scale.is_finite() {
-        return Err(Error::Arg {
-            op,
-            msg: format!("scale must be finite, got {scale}"),
-        });
-    }
-    Ok(())
+/// An operand as the shape rules take it: its dims and dtype.
+fn operand(t: &Tensor) -> (&[usize], DType) {
+    (t.dims(), t.dtype())
 }

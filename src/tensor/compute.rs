@@ -6,7 +6,7 @@
 //! weights (and bias) of that size.
 
 use super::{Dim, Tensor};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ir::{DType, Layout, OpKind, ReduceOp};
 use crate::ops;
 
@@ -124,7 +124,7 @@ impl Tensor {
     pub fn softmax(&self, dim: impl Dim) -> Result<Tensor> {
         let op = "softmax";
         let d = dim.resolve(self.rank(), op)?;
-        self.expect_f32(op)?;
+        ops::norm::softmax_shape((self.dims(), self.dtype()))?;
         let last = self.rank() - 1;
         if d != last {
             return self.transpose(d, last)?.softmax(last)?.transpose(d, last);
@@ -167,19 +167,5 @@ impl Tensor {
             DType::F32,
             Layout::contiguous(self.dims()),
         )
-    }
-
-    pub(crate) fn expect_f32(&self, op: &'static str) -> Result<()> {
-        if self.dtype() != DType::F32 {
-            return Err(Error::DType {
-                op,
-                msg: format!(
-                    "needs an f32 tensor, got {} with shape {:?}",
-                    self.dtype(),
-                    self.dims()
-                ),
-            });
-        }
-        Ok(())
     }
 }

@@ -176,25 +176,11 @@ impl Tensor {
     /// `to_dtype` to a weight-only dtype: packs the matrix at once.
     fn to_weight(&self, dtype: DType) -> Result<Tensor> {
         let op = "to_dtype";
+        ops::layout::to_weight(self.dtype(), self.dims(), dtype)?;
         let src = match self.dtype() {
             DType::F32 => self.clone(),
-            d if d.is_weight_only() => self.to_dtype(DType::F32)?,
-            d => {
-                return Err(Error::DType {
-                    op,
-                    msg: format!("only f32 matrices convert to {dtype}, got a {d} tensor"),
-                })
-            }
+            _ => self.to_dtype(DType::F32)?,
         };
-        if src.rank() != 2 {
-            return Err(Error::Shape {
-                op,
-                msg: format!(
-                    "a {dtype} tensor is a weight matrix [k, n], got dims {:?}",
-                    src.dims()
-                ),
-            });
-        }
         let buffer = src.materialize()?;
         let data = buffer.as_slice::<f32>().unwrap_or_default();
         let packed = crate::kernels::PackedRhs::pack_as(data, src.layout(), dtype)

@@ -24,7 +24,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::ir::{DType, Layout, OpKind, TensorDesc, TensorId, MAX_RANK};
+use crate::ir::{DType, Layout, OpKind, TensorDesc, TensorId};
 use crate::reuse::cells::{last_ref, LocalCells};
 use crate::runtime::{Slot, StorageElement, TensorBuffer};
 use crate::stream::{self, Stream};
@@ -136,33 +136,7 @@ impl TensorElement for f32 {}
 impl TensorElement for u32 {}
 impl TensorElement for i64 {}
 
-/// The element count of `dims`, or an error if the rank is above [`MAX_RANK`] or the
-/// count overflows.
-fn checked_numel(dims: &[usize], op: &'static str) -> Result<usize> {
-    if dims.len() > MAX_RANK {
-        return Err(Error::Shape {
-            op,
-            msg: format!(
-                "shape {dims:?} has rank {}, above the maximum of {MAX_RANK}",
-                dims.len()
-            ),
-        });
-    }
-    // Dims of size 0 do not excuse the others: strides are products of the dims after
-    // them, so those products must fit too.
-    let limit = isize::MAX as usize / 8;
-    let fits = dims
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d.max(1)))
-        .is_some_and(|n| n <= limit);
-    if !fits {
-        return Err(Error::Shape {
-            op,
-            msg: format!("shape {dims:?} has too many elements"),
-        });
-    }
-    Ok(dims.iter().product())
-}
+use crate::ops::checked_numel;
 
 impl Tensor {
     /// A tensor that takes ownership of `data` (row-major) with the given dims. No copy
@@ -236,15 +210,7 @@ impl Tensor {
     }
 
     fn fill(value: f64, dims: &[usize], dtype: DType, op: &'static str) -> Result<Tensor> {
-        if dtype.is_weight_only() {
-            return Err(Error::DType {
-                op,
-                msg: format!(
-                    "{dtype} tensors are weights: make an f32 one and convert it with to_dtype"
-                ),
-            });
-        }
-        checked_numel(dims, op)?;
+        crate::ops::fill::shape(op, dims, dtype)?;
         Tensor::record(
             OpKind::Fill {
                 value: value.to_bits(),

@@ -6,7 +6,7 @@
 //! otherwise it copies first. `cat` and `index_select` always make a new buffer.
 
 use super::{Dim, Tensor};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ir::{DType, Dims, Layout, OpKind};
 use crate::ops;
 
@@ -18,18 +18,7 @@ impl Tensor {
     /// The same elements in row-major order with new `dims` (same element count). A view
     /// when the layout allows it, a copy otherwise.
     pub fn reshape(&self, dims: &[usize]) -> Result<Tensor> {
-        let n = super::checked_numel(dims, "reshape")?;
-        if n != self.numel() {
-            return Err(Error::Shape {
-                op: "reshape",
-                msg: format!(
-                    "cannot reshape {:?} ({} elements) to {dims:?} ({n} elements)",
-                    self.dims(),
-                    self.numel()
-                ),
-            });
-        }
-        match self.layout().reshape(dims) {
+        match ops::layout::reshape(self.layout(), dims)? {
             Some(layout) => self.view(layout),
             None => {
                 let c = self.contiguous()?;
@@ -50,76 +39,30 @@ impl Tensor {
 
     /// Reorders the dims: dim `i` of the result is dim `perm[i]` of `self` (a view).
     pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
-        let mut seen = vec![false; self.rank()];
-        let ok = perm.len() == self.rank()
-            && perm
-                .iter()
-                .all(|&p| p < seen.len() && !std::mem::replace(&mut seen[p], true));
-        if !ok {
-            return Err(Error::Arg {
-                op: "permute",
-                msg: format!(
-                    "{perm:?} is not a permutation of the {} dims of shape {:?}",
-                    self.rank(),
-                    self.dims()
-                ),
-            });
-        }
-        self.view(self.layout().permute(perm))
+        self.view(ops::layout::permute(self.layout(), perm)?)
     }
 
     /// `len` elements of `dim` starting at `start` (a view).
     pub fn narrow(&self, dim: impl Dim, start: usize, len: usize) -> Result<Tensor> {
         let d = dim.resolve(self.rank(), "narrow")?;
-        let size = self.dims()[d];
-        if start.checked_add(len).is_none_or(|end| end > size) {
-            return Err(Error::Arg {
-                op: "narrow",
-                msg: format!(
-                    "range {start}..{} is out of bounds for dim {d} of shape {:?}",
-                    start.saturating_add(len),
-                    self.dims()
-                ),
-            });
-        }
-        self.view(self.layout().narrow(d, start, len))
+        self.view(ops::layout::narrow(self.layout(), d, start, len)?)
     }
 
     /// Inserts a dim of size 1 at `dim` (`-1` appends one at the end) (a view).
     pub fn unsqueeze(&self, dim: impl Dim) -> Result<Tensor> {
         let d = dim.resolve_insert(self.rank(), "unsqueeze")?;
-        let mut dims = self.dims().to_vec();
-        dims.insert(d, 1);
-        super::checked_numel(&dims, "unsqueeze")?;
-        self.view(self.layout().unsqueeze(d))
+        self.view(ops::layout::unsqueeze(self.layout(), d)?)
     }
 
     /// Removes `dim`, which must have size 1 (a view).
     pub fn squeeze(&self, dim: impl Dim) -> Result<Tensor> {
         let d = dim.resolve(self.rank(), "squeeze")?;
-        if self.dims()[d] != 1 {
-            return Err(Error::Shape {
-                op: "squeeze",
-                msg: format!(
-                    "dim {d} of shape {:?} has size {}, not 1",
-                    self.dims(),
-                    self.dims()[d]
-                ),
-            });
-        }
-        self.view(self.layout().squeeze(d))
+        self.view(ops::layout::squeeze(self.layout(), d)?)
     }
 
     /// The tensor read as `dims` by numpy broadcasting (a view; no data is repeated).
     pub fn broadcast_as(&self, dims: &[usize]) -> Result<Tensor> {
-        super::checked_numel(dims, "broadcast_as")?;
-        match self.layout().broadcast_as(dims) {
-            Some(layout) => self.view(layout),
-            None => Err(Error::Shape {
-                op: "broadcast_as",
-                msg: format!("cannot broadcast shape {:?} to {dims:?}", self.dims()),
-            }),
-        }
+        self.view(ops::layout::broadcast_as(self.layout(), dims)?)
     }
 
     /// The tensor in a row-major buffer of its own; `self` if it already is laid out so.
@@ -159,44 +102,18 @@ impl Tensor {
     /// index out of range is an error: at once when the indices are already computed,
     /// otherwise when the kernel runs (reported by the next read or sync).
     pub fn index_select(&self, indices: &Tensor, dim: impl Dim) -> Result<Tensor> {
-        let op = "index_select";
-        let d = dim.resolve(self.rank(), op)?;
-        if !matches!(indices.dtype(), DType::U32 | DType::I64) {
-            return Err(Error::DType {
-                op,
-                msg: format!("indices must be u32 or i64, got {}", indices.dtype()),
-            });
-        }
-        if indices.rank() != 1 {
-            return Err(Error::Shape {
-                op,
-                msg: format!("indices must be 1-D, got shape {:?}", indices.dims()),
-            });
-        }
-        let size = self.dims()[d];
-        let bad = match indices.dtype() {
-            DType::U32 => indices.peek::<u32>().and_then(|v| {
-                v.iter()
-                    .position(|&i| i as usize >= size)
-                    .map(|p| (p, v[p] as i64))
-            }),
-            _ => indices.peek::<i64>().and_then(|v| {
-                v.iter()
-                    .position(|&i| i < 0 || i as u64 >= size as u64)
-                    .map(|p| (p, v[p]))
-            }),
-        };
-        if let Some((pos, value)) = bad {
-            return Err(Error::Arg {
-                op,
-                msg: format!(
-                    "index {value} at position {pos} is out of range for dim {d} of size {size} (shape {:?})",
-                    self.dims()
-                ),
-            });
-        }
-        let mut dims = self.dims().to_vec();
-        dims[d] = indices.dims()[0];
+        let d = dim.resolve(self.rank(), "index_select")?;
+        let dims = ops::index_select::shape(
+            self.dims(),
+            d,
+            (indices.dims(), indices.dtype()),
+            // Indices already computed are checked now, the others when the kernel runs.
+            || match indices.dtype() {
+                DType::U32 => indices.peek::<u32>().map(ops::index_select::Known::U32),
+                DType::I64 => indices.peek::<i64>().map(ops::index_select::Known::I64),
+                _ => None,
+            },
+        )?;
         Tensor::record(
             OpKind::IndexSelect { dim: d },
             &[self, indices],
