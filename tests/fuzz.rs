@@ -450,6 +450,10 @@ enum Op {
         x: V,
         dim: i64,
     },
+    Cumsum {
+        x: V,
+        dim: i64,
+    },
     /// `q.attention_with(k, v, bias, scale, window)` (k and v may have fewer heads).
     Attention {
         q: V,
@@ -529,6 +533,7 @@ impl Op {
             | Op::Cast { x, .. }
             | Op::Reduce { x, .. }
             | Op::Softmax { x, .. }
+            | Op::Cumsum { x, .. }
             | Op::Reshape { x, .. }
             | Op::Transpose { x, .. }
             | Op::Permute { x, .. }
@@ -599,6 +604,7 @@ impl fmt::Display for Op {
             Op::MatMul { x, y } => write!(f, "v{x}.matmul(v{y})"),
             Op::Reduce { r, x, dim } => write!(f, "v{x}.{r:?}({dim})"),
             Op::Softmax { x, dim } => write!(f, "v{x}.softmax({dim})"),
+            Op::Cumsum { x, dim } => write!(f, "v{x}.cumsum({dim})"),
             Op::Attention {
                 q,
                 k,
@@ -1074,6 +1080,7 @@ impl Model<'_> {
             }
             Op::MatMul { x, y } => self.infer_matmul(*x, *y),
             Op::Reduce { r, x, dim } => self.infer_reduce(*r, *x, *dim),
+            Op::Cumsum { x, dim } => self.infer_cumsum(*x, *dim),
             Op::Softmax { x, dim } => {
                 let a = self.v(*x);
                 let Some(d) = resolve(*dim, a.dims.len()) else {
@@ -1316,6 +1323,34 @@ impl Model<'_> {
             _ => None,
         };
         Inferred::Ok(v)
+    }
+
+    /// `x.cumsum(dim)`: the input's dims and dtype (f32, u32 or i64); each output a
+    /// sum of up to `n` inputs (the dim's size), drifting as a sum over the dim does.
+    fn infer_cumsum(&self, x: V, dim: i64) -> Inferred {
+        let a = self.v(x);
+        let Some(d) = resolve(dim, a.dims.len()) else {
+            return Inferred::Err;
+        };
+        if !matches!(a.dtype, DType::F32 | DType::U32 | DType::I64) {
+            return Inferred::Err;
+        }
+        let nf = a.dims[d] as f64;
+        let (mag, err) = if a.dtype == DType::F32 {
+            (
+                prod(nf, a.mag),
+                nf * a.err + 2.0 * nf * nf * EPS * a.mag + TINY,
+            )
+        } else {
+            let mag = prod(nf, a.mag);
+            let mag = if mag > 2f64.powi(62) {
+                f64::INFINITY
+            } else {
+                mag
+            };
+            (mag, a.err)
+        };
+        Inferred::Ok(self.derived(&[x], a.dims.clone(), a.dtype, mag, err))
     }
 
     /// `x.rotary(cos, sin)`: the op's shape rule (positions in dim -2 when the
@@ -2036,7 +2071,12 @@ impl Gen {
             }
             62..=64 => self.gen_norm(s),
             65..=66 => self.gen_rotary(s),
-            67..=84 => self.gen_view(s),
+            67..=82 => self.gen_view(s),
+            83..=84 => {
+                let x = self.input(s, None, 1);
+                let dim = self.rand_dim(self.val(x).dims.len());
+                self.make(s, Op::Cumsum { x, dim });
+            }
             85..=87 => {
                 let x = self.input(s, None, 0);
                 self.make(s, Op::Contiguous { x });
@@ -2541,7 +2581,7 @@ impl Gen {
         let d = self.rng.range(-(r as i64) - 2, r as i64 + 1);
         let d2 = self.rng.range(-(r as i64) - 2, r as i64 + 1);
         let mut dims = self.rand_dims();
-        let op = match self.rng.below(17) {
+        let op = match self.rng.below(18) {
             0 => Op::Binary {
                 b: self.rng.pick(&BINARY),
                 x,
@@ -2554,6 +2594,7 @@ impl Gen {
                 dim: d,
             },
             3 => Op::Softmax { x, dim: d },
+            17 => Op::Cumsum { x, dim: d },
             4 => Op::LayerNorm {
                 x,
                 w: y,
@@ -2753,6 +2794,7 @@ fn apply(op: &Op, held: &HashMap<V, Tensor>) -> Result<streamfuse::Result<Tensor
             }
         }
         Op::Softmax { x, dim } => get(x)?.softmax(*dim),
+        Op::Cumsum { x, dim } => get(x)?.cumsum(*dim),
         Op::Attention {
             q,
             k,

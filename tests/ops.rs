@@ -2188,3 +2188,36 @@ fn norm_weights_as_broadcast_views() {
         1e-5,
     );
 }
+
+/// `cumsum` worked out by hand: lengths to sequence ends (u32), a planned segment
+/// (the sums of a transposed f32 product, over either dim, with fusion on and off), i64
+/// with negatives, and its errors.
+#[test]
+fn cumsum_by_hand() {
+    let lengths = Tensor::from_vec(vec![3u32, 1, 2], &[3]).unwrap();
+    assert_eq!(
+        lengths.cumsum(0).unwrap().to_vec::<u32>().unwrap(),
+        [3, 4, 6]
+    );
+    let m = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
+    for fused in [true, false] {
+        streamfuse::set_fusion(fused);
+        let t = m.add(&m).unwrap().transpose(0, 1).unwrap(); // [[2, 8], [4, 10], [6, 12]]
+        assert_eq!(
+            read_f32(&t.cumsum(0).unwrap()),
+            [2.0, 8.0, 6.0, 18.0, 12.0, 30.0]
+        );
+        assert_eq!(
+            read_f32(&t.cumsum(-1).unwrap()),
+            [2.0, 10.0, 4.0, 14.0, 6.0, 18.0]
+        );
+    }
+    streamfuse::set_fusion(true);
+    let i = Tensor::from_vec(vec![5i64, -7, 2], &[3]).unwrap();
+    assert_eq!(i.cumsum(0).unwrap().to_vec::<i64>().unwrap(), [5, -2, 0]);
+    let e = m.cumsum(2).unwrap_err().to_string();
+    assert!(e.contains("cumsum"), "{e}");
+    let w = m.to_dtype(DType::BF16).unwrap();
+    let e = w.cumsum(0).unwrap_err().to_string();
+    assert!(e.contains("bf16") || e.contains("BF16"), "{e}");
+}

@@ -200,8 +200,14 @@ pub(crate) enum OpKind {
     /// its stream. Has no output.
     Drop,
     /// Inputs x, cos, sin: rotary position embedding ("rotate half"), see
-    /// `ops::rotary`. Last, so the variants before it keep their hashes.
+    /// `ops::rotary`.
     Rotary,
+    /// The running sum along `dim`, see `ops::cumsum`. Last, so the variants before it
+    /// keep their hashes.
+    Cumsum {
+        /// The dimension summed along.
+        dim: usize,
+    },
 }
 
 impl OpKind {
@@ -224,6 +230,7 @@ impl OpKind {
             OpKind::Cat { .. } => "cat",
             OpKind::Drop => "drop",
             OpKind::Rotary => "rotary",
+            OpKind::Cumsum { .. } => "cumsum",
         }
     }
 }

@@ -2,12 +2,12 @@
 //!
 //! A family file (`unary.rs`, `binary.rs`, `reduce.rs`, `norm.rs`, `matmul.rs`,
 //! `attention.rs`, `index_select.rs`, `cat.rs`, `layout.rs` for cast/contiguous/view,
-//! `fill.rs`, `rotary.rs`) declares a [`Family`]: its fusion class (what the plan
+//! `fill.rs`, `rotary.rs`, `cumsum.rs`) declares a [`Family`]: its fusion class (what the plan
 //! builder may merge it with), its cost (element operations, for the threading
 //! decision) and its kernel binding (which kernel runs it on typed slices). Its shape
 //! rules and argument checks (`shape`, or one function per view in `layout.rs`, which
 //! the `Tensor` method calls before it records anything) and plain scalar reference
-//! implementations (so far `rotary`'s) live beside them in the same file.
+//! implementations (so far `rotary`'s and `cumsum`'s) live beside them in the same file.
 //! [`family`] maps an [`OpKind`] to its entry, one line per family: the executors
 //! ([`run`]), the plan builder ([`class`]) and the cost estimate ([`work`]) ask it and
 //! hold no per-op logic of their own.
@@ -40,6 +40,7 @@ macro_rules! with_dtype {
 pub(crate) mod attention;
 pub(crate) mod binary;
 pub(crate) mod cat;
+pub(crate) mod cumsum;
 mod data;
 pub(crate) mod fill;
 pub(crate) mod index_select;
@@ -156,6 +157,7 @@ pub(crate) fn family(kind: &OpKind) -> &'static Family {
         OpKind::IndexSelect { .. } => &index_select::FAMILY,
         OpKind::Cat { .. } => &cat::FAMILY,
         OpKind::Rotary => &rotary::FAMILY,
+        OpKind::Cumsum { .. } => &cumsum::FAMILY,
         OpKind::Drop => &DROP,
     }
 }
@@ -286,6 +288,7 @@ mod tests {
             (OpKind::View, FusionClass::Alias),
             (OpKind::Drop, FusionClass::Nothing),
             (OpKind::Rotary, FusionClass::Single),
+            (OpKind::Cumsum { dim: 0 }, FusionClass::Single),
             (OpKind::Cat { dim: 0 }, FusionClass::Single),
             (OpKind::Fill { value: 0 }, FusionClass::Single),
         ];

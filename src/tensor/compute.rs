@@ -70,6 +70,20 @@ impl Tensor {
         )
     }
 
+    /// The running sum along `dim` (f32, u32 or i64; the integers wrap on overflow):
+    /// element `i` of the dim is the sum of elements `0..=i`, so lengths `[3, 1, 2]`
+    /// give the ends `[3, 4, 6]`. Same dims and dtype as `self`.
+    pub fn cumsum(&self, dim: impl Dim) -> Result<Tensor> {
+        let d = dim.resolve(self.rank(), "cumsum")?;
+        ops::cumsum::shape((self.dims(), self.dtype()), d)?;
+        Tensor::record(
+            OpKind::Cumsum { dim: d },
+            &[self],
+            self.dtype(),
+            Layout::contiguous(self.dims()),
+        )
+    }
+
     fn reduce(&self, op: ReduceOp, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
         let d = dim.resolve(self.rank(), op.name())?;
         let (dims, dtype) = ops::reduce::shape(op, (self.dims(), self.dtype()), d, keepdim)?;
