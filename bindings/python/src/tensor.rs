@@ -350,6 +350,11 @@ impl PyTensor {
     fn argmax(&self, py: Python<'_>, dim: i64) -> PyResult<Self> {
         detached(py, || self.t().argmax(dim))
     }
+    /// Running sum over `dim` (float32, uint32 or int64; the integers wrap), as
+    /// `numpy.cumsum(axis=dim)` with the input's dtype.
+    fn cumsum(&self, py: Python<'_>, dim: i64) -> PyResult<Self> {
+        detached(py, || self.t().cumsum(dim))
+    }
     /// Softmax over `dim`.
     #[pyo3(signature = (dim = -1))]
     fn softmax(&self, py: Python<'_>, dim: i64) -> PyResult<Self> {
