@@ -2221,3 +2221,60 @@ fn cumsum_by_hand() {
     let e = w.cumsum(0).unwrap_err().to_string();
     assert!(e.contains("bf16") || e.contains("BF16"), "{e}");
 }
+
+/// Outside memory read in place (`Tensor::from_external`): the values as given, kept
+/// while a tensor or a pending op reads them and dropped after; a wrong length is an
+/// error; memory that shrinks behind the engine's back fails the kernels that read it,
+/// with an error, not a panic.
+#[test]
+fn external_memory_is_read_in_place_and_let_go() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    struct Outside {
+        data: Vec<f32>,
+        dropped: Arc<AtomicUsize>,
+    }
+    impl streamfuse::External<f32> for Outside {
+        fn elements(&self) -> &[f32] {
+            &self.data
+        }
+    }
+    impl Drop for Outside {
+        fn drop(&mut self) {
+            self.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let outside = |data: Vec<f32>| Outside {
+        data,
+        dropped: dropped.clone(),
+    };
+    let x = Tensor::from_external(outside(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), &[2, 3]).unwrap();
+    let y = x.add(&x).unwrap().transpose(0, 1).unwrap();
+    drop(x); // a pending op still reads it
+    assert_eq!(dropped.load(Ordering::SeqCst), 0);
+    assert_eq!(read_f32(&y), [2.0, 8.0, 4.0, 10.0, 6.0, 12.0]);
+    assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    let e = Tensor::from_external(outside(vec![1.0; 5]), &[2, 3]).unwrap_err();
+    assert!(e.to_string().contains("5 elements"), "{e}");
+    assert_eq!(dropped.load(Ordering::SeqCst), 2);
+
+    /// Gives fewer elements on every call after the first.
+    struct Shrinking {
+        data: Vec<u32>,
+        calls: AtomicUsize,
+    }
+    impl streamfuse::External<u32> for Shrinking {
+        fn elements(&self) -> &[u32] {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst);
+            &self.data[..if n == 0 { 4 } else { 1 }]
+        }
+    }
+    let s = Shrinking {
+        data: vec![1, 2, 3, 4],
+        calls: AtomicUsize::new(0),
+    };
+    let t = Tensor::from_external(s, &[4]).unwrap();
+    let e = t.add(&t).unwrap().to_vec::<u32>().unwrap_err();
+    assert!(e.to_string().contains("add"), "{e}");
+}

@@ -28,6 +28,7 @@ pub(crate) use memory::{
 pub use memory::{pool_limit, set_pool_limit, trim_pools};
 pub(crate) use op_by_op::execute;
 pub(crate) use slot::{Slot, SlotState};
+pub use storage::External;
 pub(crate) use storage::{Data, DataMut, StorageElement, TensorBuffer};
 pub(crate) use task::Task;
 pub use threads::{kernel_spin, set_kernel_spin};

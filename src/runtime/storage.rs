@@ -134,6 +134,57 @@ impl Pooled for Storage {
     }
 }
 
+/// Memory outside the engine that a tensor reads in place, without a copy
+/// ([`Tensor::from_external`](crate::Tensor::from_external)): a NumPy array's buffer, a
+/// memory-mapped file. The engine holds the value for as long as any tensor or pending
+/// op reads the elements, and drops it after.
+///
+/// The contract: `elements` gives the same elements, unchanged, every time it is called
+/// while the value lives. Safe code cannot break memory safety by failing it (a
+/// shorter slice is an error of the kernels that read it, other contents give other
+/// results), but results are then unspecified.
+pub trait External<T>: Send + Sync + 'static {
+    /// The elements, row-major.
+    fn elements(&self) -> &[T];
+}
+
+/// A buffer's elements borrowed from outside the engine, typed (named only by
+/// [`StorageElement`]'s signature: nothing outside the crate can use it).
+pub enum Foreign {
+    /// f32 elements.
+    F32(Box<dyn External<f32>>),
+    /// u32 elements.
+    U32(Box<dyn External<u32>>),
+    /// i64 elements.
+    I64(Box<dyn External<i64>>),
+}
+
+impl Foreign {
+    /// The first `n` elements (none when the outside memory is shorter than it was:
+    /// every kernel then refuses the buffer as too short).
+    fn data(&self, n: usize) -> Data<'_> {
+        fn first<T>(s: &[T], n: usize) -> &[T] {
+            s.get(..n).unwrap_or(&[])
+        }
+        match self {
+            Foreign::F32(e) => Data::F32(first(e.elements(), n)),
+            Foreign::U32(e) => Data::U32(first(e.elements(), n)),
+            Foreign::I64(e) => Data::I64(first(e.elements(), n)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Foreign {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (dtype, len) = match self {
+            Foreign::F32(e) => ("f32", e.elements().len()),
+            Foreign::U32(e) => ("u32", e.elements().len()),
+            Foreign::I64(e) => ("i64", e.elements().len()),
+        };
+        write!(f, "Foreign({dtype} x {len})")
+    }
+}
+
 /// Elements that can be viewed out of a [`Storage`] of their own type.
 pub trait StorageElement: DataElement {
     /// The elements if the storage holds this type.
@@ -142,6 +193,9 @@ pub trait StorageElement: DataElement {
     fn slice_mut(storage: &mut Storage) -> Option<&mut [Self]>;
     /// A storage made of these elements.
     fn into_storage(v: Vec<Self>) -> Storage;
+    /// Outside memory of these elements, for a buffer.
+    #[doc(hidden)]
+    fn foreign(e: Box<dyn External<Self>>) -> Foreign;
 }
 
 macro_rules! storage_element {
@@ -162,6 +216,9 @@ macro_rules! storage_element {
             fn into_storage(v: Vec<Self>) -> Storage {
                 Storage::$variant(v)
             }
+            fn foreign(e: Box<dyn External<Self>>) -> Foreign {
+                Foreign::$variant(e)
+            }
         }
     };
 }
@@ -180,6 +237,10 @@ pub(crate) struct TensorBuffer {
     live: bool,
     /// The packed form of the matrix it holds, when it is a weight (`prepack`).
     pack: PackSlot,
+    /// Its elements when they live outside the engine (`from_external`): then
+    /// `storage` is empty, and nothing writes the buffer (a ready tensor's elements
+    /// never change).
+    foreign: Option<Foreign>,
 }
 
 /// Emptied shells of shared buffers (their storage went back to the pool), for
@@ -219,6 +280,18 @@ impl TensorBuffer {
         b
     }
 
+    /// A buffer of the first `len` elements of outside memory, read in place (no
+    /// copy; its bytes are not counted as the engine's). The caller checked that `data`
+    /// holds `len` elements.
+    pub(crate) fn from_external<T: StorageElement>(
+        data: Box<dyn External<T>>,
+        len: usize,
+    ) -> TensorBuffer {
+        let mut b = TensorBuffer::track(T::into_storage(Vec::new()), len);
+        b.foreign = Some(T::foreign(data));
+        b
+    }
+
     fn track(storage: Storage, len: usize) -> TensorBuffer {
         LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
         add_live_bytes(storage.bytes());
@@ -227,6 +300,7 @@ impl TensorBuffer {
             len,
             live: true,
             pack: PackSlot::default(),
+            foreign: None,
         }
     }
 
@@ -262,6 +336,7 @@ impl TensorBuffer {
         }
         self.live = false;
         self.pack.clear();
+        self.foreign = None;
         let storage = std::mem::replace(&mut self.storage, Storage::F32(Vec::new()));
         LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
         sub_live_bytes(storage.bytes());
@@ -282,6 +357,9 @@ impl TensorBuffer {
             return Data::F32(self.pack.elements());
         }
         let n = self.len;
+        if let Some(f) = &self.foreign {
+            return f.data(n);
+        }
         match &self.storage {
             Storage::F32(v) => Data::F32(&v[..n]),
             Storage::U32(v) => Data::U32(&v[..n]),
@@ -292,7 +370,7 @@ impl TensorBuffer {
     /// The elements, mutably, typed by the buffer's dtype (none for a buffer kept only
     /// packed, which nothing writes: a kernel handed one fails its length check).
     pub(crate) fn data_mut(&mut self) -> DataMut<'_> {
-        if self.pack.is_only() {
+        if self.pack.is_only() || self.foreign.is_some() {
             return DataMut::F32(&mut []);
         }
         let n = self.len;
@@ -318,7 +396,7 @@ impl TensorBuffer {
 
     /// The elements as `T`, or `None` if the buffer holds another type.
     pub(crate) fn as_slice<T: StorageElement>(&self) -> Option<&[T]> {
-        if self.pack.is_only() {
+        if self.pack.is_only() || self.foreign.is_some() {
             return T::from_data(self.data());
         }
         T::slice(&self.storage).map(|s| &s[..self.len])

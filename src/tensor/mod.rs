@@ -139,6 +139,28 @@ impl TensorElement for i64 {}
 use crate::ops::checked_numel;
 
 impl Tensor {
+    /// A tensor that reads `data`'s elements (row-major, see [`External`]) where they
+    /// lie, without a copy: a NumPy array's buffer, a memory-mapped file. The engine
+    /// keeps `data` while any tensor or pending op reads it and drops it after. Errors
+    /// if `data` does not hold the product of `dims` elements.
+    ///
+    /// [`External`]: crate::External
+    pub fn from_external<T: TensorElement>(
+        data: impl crate::External<T>,
+        dims: &[usize],
+    ) -> Result<Tensor> {
+        let n = checked_numel(dims, "from_external")?;
+        let have = data.elements().len();
+        if have != n {
+            return Err(Error::Shape {
+                op: "from_external",
+                msg: format!("{have} elements given for shape {dims:?}, which holds {n}"),
+            });
+        }
+        let buffer = TensorBuffer::from_external(Box::new(data), n);
+        Ok(Tensor::ready(buffer, T::DTYPE, Layout::contiguous(dims)))
+    }
+
     /// A tensor that takes ownership of `data` (row-major) with the given dims. No copy
     /// is made; the data is ready at once. Errors if `data.len()` is not the product of
     /// `dims`.

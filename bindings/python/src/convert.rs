@@ -1,10 +1,15 @@
-//! NumPy arrays to engine tensors and back, and dtype names. The engine's tensors own
-//! their memory (a `Vec` the engine's pool recycles), so an array is **copied** in:
-//! one `memcpy` when it is C-contiguous, an element-by-element walk in C order
-//! otherwise. Borrowing the array's memory would need the engine to hold foreign
-//! buffers, which it cannot (its storage is `Vec<f32>`/`Vec<u32>`/`Vec<i64>`, freed
-//! and reused by its own allocator). Results come out without a second copy: the
-//! `Vec` read from the engine becomes the array's buffer.
+//! NumPy arrays to engine tensors and back, and dtype names.
+//!
+//! `Tensor.from_numpy` reads an array **in place** when it can
+//! ([`streamfuse::External`]): a C-contiguous, aligned array that owns its memory. The
+//! tensor holds a reference to the array, so its buffer lives as long as the engine
+//! reads it, and the array is made read-only (its `WRITEABLE` flag cleared): the
+//! engine reads lazily, on other threads, so a later write would race with a kernel.
+//! Every other array (strided, a view of another array's memory, misaligned), an
+//! operator's array operand (`t + a` must not change `a`), and `copy=True` are
+//! **copied**: one `memcpy` when C-contiguous, an element-by-element walk in C order
+//! otherwise. Results come out without a second copy: the `Vec` read from the engine
+//! becomes the array's buffer.
 
 use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::{
@@ -49,9 +54,10 @@ pub fn parse_dtype(name: &str) -> PyResult<DType> {
     })
 }
 
-/// A tensor holding a copy of `array` (float32, uint32 or int64, any strides; a
-/// zero-size array gives a zero-size tensor).
-pub fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+/// A tensor of `array` (float32, uint32 or int64, any strides; a zero-size array gives
+/// a zero-size tensor): read in place when `borrow` and the array allows it (see the
+/// module doc; the array becomes read-only), a copy otherwise.
+pub fn from_numpy(array: &Bound<'_, PyAny>, borrow: bool) -> PyResult<Tensor> {
     let untyped = array.cast::<PyUntypedArray>().map_err(|_| {
         PyTypeError::new_err(format!(
             "from_numpy takes a numpy.ndarray, got {}",
@@ -64,17 +70,80 @@ pub fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     let py = array.py();
     let dtype = untyped.dtype();
     if dtype.is_equiv_to(&numpy::dtype::<f32>(py)) {
-        copy_in::<f32>(array)
+        take_in::<f32>(array, borrow)
     } else if dtype.is_equiv_to(&numpy::dtype::<u32>(py)) {
-        copy_in::<u32>(array)
+        take_in::<u32>(array, borrow)
     } else if dtype.is_equiv_to(&numpy::dtype::<i64>(py)) {
-        copy_in::<i64>(array)
+        take_in::<i64>(array, borrow)
     } else {
         Err(dtype_err(format!(
             "from_numpy: arrays of dtype {dtype} are not supported; streamfuse tensors are \
              float32, uint32 or int64 in native byte order (convert first, e.g. \
              a.astype(numpy.float32))"
         )))
+    }
+}
+
+/// An array whose dtype is `T` as a tensor: borrowed when `borrow` and it is
+/// C-contiguous, aligned, non-empty and owns its memory (then made read-only); copied
+/// otherwise.
+fn take_in<T: TensorElement + Element + Copy>(
+    array: &Bound<'_, PyAny>,
+    borrow: bool,
+) -> PyResult<Tensor> {
+    let typed = array.cast::<PyArrayDyn<T>>()?;
+    let flags = array.getattr("flags")?;
+    let in_place = borrow
+        && typed.is_c_contiguous()
+        && typed.len() > 0
+        && flags.getattr("owndata")?.extract::<bool>()?
+        && flags.getattr("aligned")?.extract::<bool>()?;
+    if !in_place {
+        return copy_in::<T>(array);
+    }
+    let kwargs = pyo3::types::PyDict::new(array.py());
+    kwargs.set_item("write", false)?;
+    array.call_method("setflags", (), Some(&kwargs))?;
+    let dims = typed.shape().to_vec();
+    let borrowed = Borrowed {
+        ptr: typed.data().cast_const(),
+        len: typed.len(),
+        _array: typed.clone().unbind(),
+    };
+    array
+        .py()
+        .detach(|| Tensor::from_external(borrowed, &dims))
+        .map_err(engine_err)
+}
+
+/// A NumPy array's elements, read in place by the engine: the array (kept alive by
+/// this reference), its first element and its element count, taken when it was
+/// C-contiguous, aligned, owned its memory and was made read-only.
+struct Borrowed<T: Element> {
+    ptr: *const T,
+    len: usize,
+    _array: Py<PyArrayDyn<T>>,
+}
+
+// SAFETY: the pointer is only read (through `elements`), and the memory it points to
+// never changes while this value lives (see `elements`), so sharing it between the
+// engine's threads is sharing an immutable slice; `Py` itself is `Send + Sync` and is
+// only dropped here (without the GIL, pyo3 defers the decref to the next holder of it).
+unsafe impl<T: Element> Send for Borrowed<T> {}
+// SAFETY: as for `Send` above: every use is a read of memory nobody writes.
+unsafe impl<T: Element> Sync for Borrowed<T> {}
+
+impl<T: Element + TensorElement> streamfuse::External<T> for Borrowed<T> {
+    fn elements(&self) -> &[T] {
+        // SAFETY: `ptr` is the first of `len` aligned, initialised elements of an
+        // array that owns them (checked when this was made), and `_array` keeps that
+        // array, and so its buffer, alive for as long as `self`. NumPy moves or frees
+        // an array's buffer only when the array dies or is resized, and `resize`
+        // refuses an array that another reference (this one) holds. The array was made
+        // read-only, and it owns its memory (no base array to write through), so
+        // Python code cannot change the elements while the slice lives; a view taken
+        // of it before could, which the `from_numpy` docs forbid.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
 

@@ -68,7 +68,7 @@ fn operand(other: &Bound<'_, PyAny>) -> PyResult<Option<Tensor>> {
         return Ok(Some(t.get().t().clone()));
     }
     if other.cast::<numpy::PyUntypedArray>().is_ok() {
-        return from_numpy(other).map(Some);
+        return from_numpy(other, false).map(Some);
     }
     if other.is_instance_of::<pyo3::types::PyBool>() {
         return Ok(None);
@@ -107,10 +107,15 @@ impl PyTensor {
         py.None()
     }
 
-    /// A tensor holding a copy of `array` (float32, uint32 or int64; any strides).
+    /// A tensor of `array` (float32, uint32 or int64; any strides). A C-contiguous,
+    /// aligned array that owns its memory is read in place, without a copy, and
+    /// becomes read-only (the engine reads it lazily, on other threads: a write would
+    /// race with it; views of it taken before must not be written either); any other
+    /// array, or `copy=True`, is copied.
     #[staticmethod]
-    fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Self> {
-        from_numpy(array).map(PyTensor::new)
+    #[pyo3(signature = (array, copy = false))]
+    fn from_numpy(array: &Bound<'_, PyAny>, copy: bool) -> PyResult<Self> {
+        from_numpy(array, !copy).map(PyTensor::new)
     }
 
     /// A tensor of `shape` filled with zeros.

@@ -101,8 +101,11 @@ def test_from_numpy_copies_any_strides_and_zero_size_and_nan():
     a = arr(6, 8)
     for view in (a[:, ::2], a.T, np.asfortranarray(a), a[::-1]):
         assert same_bits(Tensor.from_numpy(view).numpy(), np.ascontiguousarray(view))
-    # The tensor holds a copy: changing the array afterwards changes nothing.
-    t = Tensor.from_numpy(a)
+    # Strided views are copied and stay writable; with copy=True so is the array.
+    view = a[:, ::2]
+    Tensor.from_numpy(view)
+    assert view.flags.writeable and a.flags.writeable
+    t = Tensor.from_numpy(a, copy=True)
     a[0, 0] = 100.0
     assert t.numpy()[0, 0] != 100.0
     z = Tensor.from_numpy(np.zeros((0, 3), np.float32))
@@ -113,6 +116,34 @@ def test_from_numpy_copies_any_strides_and_zero_size_and_nan():
     assert np.isnan(got[1]) and got[2] == np.inf and got[3] == -np.inf and got[0] == 2.0
     assert Tensor.from_numpy(np.arange(4, dtype=np.uint32)).dtype == "uint32"
     assert np.array_equal(Tensor.from_numpy(np.arange(4, dtype=np.int64)).numpy(), np.arange(4))
+
+
+def test_from_numpy_reads_an_owning_contiguous_array_in_place():
+    # 64 MB: a copy would show in the engine's live bytes; reading in place adds none.
+    a = rng.standard_normal((4096, 4096)).astype(np.float32)
+    before = streamfuse.stats()["live_bytes"]
+    t = Tensor.from_numpy(a)
+    assert streamfuse.stats()["live_bytes"] - before < 1 << 20
+    # The array is now read-only: the engine reads it lazily, a write would race.
+    assert not a.flags.writeable
+    with pytest.raises(ValueError):
+        a[0, 0] = 1.0
+    s = (t * 2.0).narrow(0, 0, 2)
+    expect = a[:2] * 2.0
+    del a, t  # the pending op keeps the array alive
+    import gc
+    gc.collect()
+    assert same_bits(s.numpy(), expect)
+    # An operator's array operand is copied and stays writable; so is a view of
+    # another array's memory.
+    b = arr(3, 3)
+    (Tensor.from_numpy(arr(3, 3)) + b).numpy()
+    assert b.flags.writeable
+    c = np.arange(12, dtype=np.int64)[2:8]
+    assert np.array_equal(Tensor.from_numpy(c).numpy(), c) and c.flags.writeable
+    u = np.arange(6, dtype=np.uint32).reshape(2, 3).copy()
+    assert np.array_equal((Tensor.from_numpy(u) + Tensor.from_numpy(u)).numpy(), u + u)
+    assert not u.flags.writeable
 
 
 @pytest.mark.parametrize("bad", [
