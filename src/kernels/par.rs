@@ -79,9 +79,14 @@ impl Split {
     }
 }
 
-/// Column blocks of a [`Split::Columns`] start at multiples of this: one panel of a
-/// packed weight (two AVX-512 vectors).
-pub(crate) const SPLIT_COLUMNS: usize = 32;
+/// A short product is split by columns only when it has at least two blocks of this
+/// many columns (one AVX-512 vector: `gemm_columns` cuts at multiples of it; the packed
+/// tiles cut at whole panels of 32, so below 64 columns they run one part). With fewer
+/// it is split by rows. Attention's context product when unfused, `p · v` with 32
+/// columns a head, splits by columns so: at two blocks of 32 instead, it went to gemm's
+/// row split and `benches/fusion.rs`'s BERT layer ran 3.2% slower (medians of 8
+/// alternated runs, 10.91 -> 11.27 ms, slower in all 8; Zen 5).
+pub(crate) const SPLIT_COLUMNS: usize = 16;
 
 /// Whether `work` element operations are worth more than one thread (at least two
 /// tasks' worth; below that every kernel would run on one thread anyway).
