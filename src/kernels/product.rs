@@ -287,67 +287,22 @@ mod tests {
         let (al, bl) = (Layout::contiguous(&[m, k]), Layout::contiguous(&[k, n]));
         let packed = PackedRhs::pack_bf16(&b, &bl).unwrap();
         let gemm = ProductPlan::of(&al, &bl, DType::F32, false);
+        let bf16 = ProductPlan::of(&al, &bl, DType::BF16, true);
         let mut out = vec![0.0; m * n];
-        let e = product(
-            &gemm,
-            &a,
-            &al,
-            Rhs::Packed(&packed),
-            &bl,
-            &[],
-            &mut out,
-            Par::serial(),
-        );
+        let mut run = |plan: &ProductPlan, rhs: Rhs<'_>, rl: &Layout, steps: Epilogue<'_>| {
+            product(plan, &a, &al, rhs, rl, steps, &mut out, Par::serial())
+        };
+        let e = run(&gemm, Rhs::Packed(&packed), &bl, &[]);
         assert!(e.unwrap_err().0.contains("engine bug"));
         let step = [crate::kernels::packed::Step::Gelu];
-        let e = product(
-            &gemm,
-            &a,
-            &al,
-            Rhs::Elements(&b),
-            &bl,
-            &step,
-            &mut out,
-            Par::serial(),
-        );
+        let e = run(&gemm, Rhs::Elements(&b), &bl, &step);
         assert!(e.unwrap_err().0.contains("epilogue"));
         // The packed form of another matrix.
-        let bf16 = ProductPlan::of(&al, &bl, DType::BF16, true);
         let other = Layout::contiguous(&[k, n - 1]);
-        let e = product(
-            &bf16,
-            &a,
-            &al,
-            Rhs::Packed(&packed),
-            &other,
-            &[],
-            &mut out,
-            Par::serial(),
-        );
-        assert!(e.is_err());
+        assert!(run(&bf16, Rhs::Packed(&packed), &other, &[]).is_err());
         // What agrees runs: the plan's packed path, or its gemm fallback.
-        product(
-            &bf16,
-            &a,
-            &al,
-            Rhs::Packed(&packed),
-            &bl,
-            &[],
-            &mut out,
-            Par::serial(),
-        )
-        .unwrap();
-        product(
-            &bf16,
-            &a,
-            &al,
-            Rhs::Elements(&b),
-            &bl,
-            &[],
-            &mut out,
-            Par::serial(),
-        )
-        .unwrap();
+        run(&bf16, Rhs::Packed(&packed), &bl, &[]).unwrap();
+        run(&bf16, Rhs::Elements(&b), &bl, &[]).unwrap();
         assert_close(&out, &naive(&a, &al, &b, &bl), 1e-5);
     }
 }
