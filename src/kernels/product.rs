@@ -59,16 +59,9 @@ impl ProductPlan {
     /// for its dtype, or whatever its sides when it is kept only packed (bf16, int8,
     /// bf16x3); by `gemm` otherwise.
     pub(crate) fn of(lhs: &Layout, rhs: &Layout, rhs_dtype: DType, weight: bool) -> ProductPlan {
-        let r = lhs.dims.len();
-        let batch: usize = lhs.dims[..r.saturating_sub(2)].iter().product();
-        let dim = |l: &Layout, back: usize| l.dims.len().checked_sub(back).map_or(0, |i| l.dims[i]);
-        let (m, k, n) = (dim(lhs, 2), dim(lhs, 1), dim(rhs, 1));
         let tile = PackedRhs::tile(rhs_dtype)
             .filter(|_| weight && (rhs_dtype.is_weight_only() || packable(rhs)));
-        ProductPlan {
-            path: tile.map_or(ProductPath::Gemm, ProductPath::Packed),
-            split: Split::of(batch, m, n, k),
-        }
+        ProductPlan::on(tile, lhs, rhs)
     }
 
     /// The plan of a direct call that has `packed`, the right operand's packed form,
@@ -76,12 +69,18 @@ impl ProductPlan {
     /// when it packs `rhs` for this product, by `gemm` otherwise.
     #[cfg(any(test, feature = "internals"))]
     pub(crate) fn with(lhs: &Layout, rhs: &Layout, packed: Option<&PackedRhs>) -> ProductPlan {
-        let r = lhs.dims.len();
-        let batch: usize = lhs.dims[..r.saturating_sub(2)].iter().product();
-        let dim = |l: &Layout, back: usize| l.dims.len().checked_sub(back).map_or(0, |i| l.dims[i]);
         let tile = packed
             .filter(|p| packs_for(p, lhs, rhs))
             .and_then(|p| PackedRhs::tile(p.dtype()));
+        ProductPlan::on(tile, lhs, rhs)
+    }
+
+    /// The plan on `tile` (by `gemm` without one), split by [`Split::of`] the product
+    /// of `lhs` and `rhs`.
+    fn on(tile: Option<Tile>, lhs: &Layout, rhs: &Layout) -> ProductPlan {
+        let r = lhs.dims.len();
+        let batch: usize = lhs.dims[..r.saturating_sub(2)].iter().product();
+        let dim = |l: &Layout, back: usize| l.dims.len().checked_sub(back).map_or(0, |i| l.dims[i]);
         ProductPlan {
             path: tile.map_or(ProductPath::Gemm, ProductPath::Packed),
             split: Split::of(batch, dim(lhs, 2), dim(rhs, 1), dim(lhs, 1)),
