@@ -437,10 +437,7 @@ mod tests {
             assert!(
                 matches!(
                     steps,
-                    Some([
-                        crate::kernels::EpilogueStep::Add { .. },
-                        crate::kernels::EpilogueStep::Gelu
-                    ])
+                    Some([crate::kernels::Step::Add { .. }, crate::kernels::Step::Gelu])
                 ),
                 "{steps:?}"
             );

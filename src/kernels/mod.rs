@@ -81,8 +81,6 @@ pub(crate) mod teardown;
 mod testutil;
 
 pub(crate) use attention::{attention, attention_ragged, Window, MAX_HEAD_DIM};
-#[cfg(test)]
-pub(crate) use chain::EpilogueStep;
 pub(crate) use chain::{chain, ChainMatMul, ChainNorm, TileEpilogue};
 pub use copy::copy;
 pub(crate) use copy::{cast, cat, fill};
@@ -94,6 +92,8 @@ pub use matmul::matmul;
 pub(crate) use norm::rms_norm;
 pub use norm::{layer_norm, softmax};
 pub use packed::PackedRhs;
+#[cfg(test)]
+pub(crate) use packed::Step;
 pub(crate) use par::worth_splitting;
 #[cfg(any(test, feature = "internals"))]
 pub use product::matmul_prepacked;

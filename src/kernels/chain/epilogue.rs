@@ -4,7 +4,7 @@
 //! program's bits, and the program's pass over the panel disappears.
 
 use super::super::fused::{FusedProgram, Instr};
-use super::super::packed::Step;
+use super::super::packed::{Operand, Step};
 use super::geometry::Panel;
 use super::Ctx;
 use crate::ir::{BinaryOp, UnaryOp};
@@ -16,27 +16,12 @@ pub(crate) const MAX_STEPS: usize = 4;
 /// step, an input and an add.
 const MAX_EPILOGUE_INSTRS: usize = 1 + 2 * MAX_STEPS;
 
-/// One step of a [`TileEpilogue`], as planned: which program input an add reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum EpilogueStep {
-    /// The running sum plus program input `input` (`sum_first`: the sum is the add's
-    /// left operand, which keeps the program's bits for either order).
-    Add {
-        /// The program input added.
-        input: u8,
-        /// Whether the running sum is the left operand.
-        sum_first: bool,
-    },
-    /// GELU of the running sum.
-    Gelu,
-}
-
 /// What the packed f32 tile of a chain applies to its sums before it stores them,
 /// decided once when the chain is planned (`fusion/chains.rs`) and stored on its
 /// matmul head: the kernel only binds each add's operand to the panel it runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct TileEpilogue {
-    steps: [EpilogueStep; MAX_STEPS],
+    steps: [Step<u8>; MAX_STEPS],
     len: u8,
 }
 
@@ -60,7 +45,7 @@ impl TileEpilogue {
             return None;
         }
         let mut plan = TileEpilogue {
-            steps: [EpilogueStep::Gelu; MAX_STEPS],
+            steps: [Step::Gelu; MAX_STEPS],
             len: 0,
         };
         // Register r holds input loaded[r] (not the product); `sum` the running result.
@@ -83,12 +68,12 @@ impl TileEpilogue {
                         (false, true) => (x, false),
                         _ => return None,
                     };
-                    EpilogueStep::Add {
-                        input: loaded[other]?,
+                    Step::Add {
+                        operand: loaded[other]?,
                         sum_first,
                     }
                 }
-                Instr::Unary(UnaryOp::Gelu, x) if Some(x as usize) == sum => EpilogueStep::Gelu,
+                Instr::Unary(UnaryOp::Gelu, x) if Some(x as usize) == sum => Step::Gelu,
                 _ => return None,
             };
             *plan.steps.get_mut(usize::from(plan.len))? = step;
@@ -99,7 +84,7 @@ impl TileEpilogue {
     }
 
     /// The steps, in order.
-    pub(crate) fn steps(&self) -> &[EpilogueStep] {
+    pub(crate) fn steps(&self) -> &[Step<u8>] {
         &self.steps[..usize::from(self.len)]
     }
 }
@@ -111,24 +96,19 @@ impl Ctx<'_> {
     pub(super) fn tile_epilogue<'s>(
         &'s self,
         p: Panel,
-        steps: &mut [Step<'s>; MAX_STEPS],
+        steps: &mut [Step<Operand<'s>>; MAX_STEPS],
     ) -> Option<usize> {
         let plan = self.matmul.as_ref()?.epilogue?;
         for (slot, step) in steps.iter_mut().zip(plan.steps()) {
-            *slot = match *step {
-                EpilogueStep::Add { input, sum_first } => {
-                    self.operand(usize::from(input), p, sum_first)?
-                }
-                EpilogueStep::Gelu => Step::Gelu,
-            };
+            *slot = step.bind(|input| self.operand(usize::from(input), p))?;
         }
         Some(plan.steps().len())
     }
 
-    /// Input `k` on panel `p` as the operand of an add in a tile's epilogue: a
-    /// [`Step::Columns`] when every row reads the same `n` contiguous values, a
-    /// [`Step::Rows`] when its rows are contiguous; `None` otherwise.
-    pub(super) fn operand(&self, k: usize, p: Panel, sum_first: bool) -> Option<Step<'_>> {
+    /// Input `k` on panel `p` as what an add in a tile's epilogue reads: an
+    /// [`Operand::Columns`] when every row reads the same `n` contiguous values, an
+    /// [`Operand::Rows`] when its rows are contiguous; `None` otherwise.
+    pub(super) fn operand(&self, k: usize, p: Panel) -> Option<Operand<'_>> {
         let (data, layout) = self.inputs[k];
         let l = self.geom.panel_layout(layout, p);
         let n = self.geom.n;
@@ -136,16 +116,12 @@ impl Ctx<'_> {
             return None;
         }
         Some(if l.dims[0] == 1 || l.strides[0] == 0 {
-            Step::Columns {
-                values: data.get(l.offset..l.offset + n)?,
-                sum_first,
-            }
+            Operand::Columns(data.get(l.offset..l.offset + n)?)
         } else {
-            Step::Rows {
+            Operand::Rows {
                 data,
                 offset: l.offset,
                 stride: l.strides[0],
-                sum_first,
             }
         })
     }

@@ -30,8 +30,6 @@
 mod epilogue;
 mod geometry;
 
-#[cfg(test)]
-pub(crate) use epilogue::EpilogueStep;
 pub(crate) use epilogue::TileEpilogue;
 use epilogue::MAX_STEPS;
 use geometry::{Geometry, Panel, PanelLayout};

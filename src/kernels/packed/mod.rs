@@ -64,7 +64,7 @@ use product::product;
 #[cfg(target_arch = "x86_64")]
 use product::{lane_masks, prefetch_ahead};
 use product::{rows_end, Cols, Form, Matrix, Part};
-pub(crate) use product::{Epilogue, Step};
+pub(crate) use product::{Epilogue, Operand, Step};
 #[cfg(target_arch = "x86_64")]
 use stack::store_rows;
 use stack::{by_rows, chunk_rows, with_stack, with_stack_uninit, CHUNK_ROWS};
@@ -483,27 +483,25 @@ mod tests {
         }
 
         /// The residual as a step.
-        pub(super) fn rows(&self, sum_first: bool) -> Step<'_> {
-            Step::Rows {
+        pub(super) fn rows(&self, sum_first: bool) -> Step<Operand<'_>> {
+            let operand = Operand::Rows {
                 data: &self.res,
                 offset: self.offset,
                 stride: self.stride,
-                sum_first,
-            }
+            };
+            Step::Add { operand, sum_first }
         }
 
         /// The bias as a step.
-        pub(super) fn columns(&self, sum_first: bool) -> Step<'_> {
-            Step::Columns {
-                values: &self.bias,
-                sum_first,
-            }
+        pub(super) fn columns(&self, sum_first: bool) -> Step<Operand<'_>> {
+            let operand = Operand::Columns(&self.bias);
+            Step::Add { operand, sum_first }
         }
 
         /// A bias added (the sum first); a bias added the other way round, then GELU;
         /// a bias, a residual, GELU and the residual again (as MiniLM's chains, with
         /// both orders of the operands).
-        pub(super) fn epilogues(&self) -> [Vec<Step<'_>>; 3] {
+        pub(super) fn epilogues(&self) -> [Vec<Step<Operand<'_>>>; 3] {
             [
                 vec![self.columns(true)],
                 vec![self.columns(false), Step::Gelu],

@@ -14,7 +14,7 @@ pub(super) mod mmla;
 
 use std::arch::aarch64::*;
 
-use super::{Cols, Epilogue, Step, NR};
+use super::{Cols, Epilogue, Operand, Step, NR};
 
 /// Most rows of one register block.
 pub(super) const ROWS: usize = 6;
@@ -141,7 +141,7 @@ fn ordered_add(acc: float32x4_t, x: float32x4_t, sum_first: bool) -> float32x4_t
 /// `half * COLS < at.width <= NR`; `dst` is valid for writes of the block's rows'
 /// columns `at.j0..at.j0 + at.width` (as placed above), which nobody else reads or
 /// writes meanwhile; every step of `epilogue` has those columns inside its operand (for
-/// a [`Step::Rows`], of rows `row0 + i0..row0 + i0 + H`).
+/// a [`Operand::Rows`], of rows `row0 + i0..row0 + i0 + H`).
 #[inline]
 #[target_feature(enable = "neon")]
 pub(super) unsafe fn finish<const H: usize>(
@@ -155,7 +155,10 @@ pub(super) unsafe fn finish<const H: usize>(
     let j0 = at.j0 + half * COLS;
     for step in epilogue {
         match *step {
-            Step::Columns { values, sum_first } => {
+            Step::Add {
+                operand: Operand::Columns(values),
+                sum_first,
+            } => {
                 for v in 0..4 {
                     if n(v) == 0 {
                         break;
@@ -168,10 +171,13 @@ pub(super) unsafe fn finish<const H: usize>(
                     }
                 }
             }
-            Step::Rows {
-                data,
-                offset,
-                stride,
+            Step::Add {
+                operand:
+                    Operand::Rows {
+                        data,
+                        offset,
+                        stride,
+                    },
                 sum_first,
             } => {
                 for (i, acc) in acc.iter_mut().enumerate() {

@@ -187,7 +187,7 @@ struct Operands {
 /// elements; `dst` is valid for writes of `(R - 1) * ldc + j0 + width` elements
 /// (`t.at`), of which nobody else reads or writes the tile's during the call, and
 /// `1 <= width <= NR`; every step of `t.epilogue` has the tile's rows' columns
-/// `j0..j0 + width` inside its operand (for a `Step::Rows`, rows `row0..row0 + R`).
+/// `j0..j0 + width` inside its operand (for a `Operand::Rows`, rows `row0..row0 + R`).
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn tile<const R: usize>(t: &Wide<'_>, dst: *mut f32) {
     let a = t.a.as_ptr();

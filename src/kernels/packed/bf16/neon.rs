@@ -46,7 +46,7 @@ const WIDE_ROWS: usize = 5;
 /// t.lda + p`); `dst` is valid for writes of `(R - 1) * ldc + j0 + width` elements
 /// (`t.at`), of which nobody else reads or writes the tile's during the call, and `1 <=
 /// width <= NR`; every step of `t.epilogue` has the tile's rows' columns `j0..j0 +
-/// width` inside its operand (for a `Step::Rows`, rows `row0..row0 + R`).
+/// width` inside its operand (for a `Operand::Rows`, rows `row0..row0 + R`).
 #[target_feature(enable = "neon")]
 pub(super) unsafe fn wide_tile<const R: usize>(t: &Wide<'_>, dst: *mut f32) {
     for_blocks!(R, WIDE_ROWS, t.at.width, |i0, half| wide_block(
@@ -129,7 +129,7 @@ unsafe fn wide_block<const H: usize>(t: &Wide<'_>, i0: usize, half: usize, dst: 
 /// `t.a` at least `rows * t.kp`; `dst` is valid for writes of `(rows - 1) * ldc + j0 +
 /// width` elements (`t.at`), of which nobody else reads or writes the tile's during
 /// the call, and `1 <= width <= NR`; every step of `t.epilogue` has the tile's rows'
-/// columns `j0..j0 + width` inside its operand (for a `Step::Rows`, rows `row0..row0 +
+/// columns `j0..j0 + width` inside its operand (for a `Operand::Rows`, rows `row0..row0 +
 /// rows`).
 #[target_feature(enable = "neon")]
 pub(super) unsafe fn mmla_tile(t: &Tile<'_>, rows: usize, dst: *mut f32) {

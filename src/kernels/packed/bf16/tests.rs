@@ -7,7 +7,9 @@
 
 use super::super::f32::tests::{fused_in_order, in_four_parts, left_layouts};
 use super::super::tests::{then, EpilogueOperands};
-use super::super::{matmul_packed, matmul_packed_epilogue, PackedRhs, Panels, Step};
+use super::super::{
+    matmul_packed, matmul_packed_epilogue, Epilogue, Operand, PackedRhs, Panels, Step,
+};
 use super::widen::{STACK_MOST, WIDE_PANEL_ROWS};
 use super::*;
 use crate::kernels::testutil::*;
@@ -122,7 +124,7 @@ fn the_widening_tiles_give_the_bits_of_fused_multiply_adds_on_the_widened_weight
             let ops = EpilogueOperands::new(&mut rng, m, n, 7);
             let (offset, stride) = (ops.offset, ops.stride);
             let [bias, bias_gelu, minilm] = ops.epilogues();
-            let epilogues: [&[Step<'_>]; 4] = [&[], &bias, &bias_gelu, &minilm];
+            let epilogues: [Epilogue<'_>; 4] = [&[], &bias, &bias_gelu, &minilm];
             for al in &layouts {
                 let product = fused_in_order(&a, al, &w, k, n);
                 for (e, epilogue) in epilogues.into_iter().enumerate() {
@@ -141,10 +143,12 @@ fn the_widening_tiles_give_the_bits_of_fused_multiply_adds_on_the_widened_weight
                 }
             }
             if kernels.iter().any(|&k| tier_runs(k)) {
-                let short = [Step::Rows {
-                    data: &ops.res[..offset + (m - 1) * stride + n - 1],
-                    offset,
-                    stride,
+                let short = [Step::Add {
+                    operand: Operand::Rows {
+                        data: &ops.res[..offset + (m - 1) * stride + n - 1],
+                        offset,
+                        stride,
+                    },
                     sum_first: true,
                 }];
                 let al = &layouts[0];
@@ -281,7 +285,7 @@ fn the_bfmmla_tile_keeps_its_bound_and_applies_the_epilogue_with_the_programs_bi
             let layouts = left_layouts(m, k);
             let ops = EpilogueOperands::new(&mut rng, m, n, 7);
             let [bias, bias_gelu, minilm] = ops.epilogues();
-            let epilogues: [&[Step<'_>]; 3] = [&bias, &bias_gelu, &minilm];
+            let epilogues: [Epilogue<'_>; 3] = [&bias, &bias_gelu, &minilm];
             let kp = k.div_ceil(2) as f64;
             for al in &layouts {
                 let at = |i: usize, p: usize| a[al.offset + i * al.strides[0] + p * al.strides[1]];

@@ -10,7 +10,7 @@
 //! 1`, every activation of a model), four steps run per iteration with the steps'
 //! offsets in the addresses, so four steps spend three adds.
 
-use super::{Cols, Epilogue, Step, Tile, AVX2_ROWS};
+use super::{Cols, Epilogue, Operand, Step, Tile, AVX2_ROWS};
 use std::arch::asm;
 use std::arch::x86_64::*;
 
@@ -225,7 +225,7 @@ fn lane_masks(w: usize) -> (__m256i, __m256i) {
 /// `(R - 1) * ldc + j0 + width` elements (`t.at`), of which nobody else reads or
 /// writes the tile's during the call, and `1 <= width <= NR`; every step of
 /// `t.epilogue` has the tile's rows' columns `j0..j0 + width` inside its operand (for
-/// a [`Step::Rows`], rows `row0..row0 + R`).
+/// a [`Operand::Rows`], rows `row0..row0 + R`).
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
     let a = t.a.as_ptr();
@@ -277,7 +277,7 @@ pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
 /// Applies `epilogue` to the accumulators of half `half` of a panel and stores them:
 /// columns `j0 + 16 * half..` of `at` (at most 16, as many as the panel has there) of
 /// the tile's `R` rows, the first of which is row `row0` of the product (which a
-/// [`Step::Rows`] is indexed by). The bf16 tile (`packed::bf16::avx2`) ends with it
+/// [`Operand::Rows`] is indexed by). The bf16 tile (`packed::bf16::avx2`) ends with it
 /// too.
 ///
 /// # Safety
@@ -321,17 +321,23 @@ pub(in crate::kernels::packed) unsafe fn finish<const R: usize>(
     };
     for step in epilogue {
         match *step {
-            Step::Columns { values, sum_first } => {
+            Step::Add {
+                operand: Operand::Columns(values),
+                sum_first,
+            } => {
                 let (v0, v1) = load(values.as_ptr().wrapping_add(j0));
                 for i in 0..R {
                     acc0[i] = add(acc0[i], v0, sum_first);
                     acc1[i] = add(acc1[i], v1, sum_first);
                 }
             }
-            Step::Rows {
-                data,
-                offset,
-                stride,
+            Step::Add {
+                operand:
+                    Operand::Rows {
+                        data,
+                        offset,
+                        stride,
+                    },
                 sum_first,
             } => {
                 for i in 0..R {

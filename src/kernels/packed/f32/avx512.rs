@@ -25,7 +25,7 @@
 //! GFLOP/s (the loads, 32 a step, not the multiplies, bound it). All in one process,
 //! variants alternated, on a machine shared with builds (10th percentiles).
 
-use super::{Step, Tile, L1_AHEAD};
+use super::{Operand, Step, Tile, L1_AHEAD};
 use std::arch::asm;
 use std::arch::x86_64::*;
 
@@ -211,7 +211,7 @@ struct Operands {
 /// `(R - 1) * ldc + j0 + width` elements (`t.at`), of which nobody else reads or
 /// writes the tile's during the call, and `1 <= width <= NR`; every step of
 /// `t.epilogue` has the tile's rows' columns `j0..j0 + width` inside its operand
-/// (for a [`Step::Rows`], rows `row0..row0 + R`).
+/// (for a [`Operand::Rows`], rows `row0..row0 + R`).
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
     let a = t.a.as_ptr();
@@ -285,7 +285,10 @@ pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
     };
     for step in t.epilogue {
         match *step {
-            Step::Columns { values, sum_first } => {
+            Step::Add {
+                operand: Operand::Columns(values),
+                sum_first,
+            } => {
                 // SAFETY: `values` holds the tile's columns j0..j0 + width (the
                 // caller's contract).
                 let (v0, v1) = unsafe { load(values.as_ptr().add(t.at.j0)) };
@@ -294,10 +297,13 @@ pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
                     acc1[i] = add(acc1[i], v1, sum_first);
                 }
             }
-            Step::Rows {
-                data,
-                offset,
-                stride,
+            Step::Add {
+                operand:
+                    Operand::Rows {
+                        data,
+                        offset,
+                        stride,
+                    },
                 sum_first,
             } => {
                 for i in 0..R {

@@ -29,7 +29,7 @@ mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 
-use super::{by_rows, Cols, Epilogue, Matrix, Out, Part, Step, MR, NR};
+use super::{by_rows, Cols, Epilogue, Matrix, Operand, Out, Part, Step, MR, NR};
 use crate::kernels::cpu;
 
 /// The f32 tiles, one per instruction set.
@@ -279,11 +279,17 @@ const L1_AHEAD: usize = 1024;
 pub(super) fn check_epilogue(epilogue: Epilogue<'_>, at: Cols, end: usize) {
     for step in epilogue {
         match *step {
-            Step::Columns { values, .. } => assert!(values.len() >= at.j0 + at.width),
-            Step::Rows {
-                data,
-                offset,
-                stride,
+            Step::Add {
+                operand: Operand::Columns(values),
+                ..
+            } => assert!(values.len() >= at.j0 + at.width),
+            Step::Add {
+                operand:
+                    Operand::Rows {
+                        data,
+                        offset,
+                        stride,
+                    },
                 ..
             } => assert!(super::rows_end(offset + at.j0, stride, end, at.width)
                 .is_some_and(|e| e <= data.len())),
@@ -519,10 +525,12 @@ pub(super) mod tests {
                         assert!(same, "m {m} k {k} n {n} epilogue {e} threads {threads}");
                     }
                 }
-                let short = [Step::Rows {
-                    data: &ops.res[..offset + (m - 1) * stride + n - 1],
-                    offset,
-                    stride,
+                let short = [Step::Add {
+                    operand: Operand::Rows {
+                        data: &ops.res[..offset + (m - 1) * stride + n - 1],
+                        offset,
+                        stride,
+                    },
                     sum_first: true,
                 }];
                 let mut out = vec![0.0f32; m * n];

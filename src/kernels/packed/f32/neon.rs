@@ -34,7 +34,7 @@ use super::{Tile, NR};
 /// `(R - 1) * ldc + j0 + width` elements (`t.at`), of which nobody else reads or
 /// writes the tile's during the call, and `1 <= width <= NR`; every step of
 /// `t.epilogue` has the tile's rows' columns `j0..j0 + width` inside its operand (for
-/// a `Step::Rows`, rows `row0..row0 + R`). (NEON is part of every aarch64 target.)
+/// a `Operand::Rows`, rows `row0..row0 + R`). (NEON is part of every aarch64 target.)
 #[target_feature(enable = "neon")]
 pub(super) unsafe fn tile<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
     for_blocks!(R, ROWS, t.at.width, |i0, half| block(t, i0, half, dst));

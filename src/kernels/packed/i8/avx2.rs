@@ -254,7 +254,7 @@ unsafe fn convert<const H: usize>(
 /// `dst` is valid for writes of `t.at + (H - 1) * t.ldc + t.width` elements, of which
 /// nobody else reads or writes the tile's meanwhile; every operand of `t.epilogue`
 /// holds the tile's rows' columns `t.j0..t.j0 + t.width` (rows `t.row0..t.row0 + H` of
-/// a `Step::Rows`).
+/// a `Operand::Rows`).
 #[inline(always)]
 unsafe fn store<const H: usize>(f: &[[__m256; 4]; H], t: &Tile<'_>, dst: *mut f32) {
     let at = Cols {

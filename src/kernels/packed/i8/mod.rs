@@ -799,7 +799,7 @@ mod tests {
     /// the same where the tier's tile takes the epilogue, else nothing done.
     #[test]
     fn the_tiles_apply_the_epilogue_with_the_programs_bits() {
-        use super::super::{matmul_packed_epilogue, PackedRhs, Panels, Step};
+        use super::super::{matmul_packed_epilogue, Epilogue, PackedRhs, Panels};
         let mut rng = Rng::new(9);
         let shapes = [(64, 40), (150, 70), (20, 33), (9, 5)];
         let mut checked = Vec::new();
@@ -814,7 +814,7 @@ mod tests {
             let ops = super::super::tests::EpilogueOperands::new(&mut rng, m, n, 5);
             let epilogues = ops.epilogues();
             // The portable product by `q`, then each step in scalar code.
-            let want = |q: &PackedI8, epilogue: &[Step<'_>]| -> Vec<f32> {
+            let want = |q: &PackedI8, epilogue: Epilogue<'_>| -> Vec<f32> {
                 super::super::tests::then(&product_on(Path::Portable, &a, &al, q), n, epilogue)
             };
             let same = |got: &[f32], want: &[f32]| {

@@ -42,7 +42,7 @@ use super::{Tile, QUAD};
 /// holds `R`, `t.sw` holds `NR`; `1 <= t.width <= NR`; `dst` is valid for writes of
 /// `t.at + (R - 1) * t.ldc + t.width` elements, of which nobody else reads or writes
 /// the tile's meanwhile; every operand of `t.epilogue` holds the tile's rows' columns
-/// `t.j0..t.j0 + t.width` (rows `t.row0..t.row0 + R` of a `Step::Rows`).
+/// `t.j0..t.j0 + t.width` (rows `t.row0..t.row0 + R` of a `Operand::Rows`).
 #[target_feature(enable = "neon")]
 pub(super) unsafe fn tile_sdot<const R: usize>(t: &Tile<'_>, dst: *mut f32) {
     for_blocks!(R, ROWS, t.width, |i0, half| dot_block(t, i0, half, dst));
