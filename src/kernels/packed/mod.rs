@@ -43,6 +43,7 @@
 //! between threads (disjoint columns).
 
 mod bf16;
+mod epilogue;
 mod f32;
 mod i8;
 #[cfg(target_arch = "aarch64")]
@@ -54,6 +55,7 @@ mod tiles;
 use super::par::Out;
 use super::{check_input, error, KernelError};
 use crate::ir::{DType, Layout};
+pub(crate) use epilogue::{Epilogue, Operand, Step};
 #[cfg(test)]
 pub(super) use product::matmul_packed;
 #[cfg(test)]
@@ -64,7 +66,6 @@ use product::product;
 #[cfg(target_arch = "x86_64")]
 use product::{lane_masks, prefetch_ahead};
 use product::{rows_end, Cols, Form, Matrix, Part};
-pub(crate) use product::{Epilogue, Operand, Step};
 #[cfg(target_arch = "x86_64")]
 use stack::store_rows;
 use stack::{by_rows, chunk_rows, with_stack, with_stack_uninit, CHUNK_ROWS};
