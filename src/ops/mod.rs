@@ -49,6 +49,8 @@ pub(crate) mod matmul;
 pub(crate) mod norm;
 pub(crate) mod reduce;
 pub(crate) mod rotary;
+#[cfg(test)]
+mod testing;
 pub(crate) mod unary;
 
 pub(crate) use data::{Data, DataElement, DataMut};
