@@ -1,6 +1,9 @@
 //! Binary element-wise ops (`add`, `mul`, `maximum`, ...): two inputs of one dtype
 //! broadcast to the output's dims, fused into register programs when the plan builder
 //! can, else run by the binary kernel.
+//!
+//! The file ends with its scalar reference (f64, broadcast by coordinates) and the unit
+//! test that holds the kernel binding to it, for f32, u32 and i64.
 
 use super::{broadcast, dst, output, per_output_element, typed, Family, FusionClass};
 use crate::error::{Error, Result};

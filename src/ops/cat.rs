@@ -1,4 +1,7 @@
 //! `cat`: any number of inputs joined along one dim.
+//!
+//! The file ends with its scalar reference (the parts joined by coordinates) and the
+//! unit test that holds the kernel binding to it, for f32, u32 and i64.
 
 use super::{dst, output, per_output_element, typed, Family, FusionClass};
 use crate::error::Error;

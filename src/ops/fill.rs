@@ -1,4 +1,7 @@
 //! `fill`: no input, every element set to one value cast to the output's dtype.
+//!
+//! The file ends with its scalar reference and the unit test that holds the kernel
+//! binding to it, for f32, u32 and i64.
 
 use super::{checked_numel, dst, output, per_output_element, Family, FusionClass};
 use crate::error::Error;

@@ -1,4 +1,7 @@
 //! `index_select`: rows of one dim of a source picked by 1-D u32 or i64 indices.
+//!
+//! The file ends with its scalar reference (a gather by coordinates) and the unit test
+//! that holds the kernel binding to it, for f32, u32 and i64 by u32 and i64 indices.
 
 use super::{dst, output, per_output_element, typed, Family, FusionClass};
 use crate::error::Error;

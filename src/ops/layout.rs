@@ -1,5 +1,8 @@
 //! Ops that move or reinterpret elements: `to_dtype` (cast), `contiguous` (a copy into
 //! a fresh row-major buffer) and views (a new layout over the same buffer, no kernel).
+//!
+//! The file ends with its scalar reference (each cast value by the conversion rule,
+//! each view's elements by coordinates) and the unit tests that hold the bindings to it.
 
 use super::{checked_numel, dst, output, per_output_element, typed, Family, FusionClass};
 use crate::error::Error;

@@ -1,5 +1,8 @@
 //! `matmul`: `[.., m, k] x [.., k, n] -> [.., m, n]`, batch dims broadcast. A product
 //! by a weight reads the weight's packed form; a product may head a chain.
+//!
+//! The file ends with its scalar reference (f64 sums by coordinates) and the unit test
+//! that holds the kernel binding to it, bound each way the executors bind a product.
 
 use super::{broadcast, dst, output, typed, BoundProduct, Family, FusionClass};
 use crate::error::Error;
@@ -149,11 +152,10 @@ mod tests {
     /// unplanned (op by op), planned by `gemm` on the right operand's elements, and
     /// planned on its packed form (a weight's, where this tier packs its dtype; a
     /// bf16 weight, row-major as `to_dtype` makes it, only that way). Operands are
-    /// otherwise read transposed and padded, with
-    /// batch dims broadcast (a 2-D weight under a batched left operand, a left operand
-    /// of batch 1 under three right ones). Exact: the values are integers in [-3, 3],
-    /// so every product and sum (at most 9 · 24 in size) is exact in f32 and bf16, in
-    /// any order.
+    /// otherwise read transposed and padded, with batch dims broadcast (a 2-D weight
+    /// under a batched left operand, a left operand of batch 1 under three right
+    /// ones). Exact: the values are integers in [-3, 3], so every product and sum (at
+    /// most 9 · 24 in size) is exact in f32 and bf16, in any order.
     #[test]
     fn the_binding_matches_the_reference_over_strided_and_broadcast_inputs() {
         type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], &'a [usize], DType);

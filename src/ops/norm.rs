@@ -1,5 +1,8 @@
 //! Normalisations over the last dim: `softmax`, `layer_norm`, `rms_norm`. Each may end
 //! a chain (a product and its epilogue), else runs as its own kernel.
+//!
+//! The file ends with its scalar reference (each row's statistics in f64) and the unit
+//! test that holds the kernel binding to it on strided x and parameters.
 
 use super::{dst, per_output_element, typed, Family, FusionClass};
 use crate::error::{Error, Result};

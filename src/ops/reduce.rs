@@ -1,4 +1,7 @@
 //! Reductions over one dim (`sum`, `max`, `mean`, `argmax`).
+//!
+//! The file ends with its scalar reference (f64, each output reduced afresh along the
+//! dim) and the unit test that holds the kernel binding to it, for f32, u32 and i64.
 
 use super::{dst, output, per_output_element, typed, Family, FusionClass};
 use crate::error::Error;

@@ -1,5 +1,8 @@
 //! Unary element-wise ops (`exp`, `gelu`, `affine`, ...): one f32 input, fused into
 //! register programs when the plan builder can, else run by the unary kernel.
+//!
+//! The file ends with its scalar reference (each function in f64 from its definition)
+//! and the unit test that holds the kernel binding to it on strided and broadcast x.
 
 use super::{dst, per_output_element, typed, Family, FusionClass};
 use crate::error::Error;
