@@ -103,8 +103,9 @@ mod tests {
 
     /// `cat` of `T` through the binding along each dim of four parts of `[3, 4, 5]`
     /// but along that dim, of sizes 2, 1, 0 and 3 there: one read permuted from a
-    /// padded buffer, one broadcast along the other dims, an empty one, one row-major
-    /// at an offset; against the reference, exactly (cat only copies).
+    /// padded buffer, one broadcast along the next dim, an empty one, one in row-major
+    /// order with padded rows at an offset; against the reference, exactly (cat only
+    /// copies).
     fn check<T: Elem>(value: impl Fn(usize) -> T) {
         for dim in 0..3 {
             let part = |size: usize, order: &[usize], seed: usize| {
