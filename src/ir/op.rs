@@ -49,6 +49,29 @@ pub enum UnaryOp {
 }
 
 impl UnaryOp {
+    /// Every unary op, for the tests that try each: `affine` as `x · 0.5 − 1.25` and
+    /// `powf` as `x^1.5` (parameters exact in f32).
+    #[cfg(test)]
+    pub(crate) const ALL: [UnaryOp; 14] = [
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Recip,
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::GeluTanh,
+        UnaryOp::Silu,
+        UnaryOp::Affine {
+            mul: 0x3FE0_0000_0000_0000, // 0.5
+            add: 0xBFF4_0000_0000_0000, // -1.25
+        },
+        UnaryOp::Powf(0x3FF8_0000_0000_0000), // 1.5
+    ];
+
     /// The name the op has in the `Tensor` API (used in error messages and plans).
     pub fn name(self) -> &'static str {
         match self {
@@ -88,6 +111,17 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    /// Every binary op, for the tests that try each.
+    #[cfg(test)]
+    pub(crate) const ALL: [BinaryOp; 6] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Maximum,
+        BinaryOp::Minimum,
+    ];
+
     /// The name the op has in the `Tensor` API.
     pub fn name(self) -> &'static str {
         match self {

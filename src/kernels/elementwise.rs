@@ -245,50 +245,9 @@ mod tests {
     use crate::kernels::testutil::*;
     use proptest::prelude::{any, proptest, ProptestConfig, Strategy};
 
-    const UNARY: [UnaryOp; 14] = [
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Recip,
-        UnaryOp::Neg,
-        UnaryOp::Abs,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Relu,
-        UnaryOp::Gelu,
-        UnaryOp::GeluTanh,
-        UnaryOp::Silu,
-        UnaryOp::Affine {
-            mul: 0x4000_0000_0000_0000, // 2.0
-            add: 0xBFF0_0000_0000_0000, // -1.0
-        },
-        UnaryOp::Powf(0x3FF8_0000_0000_0000), // 1.5
-    ];
-
-    /// The reference, in f64 where that is the obvious formula.
+    /// The reference: `ops::unary`'s (f64), rounded to f32.
     fn naive_unary(op: UnaryOp, x: f32) -> f32 {
-        let v = x as f64;
-        let r = match op {
-            UnaryOp::Exp => v.exp(),
-            UnaryOp::Log => v.ln(),
-            UnaryOp::Sqrt => v.sqrt(),
-            UnaryOp::Recip => 1.0 / v,
-            UnaryOp::Neg => -v,
-            UnaryOp::Abs => v.abs(),
-            UnaryOp::Tanh => v.tanh(),
-            UnaryOp::Sigmoid => 1.0 / (1.0 + (-v).exp()),
-            UnaryOp::Relu => v.max(0.0),
-            UnaryOp::Gelu => 0.5 * v * (1.0 + math::erf(v / std::f64::consts::SQRT_2)),
-            UnaryOp::GeluTanh => {
-                0.5 * v
-                    * (1.0
-                        + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh())
-            }
-            UnaryOp::Silu => v / (1.0 + (-v).exp()),
-            UnaryOp::Affine { mul, add } => v * f64::from_bits(mul) + f64::from_bits(add),
-            UnaryOp::Powf(e) => v.powf(f64::from_bits(e)),
-        };
-        r as f32
+        crate::ops::unary::reference(op, f64::from(x)) as f32
     }
 
     #[test]
@@ -298,7 +257,7 @@ mod tests {
             let dims = rng.dims(case % 4, 6);
             let (buf, l) = random_layout(&mut rng, &dims, |r| r.f32() * 6.0);
             let xs = gather(&buf, &l);
-            for op in UNARY {
+            for op in UnaryOp::ALL {
                 let want: Vec<f32> = xs.iter().map(|&x| naive_unary(op, x)).collect();
                 for par in pars() {
                     let mut out = vec![0.0; want.len()];
@@ -347,15 +306,6 @@ mod tests {
         }
     }
 
-    const BINARY: [BinaryOp; 6] = [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Maximum,
-        BinaryOp::Minimum,
-    ];
-
     /// Checks `binary` against the naive loop for inputs of `ldims` and `rdims` broadcast
     /// to their common dims.
     fn check_broadcast(seed: u64, ldims: &[usize], rdims: &[usize]) {
@@ -379,7 +329,7 @@ mod tests {
             rl.broadcast_as(&out).unwrap(),
         );
         let (lx, rx) = (gather(&lb, &ll), gather(&rb, &rl));
-        for op in BINARY {
+        for op in BinaryOp::ALL {
             let want: Vec<f32> = lx
                 .iter()
                 .zip(&rx)
@@ -399,7 +349,7 @@ mod tests {
             rl2.broadcast_as(&out).unwrap(),
         );
         let (lx, rx) = (gather(&lb, &ll2), gather(&rb, &rl2));
-        for op in BINARY {
+        for op in BinaryOp::ALL {
             let want: Vec<u32> = lx
                 .iter()
                 .zip(&rx)

@@ -78,7 +78,7 @@ mod strided;
 pub(crate) mod teardown;
 
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 pub(crate) use attention::{attention, attention_ragged, Window, MAX_HEAD_DIM};
 pub(crate) use chain::{chain, ChainMatMul, ChainNorm, TileEpilogue};

@@ -128,27 +128,32 @@ fn reference(src: &[f64], dims: &[usize], dim: usize) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::testing::{self, assert_within, dense, run_op, view, Elem, PARS};
 
-    #[test]
-    fn the_kernel_matches_the_reference_over_strided_inputs() {
-        // A [4, 3, 5] tensor read transposed as [5, 3, 4], summed over each dim.
-        let base = Layout::contiguous(&[4, 3, 5]);
-        let src: Vec<f32> = (0..60).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
-        let layout = base.permute(&[2, 1, 0]);
-        let dims = layout.dims().to_vec();
-        let mut plain = vec![0f32; 60];
-        kernels::copy(&src, &layout, &mut plain, Par::serial()).unwrap();
-        let plain: Vec<f64> = plain.iter().map(|&x| f64::from(x)).collect();
+    /// Running sums of `T` through the binding over each dim of a `[4, 3, 5]` tensor
+    /// read transposed as `[5, 3, 4]` from a padded buffer, with one thread and two,
+    /// against the reference, exactly: small integers, so every sum is exact.
+    fn check<T: Elem>(value: impl Fn(usize) -> T) {
+        let dims = [5, 3, 4];
+        let (src, layout) = view(&dims, &[2, 1, 0], value);
+        let plain = dense(&src, &layout);
         for dim in 0..3 {
-            for par in [Par::serial(), Par { threads: 2 }] {
-                let mut out = vec![f32::NAN; 60];
-                run(&src, &layout, dim, &mut out, par).unwrap();
-                let want = reference(&plain, &dims, dim);
-                let got: Vec<f64> = out.iter().map(|&x| f64::from(x)).collect();
-                // Small integers: every sum is exact in f32.
-                assert_eq!(got, want, "dim {dim}");
+            let kind = OpKind::Cumsum { dim };
+            let op = testing::op(kind, &[(T::DTYPE, layout)], (T::DTYPE, &dims));
+            let want = reference(&plain, &dims, dim);
+            for par in PARS {
+                let got: Vec<T> = run_op(&op, &[T::data(&src)], None, par);
+                let what = format_args!("{} over {dim} {par:?}", T::DTYPE);
+                assert_within(&got, &want, 0.0, 0.0, &what);
             }
         }
+    }
+
+    #[test]
+    fn the_binding_matches_the_reference_over_strided_inputs() {
+        check(|i| ((i * 7) % 11) as f32 - 5.0);
+        check(|i| ((i * 7) % 11) as i64 - 5);
+        check(|i| ((i * 7) % 11) as u32);
     }
 
     #[test]

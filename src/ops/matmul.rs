@@ -1,5 +1,8 @@
 //! `matmul`: `[.., m, k] x [.., k, n] -> [.., m, n]`, batch dims broadcast. A product
 //! by a weight reads the weight's packed form; a product may head a chain.
+//!
+//! The file ends with its scalar reference (f64 sums by coordinates) and the unit test
+//! that holds the kernel binding to it, bound each way the executors bind a product.
 
 use super::{broadcast, dst, output, typed, BoundProduct, Family, FusionClass};
 use crate::error::Error;
@@ -109,4 +112,109 @@ fn layouts(l: &Layout, r: &Layout, out_dims: &[usize]) -> Result<(Layout, Layout
         broadcast(x, &dims)
     };
     Ok((with_batch(l)?, with_batch(r)?))
+}
+
+/// The file's scalar reference: the product of the dense `a` (`[.., m, k]`) and `b`
+/// (`[.., k, n]`), their batch dims broadcast to those of `out`: each output element
+/// the sum over `k` of the products read by coordinates, in f64.
+#[cfg(test)]
+fn reference(
+    (a, a_dims): (&[f64], &[usize]),
+    (b, b_dims): (&[f64], &[usize]),
+    out: &[usize],
+) -> Vec<f64> {
+    use super::testing::flat;
+    let (r, k) = (out.len(), a_dims[a_dims.len() - 1]);
+    crate::kernels::testutil::indices(out)
+        .into_iter()
+        .map(|idx| {
+            let (mut ai, mut bi) = (idx.clone(), idx);
+            (0..k)
+                .map(|p| {
+                    (ai[r - 1], bi[r - 2]) = (p, p);
+                    a[flat(&ai, a_dims)] * b[flat(&bi, b_dims)]
+                })
+                .sum()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::OpKind;
+    use crate::kernels::testutil::gather;
+    use crate::kernels::{PackedRhs, ProductPath};
+    use crate::ops::testing::{self, assert_within, dense, run_op, view, PARS};
+    use crate::ops::Data;
+
+    /// Products through the binding, each bound every way the executors bind one:
+    /// unplanned (op by op), planned by `gemm` on the right operand's elements, and
+    /// planned on its packed form (a weight's, where this tier packs its dtype; a
+    /// bf16 weight, row-major as `to_dtype` makes it, only that way). Operands are
+    /// otherwise read transposed and padded, with batch dims broadcast (a 2-D weight
+    /// under a batched left operand, a left operand of batch 1 under three right
+    /// ones). Exact: the values are integers in [-3, 3], so every product and sum (at
+    /// most 9 · 24 in size) is exact in f32 and bf16, in any order.
+    #[test]
+    fn the_binding_matches_the_reference_over_strided_and_broadcast_inputs() {
+        type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], &'a [usize], DType);
+        let cases: [Case<'_>; 3] = [
+            (
+                &[2, 3, 20, 24],
+                &[1, 0, 3, 2],
+                &[24, 33],
+                &[1, 0],
+                DType::F32,
+            ),
+            (&[1, 17, 9], &[0, 2, 1], &[3, 9, 5], &[2, 0, 1], DType::F32),
+            (&[2, 20, 24], &[1, 0, 2], &[24, 40], &[0, 1], DType::BF16),
+        ];
+        for (a_dims, a_order, b_dims, b_order, b_dtype) in cases {
+            let (a, al) = view(a_dims, a_order, |i| ((i * 5) % 7) as f32 - 3.0);
+            let (mut b, mut bl) = view(b_dims, b_order, |i| ((i * 3) % 7) as f32 - 3.0);
+            if b_dtype != DType::F32 {
+                // A weight kept in bf16 is a fresh row-major tensor (`to_dtype`'s).
+                (b, bl) = (gather(&b, &bl), Layout::contiguous(b_dims));
+            }
+            let out = shape((a_dims, DType::F32), (b_dims, b_dtype)).unwrap();
+            let op = testing::op(
+                OpKind::MatMul,
+                &[(DType::F32, al), (b_dtype, bl)],
+                (DType::F32, &out),
+            );
+            let want = reference((&dense(&a, &al), a_dims), (&dense(&b, &bl), b_dims), &out);
+            let (gemm, weight) = (plan(&op, false).unwrap(), plan(&op, true).unwrap());
+            let packed = match b_dtype {
+                DType::F32 => PackedRhs::pack(&b, &bl),
+                dtype => Some(PackedRhs::pack_as(&b, &bl, dtype).unwrap()),
+            };
+            let mut bindings = Vec::new();
+            if b_dtype == DType::F32 {
+                bindings.push(None);
+                bindings.push(Some(BoundProduct {
+                    plan: &gemm,
+                    packed: None,
+                }));
+            }
+            if let (ProductPath::Packed(_), Some(p)) = (weight.path, &packed) {
+                bindings.push(Some(BoundProduct {
+                    plan: &weight,
+                    packed: Some(p),
+                }));
+            }
+            assert!(
+                !bindings.is_empty(),
+                "{b_dtype} weights are packed on every tier"
+            );
+            for bound in bindings {
+                let how = bound.map_or("unplanned".into(), |b| b.plan.to_string());
+                for par in PARS {
+                    let got: Vec<f32> = run_op(&op, &[Data::F32(&a), Data::F32(&b)], bound, par);
+                    let what = format_args!("{a_dims:?} x {b_dims:?} {b_dtype}, {how}, {par:?}");
+                    assert_within(&got, &want, 0.0, 0.0, &what);
+                }
+            }
+        }
+    }
 }

@@ -6,8 +6,11 @@
 //! builder may merge it with), its cost (element operations, for the threading
 //! decision) and its kernel binding (which kernel runs it on typed slices). Its shape
 //! rules and argument checks (`shape`, or one function per view in `layout.rs`, which
-//! the `Tensor` method calls before it records anything) and plain scalar reference
-//! implementations (so far `rotary`'s and `cumsum`'s) live beside them in the same file.
+//! the `Tensor` method calls before it records anything) live beside them in the same
+//! file, and so does a plain scalar reference implementation (f64, by coordinates) with
+//! the unit test that holds the family's kernel binding to it on strided, broadcast
+//! and offset inputs, with one thread and two (`testing.rs` holds what those tests
+//! share: the operands' layouts, building and running an `Op`, the comparison).
 //! [`family`] maps an [`OpKind`] to its entry, one line per family: the executors
 //! ([`run`]), the plan builder ([`class`]) and the cost estimate ([`work`]) ask it and
 //! hold no per-op logic of their own.
@@ -49,6 +52,8 @@ pub(crate) mod matmul;
 pub(crate) mod norm;
 pub(crate) mod reduce;
 pub(crate) mod rotary;
+#[cfg(test)]
+mod testing;
 pub(crate) mod unary;
 
 pub(crate) use data::{Data, DataElement, DataMut};

@@ -188,10 +188,18 @@ pub(crate) fn reference(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ir::OpKind;
+    use crate::kernels::testutil::gather;
+    use crate::ops::{testing, Data};
 
     /// Values with no pattern a wrong index could reproduce.
     fn values(n: usize, seed: f32) -> Vec<f32> {
-        (0..n).map(|i| ((i as f32 + seed) * 0.37).sin()).collect()
+        (0..n).map(value(seed)).collect()
+    }
+
+    /// Element `i` of [`values`].
+    fn value(seed: f32) -> impl Fn(usize) -> f32 {
+        move |i| ((i as f32 + seed) * 0.37).sin()
     }
 
     fn run_kernel(x: &[f32], xl: &Layout, tables: &[usize], cos: &[f32], sin: &[f32]) -> Vec<f32> {
@@ -251,6 +259,30 @@ mod tests {
         let (cos, sin) = (values(seq * dh / 2, 5.0), values(seq * dh / 2, 6.0));
         let got = run_kernel(&buf, &xl, &[seq, dh / 2], &cos, &sin);
         assert_eq!(got, reference(&x, [1, seq, heads, dh], &cos, &sin));
+    }
+
+    /// The binding, on x `[2, 4, 3, 6]` (`[.., seq, heads, dh]`) read transposed from
+    /// a padded buffer and tables read transposed (stored `[dh/2, seq]`), with one
+    /// thread and two, gives the reference's bits.
+    #[test]
+    fn the_binding_matches_the_reference_over_strided_inputs() {
+        let dims = [2, 4, 3, 6];
+        let (x, xl) = testing::view(&dims, &[0, 2, 1, 3], value(1.0));
+        let (cos, cl) = testing::view(&[4, 3], &[1, 0], value(2.0));
+        let (sin, sl) = testing::view(&[4, 3], &[1, 0], value(3.0));
+        let f = crate::ir::DType::F32;
+        let op = testing::op(OpKind::Rotary, &[(f, xl), (f, cl), (f, sl)], (f, &dims));
+        let want = reference(
+            &gather(&x, &xl),
+            dims,
+            &gather(&cos, &cl),
+            &gather(&sin, &sl),
+        );
+        for par in testing::PARS {
+            let inputs = [Data::F32(&x), Data::F32(&cos), Data::F32(&sin)];
+            let got: Vec<f32> = testing::run_op(&op, &inputs, None, par);
+            assert_eq!(got, want, "{par:?}");
+        }
     }
 
     /// A layout reaching past its buffer is an error, not a panic.

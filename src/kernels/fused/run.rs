@@ -317,38 +317,14 @@ mod tests {
         let mut programs = vec![mixed];
         // One program per unary op (and per binary op in both orders) on inputs
         // holding the special values.
-        let unary = [
-            UnaryOp::Exp,
-            UnaryOp::Log,
-            UnaryOp::Sqrt,
-            UnaryOp::Recip,
-            UnaryOp::Neg,
-            UnaryOp::Abs,
-            UnaryOp::Tanh,
-            UnaryOp::Sigmoid,
-            UnaryOp::Relu,
-            UnaryOp::Gelu,
-            UnaryOp::GeluTanh,
-            UnaryOp::Silu,
-            affine_op(0.5, -2.0),
-            UnaryOp::Powf(1.5f64.to_bits()),
-        ];
-        for u in unary {
+        for u in UnaryOp::ALL {
             programs.push(FusedProgram {
                 inputs: 3,
                 instrs: vec![Instr::Input(0), Instr::Unary(u, 0)],
                 outputs: vec![1],
             });
         }
-        let binary = [
-            BinaryOp::Add,
-            BinaryOp::Sub,
-            BinaryOp::Mul,
-            BinaryOp::Div,
-            BinaryOp::Maximum,
-            BinaryOp::Minimum,
-        ];
-        for op in binary {
+        for op in BinaryOp::ALL {
             programs.push(FusedProgram {
                 inputs: 3,
                 instrs: vec![
