@@ -41,6 +41,29 @@ use crate::models::bert::Packing;
 use crate::models::head::Head;
 use crate::models::{BertClassifier, TextModel};
 
+/// How many kernel threads a worker's batch runs on: `shared` while other workers run
+/// too (the cores shared between the workers: the default, or `kernel_threads` when
+/// set), `alone` when it is the only batch running and nothing else is queued (all the
+/// cores by default: a lone request of one text comes back about as much sooner as
+/// the product splits well, instead of leaving the other cores idle). A worker that
+/// starts a batch while another runs alone takes its share; the one alone keeps its
+/// threads until its batch ends.
+#[derive(Clone, Copy, Debug)]
+struct Threads {
+    shared: usize,
+    alone: usize,
+}
+
+impl Threads {
+    /// `n` threads for every batch.
+    fn fixed(n: usize) -> Threads {
+        Threads {
+            shared: n,
+            alone: n,
+        }
+    }
+}
+
 /// The forward pass the workers run on a batch.
 pub(super) enum Net {
     /// Sentence embeddings: the encoder, then the head (pooling, `Dense` layers) and
@@ -135,8 +158,11 @@ impl Workers {
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let kernel_threads = match settings.kernel_threads {
-            0 => (cores / settings.workers).max(1),
-            n => n,
+            0 => Threads {
+                shared: (cores / settings.workers).max(1),
+                alone: cores,
+            },
+            n => Threads::fixed(n),
         };
         let mut workers = Workers {
             batcher: Arc::new(Batcher::new(net, settings)),
@@ -290,10 +316,16 @@ impl Batcher {
         self.ready.notify_all();
     }
 
-    /// A worker's life: batches until shut down and the queue is empty.
-    fn work(&self, kernel_threads: usize) {
-        crate::set_kernel_threads(kernel_threads);
-        while let Some(batch) = self.next_batch() {
+    /// A worker's life: batches until shut down and the queue is empty, each on as
+    /// many kernel threads as `threads` gives it.
+    fn work(&self, threads: Threads) {
+        let mut now = 0;
+        while let Some((batch, alone)) = self.next_batch() {
+            let want = if alone { threads.alone } else { threads.shared };
+            if want != now {
+                crate::set_kernel_threads(want);
+                now = want;
+            }
             self.run(batch);
             let mut q = self.queue.lock();
             q.busy -= 1;
@@ -311,8 +343,9 @@ impl Batcher {
     /// budget is `max_batch_tokens`, or less when other workers are idle: the queued
     /// tokens shared evenly between the idle workers, so that a burst is spread over
     /// all of them instead of filling one batch while the others wait. `None` once
-    /// shut down with nothing queued.
-    fn next_batch(&self) -> Option<Vec<Item>> {
+    /// shut down with nothing queued. With the batch, whether it runs alone: no other
+    /// worker was busy and it left nothing queued for them.
+    fn next_batch(&self) -> Option<(Vec<Item>, bool)> {
         let mut q = self.queue.lock();
         while q.items.is_empty() {
             if q.shutdown {
@@ -368,8 +401,9 @@ impl Batcher {
                 break;
             }
         }
+        let alone = q.busy == 0 && q.items.is_empty();
         q.busy += 1;
-        Some(batch)
+        Some((batch, alone))
     }
 
     /// Runs one batch and answers its sequences; on failure, runs each alone.
@@ -512,7 +546,7 @@ pub(super) mod tests {
         b.shut_down();
         let worker = {
             let b = Arc::clone(&b);
-            std::thread::spawn(move || b.work(1))
+            std::thread::spawn(move || b.work(Threads::fixed(1)))
         };
         worker.join().unwrap();
         drop(tx);
@@ -594,10 +628,13 @@ pub(super) mod tests {
         // takes half its tokens, the second (one worker idle now) the rest.
         b.submit(texts(8), Vec::new(), (true, 0), Box::new(|_| {}))
             .unwrap();
-        let first = b.next_batch().unwrap();
-        let second = b.next_batch().unwrap();
+        let (first, first_alone) = b.next_batch().unwrap();
+        let (second, second_alone) = b.next_batch().unwrap();
         assert_eq!(sizes(&first), (0..4).map(|i| (i, 4)).collect::<Vec<_>>());
         assert_eq!(sizes(&second), (4..8).map(|i| (i, 4)).collect::<Vec<_>>());
+        // Neither runs alone: the first left the rest for the other worker, which
+        // started while the first was busy. They share the cores.
+        assert!(!first_alone && !second_alone);
         // One worker idle (the other busy): requests stay whole, even when the next
         // would fill the batch only in part.
         b.queue.lock().busy = 1;
@@ -605,15 +642,37 @@ pub(super) mod tests {
             .unwrap();
         b.submit(texts(15), Vec::new(), (true, 0), Box::new(|_| {}))
             .unwrap();
-        let whole = b.next_batch().unwrap();
+        let (whole, _) = b.next_batch().unwrap();
         assert_eq!(
             sizes(&whole).len(),
             3,
             "the 15-text request does not fit whole"
         );
-        assert_eq!(b.next_batch().unwrap().len(), 15);
+        assert_eq!(b.next_batch().unwrap().0.len(), 15);
     }
 
+    #[test]
+    fn a_batch_runs_alone_only_when_no_other_worker_has_work() {
+        let b = Arc::new(Batcher::new(
+            tiny_net(),
+            EmbedderSettings {
+                workers: 2,
+                ..settings(64)
+            },
+        ));
+        let one = || vec![vec![1, 2, 3]];
+        // One text, both workers idle: alone (all the cores).
+        b.submit(one(), Vec::new(), (true, 0), Box::new(|_| {}))
+            .unwrap();
+        let (batch, alone) = b.next_batch().unwrap();
+        assert_eq!(batch.len(), 1);
+        assert!(alone);
+        // Another text while that batch runs: its share of the cores.
+        b.submit(one(), Vec::new(), (true, 0), Box::new(|_| {}))
+            .unwrap();
+        let (_, alone) = b.next_batch().unwrap();
+        assert!(!alone);
+    }
     #[test]
     fn the_rest_of_a_running_request_does_not_wait_for_more() {
         // A minute's max_wait: the second batch holds the rest of a request whose first
@@ -630,8 +689,8 @@ pub(super) mod tests {
         b.submit(texts, Vec::new(), (true, 0), Box::new(|_| {}))
             .unwrap();
         let start = Instant::now();
-        assert_eq!(b.next_batch().unwrap().len(), 4);
-        assert_eq!(b.next_batch().unwrap().len(), 4);
+        assert_eq!(b.next_batch().unwrap().0.len(), 4);
+        assert_eq!(b.next_batch().unwrap().0.len(), 4);
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "{:?}",
@@ -683,7 +742,7 @@ pub(super) mod tests {
         assert_eq!(b.depth().sequences, 2);
         assert_eq!(b.depth().tokens, 5);
         // A request withdrawn after its batch was formed is skipped by `run`.
-        let batch = b.next_batch().unwrap();
+        let (batch, _) = b.next_batch().unwrap();
         assert_eq!(batch.len(), 2);
         assert_eq!(tickets[2].cancel(), 0, "nothing of it is queued any more");
         b.run(batch);
@@ -743,7 +802,7 @@ pub(super) mod tests {
             Err(EmbedError::Overloaded { queued: 5, .. })
         ));
         b.shut_down();
-        b.work(1);
+        b.work(Threads::fixed(1));
         drop(tx);
         assert_eq!(rx.into_iter().filter(|a| a.is_ok()).count(), 2);
     }
@@ -776,7 +835,7 @@ pub(super) mod tests {
             .unwrap();
         }
         b.shut_down();
-        b.work(1);
+        b.work(Threads::fixed(1));
         drop(tx);
         let mut out: Vec<_> = rx.into_iter().collect();
         out.sort_by_key(|(r, _)| *r);

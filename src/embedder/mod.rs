@@ -67,7 +67,9 @@ pub struct EmbedderSettings {
     pub workers: usize,
     /// Kernel threads of each worker's stream (see
     /// [`set_kernel_threads`](crate::set_kernel_threads)); 0 (the default) shares the
-    /// cores between the workers, at least 1 each.
+    /// cores between the workers, at least 1 each, and gives a batch that runs alone
+    /// (no other worker busy, nothing left queued: one request of one text) all of
+    /// them.
     pub kernel_threads: usize,
     /// The most tokens one batch holds, summed over its texts (text-embeddings-
     /// inference's name). Default 2048. When several workers are idle, a burst is

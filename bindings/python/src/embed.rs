@@ -25,7 +25,8 @@ use crate::errors::embed_err;
 
 /// The constructor's settings as the Python wrapper passes them: `(precision,
 /// workers, max_batch_tokens, kernel_threads)`; `workers` `None` is one per core,
-/// `kernel_threads` 0 shares the cores between the workers.
+/// `kernel_threads` 0 shares the cores between the workers (all of them for a batch
+/// that runs alone).
 #[derive(FromPyObject)]
 pub struct Args(String, Option<usize>, usize, usize);
 
