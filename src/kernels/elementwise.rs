@@ -245,29 +245,6 @@ mod tests {
     use crate::kernels::testutil::*;
     use proptest::prelude::{any, proptest, ProptestConfig, Strategy};
 
-    /// The reference: `ops::unary`'s (f64), rounded to f32.
-    fn naive_unary(op: UnaryOp, x: f32) -> f32 {
-        crate::ops::unary::reference(op, f64::from(x)) as f32
-    }
-
-    #[test]
-    fn unary_matches_naive_on_random_views() {
-        let mut rng = Rng::new(50);
-        for case in 0..120 {
-            let dims = rng.dims(case % 4, 6);
-            let (buf, l) = random_layout(&mut rng, &dims, |r| r.f32() * 6.0);
-            let xs = gather(&buf, &l);
-            for op in UnaryOp::ALL {
-                let want: Vec<f32> = xs.iter().map(|&x| naive_unary(op, x)).collect();
-                for par in pars() {
-                    let mut out = vec![0.0; want.len()];
-                    unary(op, &buf, &l, &mut out, par).unwrap();
-                    assert_close(&out, &want, 2e-6);
-                }
-            }
-        }
-    }
-
     #[test]
     fn unary_errors() {
         let x = [1.0f32; 4];

@@ -85,6 +85,30 @@ mod tests {
     use crate::ops::testing::{self, assert_within, dense, f32_rounded, run_op, view, PARS};
     use crate::ops::Data;
 
+    /// The unary kernel itself on random views (every rank to 3, strided, offset,
+    /// broadcast), against the reference rounded to f32.
+    #[test]
+    fn the_kernel_matches_the_reference_on_random_views() {
+        use crate::kernels::testutil::{assert_close, gather, pars, random_layout, Rng};
+        let mut rng = Rng::new(50);
+        for case in 0..120 {
+            let dims = rng.dims(case % 4, 6);
+            let (buf, l) = random_layout(&mut rng, &dims, |r| r.f32() * 6.0);
+            let xs = gather(&buf, &l);
+            for op in UnaryOp::ALL {
+                let want: Vec<f32> = xs
+                    .iter()
+                    .map(|&x| reference(op, f64::from(x)) as f32)
+                    .collect();
+                for par in pars() {
+                    let mut out = vec![0.0; want.len()];
+                    kernels::unary(op, &buf, &l, &mut out, par).unwrap();
+                    assert_close(&out, &want, 2e-6);
+                }
+            }
+        }
+    }
+
     /// Every unary op through its binding, on x read permuted from a padded buffer at
     /// an offset, and broadcast along a dim of stride 0, against the reference.
     #[test]
