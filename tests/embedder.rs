@@ -356,3 +356,29 @@ fn reduced_precision_embedders_stay_within_their_contract() {
         assert!(a.cosine.min >= min_cosine, "{precision}: {}", a.cosine);
     }
 }
+
+#[test]
+fn token_ids_are_the_tokenizers_in_order_and_embed_as_submit_does() {
+    // Two workers: 48 texts are tokenised in two parts, on two threads.
+    let e = large_batches();
+    let mut texts = sentences();
+    texts[5] = String::new();
+    texts[30] = "   ".into();
+    let ids = e.token_ids(&texts).unwrap();
+    assert_eq!(ids.len(), texts.len());
+    for (got, text) in ids.iter().zip(&texts) {
+        let want = e.tokenizer().encode(text.as_str(), true).unwrap();
+        assert_eq!(got, want.get_ids(), "{text:?}");
+    }
+    // An empty text is its special tokens alone (what sentence-transformers embeds).
+    assert_eq!(ids[5], [101, 102]);
+    // The rest embed as `embed` embeds them.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let kept: Vec<Vec<u32>> = [0, 1, 40].map(|i| ids[i].clone()).to_vec();
+    e.submit_tokens(kept, move |r| tx.send(r).unwrap()).unwrap();
+    let got = rx.recv().unwrap().unwrap().vectors;
+    let want = e
+        .embed(&[&texts[0], &texts[1], &texts[40]].map(String::as_str))
+        .unwrap();
+    assert_close(&got, &want, "token_ids then submit_tokens");
+}

@@ -301,6 +301,29 @@ impl Embedder {
         self.submit_ids(seqs, (normalize, prompt_tokens), Box::new(done))
     }
 
+    /// The token ids the model runs for each text, in order: special tokens
+    /// included, truncated as the tokenizer is set to, no prompt; the input of
+    /// [`Embedder::submit_tokens`]. Tokenised as [`Embedder::submit`] tokenises, on up
+    /// to one thread per worker for a long list, so a binding that queues tokens
+    /// (the Python package) keeps that speed. Unlike `submit` it takes an empty or
+    /// all-whitespace text: the tokenizer's ids for it, its special tokens alone
+    /// (`[CLS] [SEP]` for BERT), which is what sentence-transformers embeds. A text
+    /// the tokenizer refuses is [`EmbedError::Tokenize`] naming its index.
+    pub fn token_ids<S: AsRef<str> + Sync>(
+        &self,
+        texts: &[S],
+    ) -> Result<Vec<Vec<u32>>, EmbedError> {
+        map_in_parts(texts, self.settings().workers, |index, text| {
+            self.tokenizer
+                .encode(text.as_ref(), true)
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| EmbedError::Tokenize {
+                    index,
+                    msg: e.to_string(),
+                })
+        })
+    }
+
     /// [`Embedder::submit`] for texts already tokenised (with their special tokens,
     /// and no prompt): each sequence must have 1 to [`Embedder::max_tokens`] ids,
     /// each in the model's vocabulary; a sequence that does not is an `Err` naming

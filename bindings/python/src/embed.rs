@@ -110,7 +110,7 @@ impl PyEmbedder {
     /// sentence-transformers' `normalize_embeddings`); the texts go to the workers in
     /// chunks of `batch_size`, all queued at once, and `progress(k)` is called as each
     /// chunk of `k` texts is done. An empty or all-whitespace text is `[CLS] [SEP]`
-    /// (see [`token_ids`]).
+    /// (see [`Embedder::token_ids`]).
     #[pyo3(signature = (texts, batch_size = 32, progress = None, normalize = false))]
     fn embed<'py>(
         &self,
@@ -128,10 +128,10 @@ impl PyEmbedder {
         let chunks = py.detach(|| -> PyResult<usize> {
             let mut count = 0;
             for (c, part) in texts.chunks(size).enumerate() {
-                let mut seqs = Vec::with_capacity(part.len());
-                for (i, text) in part.iter().enumerate() {
-                    seqs.push(token_ids(&self.inner, c * size + i, text).map_err(embed_err)?);
-                }
+                let seqs = self
+                    .inner
+                    .token_ids(part)
+                    .map_err(|e| embed_err(offset(e, c * size)))?;
                 let tx = tx.clone();
                 self.inner
                     .submit_tokens_normalizing(seqs, normalize, move |r| {
@@ -185,20 +185,6 @@ impl PyEmbedder {
                 .map_err(|e| PyValueError::new_err(e.to_string()))
         })
     }
-}
-
-/// The token ids `embedder` runs for text `index` of a call, special tokens included:
-/// those of [`Embedder::submit`], except that an empty or all-whitespace text is
-/// `[CLS] [SEP]` (what sentence-transformers embeds for it) where `submit` refuses it.
-fn token_ids(embedder: &Embedder, index: usize, text: &str) -> Result<Vec<u32>, EmbedError> {
-    embedder
-        .tokenizer()
-        .encode(text, true)
-        .map(|e| e.get_ids().to_vec())
-        .map_err(|e| EmbedError::Tokenize {
-            index,
-            msg: e.to_string(),
-        })
 }
 
 /// `e` with the text index it names moved by `by` (a chunk's index → the call's).
