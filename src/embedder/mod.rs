@@ -37,6 +37,7 @@ mod observe;
 mod pipeline;
 mod request;
 mod rerank;
+mod tokenize;
 
 pub use cross_encoder::ScoreActivation;
 pub use error::EmbedError;
@@ -56,6 +57,7 @@ use crate::models::bert::Pooling;
 use crate::models::BertModel;
 use crate::models::{Precision, TextModel};
 use batcher::{Done, Net, Workers};
+use tokenize::map_in_parts;
 
 /// How an [`Embedder`] batches and spreads its work. `Default` gives sensible values
 /// for a server; each field says what it trades.
@@ -425,55 +427,6 @@ impl Embedder {
     }
 }
 
-/// The fewest texts a thread tokenises when a request's texts are shared out: below
-/// it, a thread's start (tens of µs) costs about what it saves.
-const TOKENIZE_PART: usize = 8;
-
-/// `f(index, item)` for every item, in order, on up to `threads` threads (the caller
-/// and scoped helpers, each a run of at least [`TOKENIZE_PART`] items); the error of
-/// the first item that fails, as a serial loop would give it. A request's texts are
-/// tokenised before any of them can run, with the workers idle: on the 2-core Zen 5
-/// EPYC that was about 2.5% of a call of 32 texts.
-fn map_in_parts<T: Sync, R: Send, E: Send>(
-    items: &[T],
-    threads: usize,
-    f: impl Fn(usize, &T) -> Result<R, E> + Sync,
-) -> Result<Vec<R>, E> {
-    let run = |first: usize, part: &[T]| -> Result<Vec<R>, E> {
-        part.iter()
-            .enumerate()
-            .map(|(i, item)| f(first + i, item))
-            .collect()
-    };
-    let parts = threads.min(items.len() / TOKENIZE_PART).max(1);
-    if parts == 1 {
-        return run(0, items);
-    }
-    let size = items.len().div_ceil(parts);
-    let results: Vec<Result<Vec<R>, E>> = std::thread::scope(|scope| {
-        let run = &run;
-        let helpers: Vec<_> = items
-            .chunks(size)
-            .enumerate()
-            .skip(1)
-            .map(|(p, part)| scope.spawn(move || run(p * size, part)))
-            .collect();
-        let mut results = vec![run(0, &items[..size])];
-        // A helper that panicked (the tokenizer) takes the caller down as a serial
-        // loop would have; the Python binding and the server catch it there.
-        results.extend(helpers.into_iter().map(|h| {
-            h.join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        }));
-        results
-    });
-    let mut out = Vec::with_capacity(items.len());
-    for part in results {
-        out.extend(part?);
-    }
-    Ok(out)
-}
-
 /// Calls `submit` with a callback and blocks until the callback has the answer.
 fn wait_for<T: Send + 'static>(
     submit: impl FnOnce(Box<dyn FnOnce(Result<T, EmbedError>) + Send>) -> Result<Ticket, EmbedError>,
@@ -502,38 +455,4 @@ fn check_ids(index: usize, ids: &[u32], max_tokens: usize, vocab: usize) -> Resu
         });
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Shared out or not, the results come back in order, and a failure is the one
-    /// of the first item that fails, as in a serial loop.
-    #[test]
-    fn map_in_parts_keeps_order_and_the_first_error() {
-        let items: Vec<usize> = (0..50).collect();
-        let square = |i: usize, &x: &usize| -> Result<usize, usize> {
-            assert_eq!(i, x);
-            Ok(x * x)
-        };
-        let want: Vec<usize> = items.iter().map(|x| x * x).collect();
-        for threads in [1, 2, 3, 8, 100] {
-            assert_eq!(map_in_parts(&items, threads, square), Ok(want.clone()));
-            assert_eq!(
-                map_in_parts(&items[..3], threads, square),
-                Ok(want[..3].to_vec())
-            );
-            assert_eq!(map_in_parts(&items[..0], threads, square), Ok(vec![]));
-            // Items 20 and 45 fail (in different parts from 2 threads up): 20 is told.
-            let failing = |_: usize, &x: &usize| if x == 20 || x == 45 { Err(x) } else { Ok(x) };
-            assert_eq!(map_in_parts(&items, threads, failing), Err(20));
-        }
-        // The parts run on other threads than the caller's when shared out.
-        let caller = std::thread::current().id();
-        let on = map_in_parts(&items, 2, |_, _| Ok::<_, ()>(std::thread::current().id()));
-        let on = on.unwrap();
-        assert_eq!(on[0], caller);
-        assert_ne!(on[49], caller);
-    }
 }

@@ -186,26 +186,15 @@ pub fn pool(states: &Tensor, spans: &[Span], modes: &[Pooling]) -> Result<Tensor
         });
     }
     let h = states.dims()[1];
-    let means = modes.iter().any(|m| {
-        matches!(
-            m,
-            Pooling::Mean | Pooling::MeanSqrtLen | Pooling::WeightedMean
-        )
-    });
-    let data = if means {
-        states.to_vec::<f32>()?
-    } else {
-        Vec::new()
-    };
     let parts = modes
         .iter()
         .map(|&mode| match mode {
             Pooling::Cls => states.index_select(&rows(spans, |s| s.start + s.skip)?, 0),
             Pooling::LastToken => states.index_select(&rows(spans, |s| s.start + s.len - 1)?, 0),
             Pooling::Max => max(states, spans),
-            Pooling::Mean | Pooling::MeanSqrtLen | Pooling::WeightedMean => {
-                weighted(&data, h, spans, mode)
-            }
+            Pooling::Mean | Pooling::MeanSqrtLen | Pooling::WeightedMean => states
+                .read(|data| weighted(data, h, spans, mode))
+                .and_then(|pooled| pooled),
         })
         .collect::<Result<Vec<Tensor>>>()?;
     match &parts[..] {

@@ -372,6 +372,25 @@ impl Tensor {
         Ok(out)
     }
 
+    /// Computes the tensor if needed and calls `f` with its elements in row-major
+    /// order: borrowed from its buffer when they lie there in that order, as a
+    /// [`Tensor::to_vec`] copy otherwise. For readers that only look (pooling reads a
+    /// batch's states once: the copy was a fresh allocation of the whole batch, page
+    /// faults included, about 0.1 to 0.4 ms a batch of 32 texts). Errors as `to_vec`.
+    pub(crate) fn read<T: TensorElement, R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        if T::DTYPE == self.dtype() && self.layout().is_contiguous() {
+            let buffer = self.materialize()?;
+            let (offset, n) = (self.layout().offset, self.numel());
+            if let Some(src) = buffer
+                .as_slice::<T>()
+                .and_then(|s| s.get(offset..offset + n))
+            {
+                return Ok(f(src));
+            }
+        }
+        self.to_vec().map(|v| f(&v))
+    }
+
     /// Runs whatever the tensor still waits for and returns its buffer.
     fn materialize(&self) -> Result<Arc<TensorBuffer>> {
         stream::materialize(self.id(), self.slot(), &self.h().home)
@@ -384,5 +403,29 @@ impl Tensor {
             return None;
         }
         self.to_vec().ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `read` sees what `to_vec` returns: borrowed for a contiguous tensor (a narrow
+    /// of rows is one, at an offset), copied for a transposed view; a wrong element
+    /// type is `to_vec`'s error.
+    #[test]
+    fn read_sees_the_elements_to_vec_returns() {
+        let t = Tensor::from_vec((0..12).map(|x| x as f32).collect(), &[4, 3]).unwrap();
+        let x = t.add(&t).unwrap();
+        for view in [
+            x.clone(),
+            x.narrow(0, 1, 2).unwrap(),
+            x.permute(&[1, 0]).unwrap(),
+        ] {
+            let want = view.to_vec::<f32>().unwrap();
+            assert_eq!(view.read(|s: &[f32]| s.to_vec()).unwrap(), want);
+        }
+        let e = x.read(|s: &[u32]| s.len()).unwrap_err().to_string();
+        assert!(e.contains("read as u32"), "{e}");
     }
 }
