@@ -478,6 +478,23 @@ pub(crate) fn v4_of_cpu() -> Option<pulp::x86::V4> {
     }
 }
 
+/// Whether the CPU is AMD's (CPUID's vendor string `AuthenticAMD`), for the few sizes
+/// measured to differ between AMD's caches and Intel's (the f32 chains' panels in
+/// `kernels::chain`). Not part of the tier: forcing a tier does not change it.
+pub(crate) fn is_amd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static AMD: OnceLock<bool> = OnceLock::new();
+        *AMD.get_or_init(|| {
+            // CPUID leaf 0: the vendor string in EBX, EDX, ECX.
+            let r = std::arch::x86_64::__cpuid(0);
+            [r.ebx, r.edx, r.ecx].map(u32::to_le_bytes).concat() == b"AuthenticAMD"
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Runs `op` compiled for the widest SIMD level of pulp's that the tier in use
 /// includes (AVX-512, AVX2 or NEON), or its scalar form: the dispatch of every `pulp`
 /// kernel (norms, softmax, the slice loops of `math`), instead of `pulp::Arch`'s own
@@ -610,6 +627,18 @@ mod tests {
             e.contains("\"avx9\" is not a tier") && e.contains("neon-i8mm"),
             "{e}"
         );
+    }
+
+    /// The vendor read from CPUID is the kernel's (`/proc/cpuinfo`, where there is
+    /// one).
+    #[test]
+    fn the_vendor_is_the_kernels() {
+        let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
+            return;
+        };
+        if let Some(line) = info.lines().find(|l| l.starts_with("vendor_id")) {
+            assert_eq!(is_amd(), line.contains("AuthenticAMD"), "{line}");
+        }
     }
 
     /// The process's own choice agrees with its environment.

@@ -50,17 +50,32 @@ use crate::ir::{DType, Layout};
 pub(super) const PANEL_BYTES: usize = if cfg!(test) { 64 * 1024 } else { 1024 * 1024 };
 
 /// [`PANEL_BYTES`] for a product by a weight packed in f32, when its output is more
-/// than one panel: a quarter, so the panel's rows of the left operand, its output and
-/// the norm that reads it stay in L2 while the weight's panels stream past (the f32
-/// tile applies the element-wise program, so no pass of its own needs the larger
-/// panel). MiniLM, batches of 32: binaries alternated three times, two streams of one
-/// kernel thread each, 504.6 -> 508.8, 508.3 -> 513.5 and 510.7 -> 514.2 sentences/s;
-/// one stream of two threads, both sizes alternated batch by batch in one process,
-/// 551.3 -> 556.6, 502.5 -> 505.4, 510.7 -> 516.1 and 517.1 -> 524.1 (one thread 267.8
-/// -> 269.2, 268.3 -> 269.9). The bf16, int8 and bf16x3 tiles want the larger panels:
-/// at 256 KiB, bf16x3 ran 707 -> 629 and 698 -> 609 sentences/s, int8 1486 -> 1450 and
-/// 1503 -> 1433.
-pub(super) const F32_PANEL_BYTES: usize = PANEL_BYTES / 4;
+/// than one panel: measured on each CPU, a quarter on Intel's, the whole on AMD's.
+///
+/// On the 2-core Xeon, a quarter kept the panel's rows of the left operand, its
+/// output and the norm that reads it in L2 while the weight's panels streamed past
+/// (the f32 tile applies the element-wise program, so no pass of its own needs the
+/// larger panel). MiniLM, batches of 32: binaries alternated three times, two streams
+/// of one kernel thread each, 504.6 -> 508.8, 508.3 -> 513.5 and 510.7 -> 514.2
+/// sentences/s; one stream of two threads, both sizes alternated batch by batch in one
+/// process, 551.3 -> 556.6, 502.5 -> 505.4, 510.7 -> 516.1 and 517.1 -> 524.1 (one
+/// thread 267.8 -> 269.2, 268.3 -> 269.9).
+///
+/// On the 2-core Zen 5 EPYC (1 MiB of L2 a core) the whole panel wins: each panel of
+/// rows streams the whole weight again, from L3, and four times fewer panels stream it
+/// four times less. `embed --batch 32 --workers 2`, binaries alternated: 12 runs,
+/// medians 655 -> 665 sentences/s (11 of 12 won); 8 runs, 641.6 -> 664.0 (7 of 8).
+///
+/// The bf16, int8 and bf16x3 tiles want the whole panel everywhere: at 256 KiB on the
+/// Xeon, bf16x3 ran 707 -> 629 and 698 -> 609 sentences/s, int8 1486 -> 1450 and 1503
+/// -> 1433.
+fn f32_panel_bytes() -> usize {
+    if super::cpu::is_amd() {
+        PANEL_BYTES
+    } else {
+        PANEL_BYTES / 4
+    }
+}
 
 /// The matrix product at the head of a chain.
 #[derive(Clone, Copy, Debug)]
@@ -192,7 +207,7 @@ pub(crate) fn chain(
     let one_product_panel =
         matmul.is_some() && geom.m.saturating_mul(geom.n).saturating_mul(4) <= PANEL_BYTES;
     let panel_bytes = match matmul.map(|m| m.plan.path) {
-        Some(ProductPath::Packed(t)) if t.dtype == DType::F32 => F32_PANEL_BYTES,
+        Some(ProductPath::Packed(t)) if t.dtype == DType::F32 => f32_panel_bytes(),
         _ => PANEL_BYTES,
     };
     let mut per_matrix = if one_product_panel {
