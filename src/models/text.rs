@@ -98,7 +98,8 @@ impl TextModel {
     }
 
     /// Vectors of `seqs` from one ragged forward pass and `head`, in input order
-    /// (each family's `embed_packed_head`; BERT's with bucketed lengths).
+    /// (each family's `embed_packed_head`; BERT's at the batch's exact length, see
+    /// [`Packing`]).
     pub fn embed_packed_head(
         &self,
         seqs: &[&[u32]],
@@ -108,7 +109,7 @@ impl TextModel {
     ) -> Result<Vec<Vec<f32>>> {
         match self {
             TextModel::Bert(m) => {
-                m.embed_packed_head(seqs, head, Packing::Bucketed, prompt, normalize)
+                m.embed_packed_head(seqs, head, Packing::Exact, prompt, normalize)
             }
             TextModel::ModernBert(m) => m.embed_packed_head(seqs, head, prompt, normalize),
             TextModel::Qwen3(m) => m.embed_packed_head(seqs, head, prompt, normalize),

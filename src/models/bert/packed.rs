@@ -11,8 +11,12 @@
 //! sequence that is computed and thrown away) so that a server seeing every possible
 //! total length meets a few dozen shapes instead of one per length. Since plans are
 //! keyed by structure, a new total is an instantiation of the stored plan rather than
-//! a build, so [`Packing::Exact`] costs no builds either; the two measured alike (see
-//! ARCHITECTURE.md), and the `Embedder` keeps `Bucketed`.
+//! a build (about 0.2 ms for all-MiniLM-L6-v2's 33 kernels), so [`Packing::Exact`]
+//! costs no builds either, and the `Embedder` runs `Exact`: the filler cost more than
+//! the instantiations it saved. Zen 5, binaries alternated: `embed --batch 32 --workers
+//! 2` medians of 8 640.4 -> 647.7 sentences/s (6 of 8 won); one text a call p50 2.20
+//! -> 2.11 ms (4 of 4); `loadgen --in-process`, 16 clients of 1-8 texts,
+//! 621/608/582 -> 640/638/648 texts/s.
 
 use super::BertModel;
 use crate::models::head::Head;
