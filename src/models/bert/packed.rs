@@ -14,8 +14,8 @@
 //! a build (about 0.2 ms for all-MiniLM-L6-v2's 33 kernels), so [`Packing::Exact`]
 //! costs no builds either, and the `Embedder` runs `Exact`: the filler cost more than
 //! the instantiations it saved. Zen 5, binaries alternated: `embed --batch 32 --workers
-//! 2` medians of 8 640.4 -> 647.7 sentences/s (6 of 8 won); one text a call p50 2.20
-//! -> 2.11 ms (4 of 4); `loadgen --in-process`, 16 clients of 1-8 texts,
+//! 2` medians of 8 640.4 -> 647.7 sentences/s (6 of 8 won); one text a call p50 2.21
+//! -> 2.12 ms (medians of 4, 4 of 4 won); `loadgen --in-process`, 16 clients of 1-8 texts,
 //! 621/608/582 -> 640/638/648 texts/s.
 
 use super::BertModel;
