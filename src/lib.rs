@@ -86,7 +86,10 @@ pub use fusion::cache::{
 };
 pub use fusion::plan_svg;
 pub use ir::{DType, Layout, TensorId, MAX_RANK};
-pub use runtime::{kernel_spin, pool_limit, set_kernel_spin, set_pool_limit, trim_pools, External};
+pub use runtime::{
+    kernel_spin, load_aware, pool_limit, set_kernel_spin, set_load_aware, set_pool_limit,
+    trim_pools, External,
+};
 pub use stream::{
     last_flush, pending_key, reset_peak_bytes, set_fusion, set_kernel_threads, set_queue_limit,
     stats, sync, EngineStats, FlushInfo, FlushReason,

@@ -11,6 +11,7 @@ mod dispatch;
 mod execute;
 #[cfg(test)]
 pub(crate) mod fault;
+mod load;
 mod memory;
 pub mod observer;
 mod op_by_op;
@@ -22,6 +23,8 @@ mod threads;
 
 pub(crate) use dispatch::panic_message;
 pub(crate) use execute::{execute_plan, PlanScratch};
+pub(crate) use load::room;
+pub use load::{load_aware, set_load_aware};
 pub(crate) use memory::{
     live_buffers, live_bytes, peak_bytes, pooled_arena_bytes, pooled_bytes, reset_peak_bytes,
 };

@@ -37,14 +37,16 @@ pub(crate) fn kernel_threads() -> usize {
 }
 
 /// Runs `f` on a kernel thread, where rayon's parallel calls use the kernel pool;
-/// the calling thread blocks until it returns. Runs `f` on the calling thread when the
-/// pool could not be started.
-pub(crate) fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+/// the calling thread blocks until it returns. `f`'s kernels use at most `threads`
+/// threads (their `Par`), and only that many workers are kept awake for them. Runs
+/// `f` on the calling thread when the pool could not be started.
+pub(crate) fn run_in_pool<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
     match pool() {
-        Some(p) if p.current_num_threads() > 1 && kernel_spin() => {
+        Some(p) if p.current_num_threads() > 1 && threads > 1 && kernel_spin() => {
             let active = Active::enter();
             if active.alone {
-                p.install(|| with_workers_awake(f))
+                let spinners = threads.min(p.current_num_threads()) - 1;
+                p.install(|| with_workers_awake(spinners, f))
             } else {
                 p.install(f)
             }
@@ -102,12 +104,12 @@ pub fn kernel_spin() -> bool {
     SPIN.load(Ordering::Relaxed)
 }
 
-/// Runs `f` (on a kernel thread) while the pool's other workers spin, taking any job
+/// Runs `f` (on a kernel thread) while `spinners` other workers spin, taking any job
 /// the pool has (the halves of `f`'s parallel kernels), until `f` returns or unwinds,
 /// or until another flush comes to the pool (then they go back to rayon, and one of
 /// them takes it: a spinner that ran the other flush inside itself would make this one
 /// wait for it).
-fn with_workers_awake<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+fn with_workers_awake<R: Send>(spinners: usize, f: impl FnOnce() -> R + Send) -> R {
     /// Sets `done` when `f` returns or unwinds, so the spinning workers stop.
     struct Done<'a>(&'a AtomicBool);
     impl Drop for Done<'_> {
@@ -121,7 +123,7 @@ fn with_workers_awake<R: Send>(f: impl FnOnce() -> R + Send) -> R {
             let _done = Done(&done);
             f()
         },
-        || spin(rayon::current_num_threads() - 1, &done),
+        || spin(spinners, &done),
     );
     r
 }

@@ -19,7 +19,7 @@ use crate::fusion::{cache, ExecutionPlan};
 use crate::ir::TensorId;
 use crate::kernels::{teardown, worth_splitting, Par};
 use crate::runtime::{
-    execute, execute_plan, kernel_threads, observer, panic_message, run_in_pool, PlanScratch,
+    execute, execute_plan, kernel_threads, observer, panic_message, room, run_in_pool, PlanScratch,
     SlotState, Task,
 };
 use crate::trace::SegmentTrace;
@@ -95,6 +95,10 @@ pub struct FlushInfo {
     pub arena_bytes: usize,
     /// The memory planner's lower bound for that arena, in bytes.
     pub arena_lower_bound: usize,
+    /// The threads its kernels could use: the stream's budget (`set_kernel_threads`),
+    /// capped by the cores other processes left free (`set_load_aware`); 1 for a
+    /// segment too small to split, which runs on the flushing thread.
+    pub kernel_threads: usize,
 }
 
 impl FlushInfo {
@@ -118,6 +122,7 @@ impl FlushInfo {
             kernels: self.kernels,
             arena_bytes: self.arena_bytes,
             arena_lower_bound: self.arena_lower_bound,
+            kernel_threads: self.kernel_threads,
         }
     }
 }
@@ -226,6 +231,7 @@ impl Stream {
                 kernels: n,
                 arena_bytes: 0,
                 arena_lower_bound: 0,
+                kernel_threads: 1,
             },
             unfused,
             par,
@@ -271,10 +277,18 @@ impl Stream {
             }),
             _ => None,
         };
-        if par.threads > 1 && worth_splitting(work) {
+        // The stream's budget, capped by the cores other processes leave free.
+        let par = match par.threads > 1 && worth_splitting(work) {
+            true => Par {
+                threads: room(par.threads),
+            },
+            false => Par::serial(),
+        };
+        info.kernel_threads = par.threads;
+        if par.threads > 1 {
             // The kernel observer follows the segment to the kernel thread.
             let observe = observer::enabled();
-            let records = run_in_pool(|| {
+            let records = run_in_pool(par.threads, || {
                 observer::follow(observe, || {
                     let seg = seg.as_ref();
                     self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par, seg)
@@ -283,7 +297,6 @@ impl Stream {
             });
             observer::keep(records);
         } else {
-            let par = Par::serial();
             let seg = seg.as_ref();
             self.run_and_report(&mut tasks, plan, &mut scratch.plan, info, par, seg);
         }

@@ -15,7 +15,7 @@ use super::{FlushReason, Stream, LOCAL};
 use crate::error::{Error, Result};
 use crate::ir::{Layout, TensorId};
 use crate::kernels::{self, worth_splitting, KernelError, Par};
-use crate::runtime::{run_in_pool, Slot, SlotState, StorageElement, TensorBuffer};
+use crate::runtime::{room, run_in_pool, Slot, SlotState, StorageElement, TensorBuffer};
 
 /// Runs what the pending tensor in `slot` (made by stream `home`) waits for, as far as
 /// the calling thread needs: all of `home`'s queue when `home` is the calling thread's
@@ -79,8 +79,12 @@ pub(crate) fn copy_out<T: StorageElement>(
     let par = LOCAL
         .try_with(|s| s.0.par())
         .unwrap_or_else(|_| Par::serial());
-    if par.threads > 1 && worth_splitting(out.len()) {
-        run_in_pool(|| kernels::copy(src, layout, out, par))
+    let threads = match par.threads > 1 && worth_splitting(out.len()) {
+        true => room(par.threads),
+        false => 1,
+    };
+    if threads > 1 {
+        run_in_pool(threads, || kernels::copy(src, layout, out, Par { threads }))
     } else {
         kernels::copy(src, layout, out, Par::serial())
     }

@@ -178,6 +178,7 @@ fn json_events(e: &Event, thread: &str, pid: u32, plans: &HashMap<u64, String>) 
                 "kernels": info.kernels,
                 "arena_bytes": info.arena_bytes,
                 "arena_lower_bound": info.arena_lower_bound,
+                "kernel_threads": info.kernel_threads,
                 "wait_us": us(ready.saturating_sub(e.start)),
                 "ran_on": thread,
             });

@@ -72,4 +72,6 @@ pub(crate) struct FlushFacts {
     pub(crate) arena_bytes: usize,
     /// The planner's lower bound for the arena, in bytes.
     pub(crate) arena_lower_bound: usize,
+    /// The threads its kernels could use (the load cap included).
+    pub(crate) kernel_threads: usize,
 }
