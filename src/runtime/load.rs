@@ -109,23 +109,37 @@ fn epoch() -> Instant {
 
 /// Takes a new sample and updates [`CAP`] from the one before it.
 fn look() {
-    let Some(now) = sample() else {
+    static SAMPLER: parking_lot::Mutex<Sampler> = parking_lot::Mutex::new(Sampler {
+        stat: Vec::new(),
+        own: Vec::new(),
+        last: None,
+    });
+    let mut sampler = SAMPLER.lock();
+    let Some(now) = sampler.sample() else {
         CAP.store(usize::MAX, Ordering::Relaxed);
         return;
     };
-    static LAST: parking_lot::Mutex<Option<Sample>> = parking_lot::Mutex::new(None);
-    let mut last = LAST.lock();
-    if let Some(before) = last.as_ref() {
-        if let Some(others) = others_load(before, &now) {
-            let current = CAP.load(Ordering::Relaxed).min(now.cpus);
-            let cap = threads_for(now.cpus as f64 - others, now.cpus, current);
-            CAP.store(
-                if cap >= now.cpus { usize::MAX } else { cap },
-                Ordering::Relaxed,
-            );
-        }
+    if let Some(others) = sampler.last.and_then(|before| others_load(&before, &now)) {
+        let current = CAP.load(Ordering::Relaxed).min(now.cpus);
+        let cap = threads_for(now.cpus as f64 - others, now.cpus, current);
+        CAP.store(
+            if cap >= now.cpus { usize::MAX } else { cap },
+            Ordering::Relaxed,
+        );
     }
-    *last = Some(now);
+    sampler.last = Some(now);
+}
+
+/// The reader of the load counters: its buffers are kept, so that after the first
+/// look a flush's look allocates nothing (the engine's steady state allocates
+/// nothing; `tests/alloc.rs`).
+struct Sampler {
+    /// The text of `/proc/stat`.
+    stat: Vec<u8>,
+    /// The text of `/proc/self/stat`.
+    own: Vec<u8>,
+    /// The sample before this one.
+    last: Option<Sample>,
 }
 
 /// CPU time counters at one moment, in clock ticks.
@@ -173,32 +187,47 @@ fn threads_for(spare: f64, cpus: usize, current: usize) -> usize {
     cap.clamp(1, cpus.max(1))
 }
 
-/// Reads a sample from `/proc` (Linux), or `None`.
-#[cfg(target_os = "linux")]
-fn sample() -> Option<Sample> {
-    static ALLOWED: OnceLock<Option<Vec<usize>>> = OnceLock::new();
-    let allowed = ALLOWED.get_or_init(|| {
-        let status = std::fs::read_to_string("/proc/self/status").ok()?;
-        let list = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
-        parse_cpu_list(list.trim())
-    });
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let own = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let (busy, total, cpus) = parse_stat(&stat, allowed.as_deref())?;
-    Some(Sample {
-        busy,
-        total,
-        cpus,
-        own: parse_own_time(&own)?,
-    })
+impl Sampler {
+    /// Reads a sample from `/proc` (Linux), or `None`.
+    #[cfg(target_os = "linux")]
+    fn sample(&mut self) -> Option<Sample> {
+        static ALLOWED: OnceLock<Option<Vec<usize>>> = OnceLock::new();
+        let allowed = ALLOWED.get_or_init(|| {
+            let status = std::fs::read_to_string("/proc/self/status").ok()?;
+            let list = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+            parse_cpu_list(list.trim())
+        });
+        let (busy, total, cpus) =
+            parse_stat(read_into("/proc/stat", &mut self.stat)?, allowed.as_deref())?;
+        Some(Sample {
+            busy,
+            total,
+            cpus,
+            own: parse_own_time(read_into("/proc/self/stat", &mut self.own)?)?,
+        })
+    }
+
+    /// No load counters outside Linux: nothing is capped.
+    #[cfg(not(target_os = "linux"))]
+    fn sample(&mut self) -> Option<Sample> {
+        None
+    }
 }
 
-/// No load counters outside Linux: nothing is capped.
-#[cfg(not(target_os = "linux"))]
-fn sample() -> Option<Sample> {
-    None
+/// Reads the file at `path` into `buf` (kept: no allocation once it is large enough)
+/// as text.
+#[cfg(target_os = "linux")]
+fn read_into<'a>(path: &str, buf: &'a mut Vec<u8>) -> Option<&'a str> {
+    use std::io::Read;
+    buf.clear();
+    std::fs::File::open(path).ok()?.read_to_end(buf).ok()?;
+    // Room for the counters' digits to grow, so that later reads never reallocate.
+    if buf.capacity() < 2 * buf.len() {
+        buf.reserve(buf.len());
+    }
+    std::str::from_utf8(buf).ok()
 }
 
 /// Busy and total ticks, summed over the `cpuN` lines of `/proc/stat` whose `N` is in
@@ -362,10 +391,15 @@ mod tests {
         else {
             return; // no shell to run the load with
         };
+        let mut sampler = Sampler {
+            stat: Vec::new(),
+            own: Vec::new(),
+            last: None,
+        };
         std::thread::sleep(Duration::from_millis(50));
-        let before = sample().expect("a Linux /proc sample");
+        let before = sampler.sample().expect("a Linux /proc sample");
         std::thread::sleep(Duration::from_millis(500));
-        let now = sample().expect("a Linux /proc sample");
+        let now = sampler.sample().expect("a Linux /proc sample");
         let _ = child.kill();
         let _ = child.wait();
         let others = others_load(&before, &now).expect("time passed");
