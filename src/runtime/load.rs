@@ -122,6 +122,12 @@ fn look() {
     if let Some(others) = sampler.last.and_then(|before| others_load(&before, &now)) {
         let current = CAP.load(Ordering::Relaxed).min(now.cpus);
         let cap = threads_for(now.cpus as f64 - others, now.cpus, current);
+        if cap != current {
+            log::debug!(
+                "kernel threads capped at {cap} of {} CPUs: other processes kept {others:.2} cores busy",
+                now.cpus
+            );
+        }
         CAP.store(
             if cap >= now.cpus { usize::MAX } else { cap },
             Ordering::Relaxed,
