@@ -15,7 +15,8 @@
 //! request's texts are spread over them in even shares of tokens, topped up out of
 //! order where that evens them out, so a lone request of 32 texts runs on every worker
 //! at once rather than on one, and they end together), waits at most `max_wait` for more when it emptied the
-//! queue and has room (unless its batch holds the rest of a request already running), runs the batch as one packed forward pass on its own stream,
+//! queue and has room (unless its batch holds the rest of a request already running, or
+//! no batch has held several requests for a while: a lone caller never waits), runs the batch as one packed forward pass on its own stream,
 //! and hands each vector to its request. If a batch fails, each of its sequences is run again alone,
 //! so only the requests whose own sequences fail get an error. Panics in a forward
 //! pass or in a caller's callback are caught: a worker never dies while the
@@ -110,6 +111,10 @@ struct Item {
     prompt: usize,
 }
 
+/// How long after a batch of several requests the workers still wait for batches to
+/// fill (at least; ten times `max_wait` when that is longer).
+const COMPANY: std::time::Duration = std::time::Duration::from_millis(100);
+
 struct Queue {
     items: VecDeque<Item>,
     /// Tokens of the queued items.
@@ -119,6 +124,9 @@ struct Queue {
     busy: usize,
     /// Whether batches ran since the last trim.
     dirty: bool,
+    /// When a batch last took sequences of more than one request: requests come from
+    /// several callers at once, and waiting for more fills batches.
+    company: Option<Instant>,
 }
 
 /// What the workers share with the [`Embedder`](super::Embedder) or
@@ -217,6 +225,7 @@ impl Batcher {
                 shutdown: false,
                 busy: 0,
                 dirty: false,
+                company: None,
             }),
             ready: Condvar::new(),
             observer: RwLock::new(None),
@@ -340,7 +349,8 @@ impl Batcher {
 
     /// The next batch: waits for a first sequence (trimming memory after
     /// `idle_trim` without work), then takes sequences in order while they fit in
-    /// its budget, waiting up to `max_wait` for more while the queue is empty. The
+    /// its budget, waiting up to `max_wait` for more while the queue is empty (only
+    /// while requests come from several callers at once: see [`COMPANY`]). The
     /// budget is `max_batch_tokens`, or less when other workers are idle: the queued
     /// tokens shared evenly between the idle workers, so that a burst is spread over
     /// all of them instead of filling one batch while the others wait. `None` once
@@ -399,9 +409,21 @@ impl Batcher {
             // Wait for more only when this worker took everything and has room, and
             // its batch starts a request: the rest of a request whose first texts are
             // already running (on another worker, or in this one's last batch) would
-            // only come back later for the wait.
+            // only come back later for the wait. And only while requests come from
+            // several callers at once: a lone caller's next request comes after this
+            // one's answer, so waiting would only add `max_wait` to each of its calls.
+            let first = batch.first().map(|item| &item.request);
+            if batch
+                .iter()
+                .any(|i| first.is_some_and(|f| !Arc::ptr_eq(&i.request, f)))
+            {
+                q.company = Some(Instant::now());
+            }
+            let crowded = q
+                .company
+                .is_some_and(|t| t.elapsed() < COMPANY.max(10 * self.settings.max_wait));
             let starts = batch.first().is_some_and(|item| item.index == 0);
-            let room = starts && tokens < budget && q.items.is_empty();
+            let room = crowded && starts && tokens < budget && q.items.is_empty();
             if !room || q.shutdown || self.ready.wait_until(&mut q, deadline).timed_out() {
                 break;
             }
@@ -767,6 +789,39 @@ pub(super) mod tests {
         let (_, alone) = b.next_batch().unwrap();
         assert!(!alone);
     }
+    #[test]
+    fn a_lone_caller_never_waits_and_several_callers_do() {
+        let b = Arc::new(Batcher::new(
+            tiny_net(),
+            EmbedderSettings {
+                workers: 1,
+                max_wait: Duration::from_millis(300),
+                ..settings(64)
+            },
+        ));
+        let submit = || {
+            b.submit(vec![vec![1, 2, 3]], Vec::new(), (true, 0), Box::new(|_| {}))
+                .unwrap()
+        };
+        // One request at a time: each batch runs at once, however long max_wait is.
+        for _ in 0..3 {
+            let _ticket = submit();
+            let start = Instant::now();
+            assert_eq!(b.next_batch().unwrap().0.len(), 1);
+            assert!(start.elapsed() < Duration::from_millis(250), "{:?}", start.elapsed());
+        }
+        // Two requests in one batch: callers come at once, so from now on a batch
+        // that took everything waits for more (the whole max_wait, here).
+        let _tickets = (submit(), submit());
+        let start = Instant::now();
+        assert_eq!(b.next_batch().unwrap().0.len(), 2);
+        assert!(start.elapsed() >= Duration::from_millis(300), "{:?}", start.elapsed());
+        let _ticket = submit();
+        let start = Instant::now();
+        assert_eq!(b.next_batch().unwrap().0.len(), 1);
+        assert!(start.elapsed() >= Duration::from_millis(300), "{:?}", start.elapsed());
+    }
+
     #[test]
     fn the_rest_of_a_running_request_does_not_wait_for_more() {
         // A minute's max_wait: the second batch holds the rest of a request whose first

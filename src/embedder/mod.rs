@@ -81,9 +81,12 @@ pub struct EmbedderSettings {
     /// a token for MiniLM) and longer to come back.
     pub max_batch_tokens: usize,
     /// How long a worker waits for more texts when it emptied the queue and its
-    /// batch is not full (default 2 ms); never for a batch that holds the rest of a
-    /// request already running. Longer waits make larger batches under light load, at that cost in
-    /// latency; under heavy load batches fill without waiting.
+    /// batch is not full (default 2 ms), while requests come from several callers at
+    /// once (a batch held several requests in the last 100 ms, or in the last ten
+    /// `max_wait`s when that is longer). Never for a lone caller, whose next request
+    /// comes only after this one's answer, nor for a batch that holds the rest of a
+    /// request already running. Longer waits make larger batches under light load, at
+    /// that cost in latency; under heavy load batches fill without waiting.
     pub max_wait: Duration,
     /// After this long without work, the engine's pooled memory and cached plans are
     /// freed (`Some(2 s)` by default; `None` never): memory goes back down after a
