@@ -808,18 +808,30 @@ pub(super) mod tests {
             let _ticket = submit();
             let start = Instant::now();
             assert_eq!(b.next_batch().unwrap().0.len(), 1);
-            assert!(start.elapsed() < Duration::from_millis(250), "{:?}", start.elapsed());
+            assert!(
+                start.elapsed() < Duration::from_millis(250),
+                "{:?}",
+                start.elapsed()
+            );
         }
         // Two requests in one batch: callers come at once, so from now on a batch
         // that took everything waits for more (the whole max_wait, here).
         let _tickets = (submit(), submit());
         let start = Instant::now();
         assert_eq!(b.next_batch().unwrap().0.len(), 2);
-        assert!(start.elapsed() >= Duration::from_millis(300), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            start.elapsed()
+        );
         let _ticket = submit();
         let start = Instant::now();
         assert_eq!(b.next_batch().unwrap().0.len(), 1);
-        assert!(start.elapsed() >= Duration::from_millis(300), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[test]
