@@ -72,6 +72,21 @@ pub fn set_kernel_threads(threads: usize) {
     streamfuse::set_kernel_threads(threads)
 }
 
+/// Turns on or off the cap on kernel threads by the cores other processes leave free
+/// (on by default; Linux): with it on, a flush uses no more threads than the machine
+/// has idle cores, so a busy neighbour or a second copy of the service does not stall
+/// every parallel kernel.
+#[pyfunction]
+pub fn set_load_aware(on: bool) {
+    streamfuse::set_load_aware(on)
+}
+
+/// Whether kernel threads are capped by the machine's load (`set_load_aware`).
+#[pyfunction]
+pub fn load_aware() -> bool {
+    streamfuse::load_aware()
+}
+
 /// Starts recording a timeline to `path` (Chrome trace JSON, written at `trace_stop`
 /// or at exit).
 #[pyfunction]

@@ -38,6 +38,8 @@ fn _streamfuse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(engine::cpu_tier, m)?)?;
     m.add_function(wrap_pyfunction!(engine::set_fusion, m)?)?;
     m.add_function(wrap_pyfunction!(engine::set_kernel_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(engine::set_load_aware, m)?)?;
+    m.add_function(wrap_pyfunction!(engine::load_aware, m)?)?;
     m.add_function(wrap_pyfunction!(engine::trace_start, m)?)?;
     m.add_function(wrap_pyfunction!(engine::trace_stop, m)?)?;
     m.add_function(wrap_pyfunction!(engine::set_log_level, m)?)?;

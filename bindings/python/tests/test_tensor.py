@@ -97,6 +97,20 @@ def test_ops_are_lazy_until_read():
     assert c.is_ready and streamfuse.stats()["segments"] > before["segments"]
 
 
+def test_the_load_cap_switches_and_never_changes_results():
+    a = Tensor.from_numpy(arr(256, 384))
+    w = Tensor.from_numpy(arr(384, 384))
+    assert streamfuse.load_aware()
+    capped = (a @ w).gelu().numpy()
+    streamfuse.set_load_aware(False)
+    try:
+        assert not streamfuse.load_aware()
+        assert same_bits((a @ w).gelu().numpy(), capped)
+    finally:
+        streamfuse.set_load_aware(True)
+    assert streamfuse.load_aware()
+
+
 def test_from_numpy_copies_any_strides_and_zero_size_and_nan():
     a = arr(6, 8)
     for view in (a[:, ::2], a.T, np.asfortranarray(a), a[::-1]):
