@@ -48,7 +48,13 @@ onnx_export
 RESULTS=$OUT/results.tsv
 : > "$RESULTS"
 HOG=""
-stop_hog() { [ -n "$HOG" ] && kill "$HOG" 2>/dev/null && wait "$HOG" 2>/dev/null; HOG=""; }
+stop_hog() {
+    if [ -n "$HOG" ]; then
+        kill "$HOG" 2>/dev/null || true
+        wait "$HOG" 2>/dev/null || true
+    fi
+    HOG=""
+}
 trap stop_hog EXIT
 
 # The command of row $1 at batch $2.
