@@ -803,35 +803,27 @@ pub(super) mod tests {
             b.submit(vec![vec![1, 2, 3]], Vec::new(), (true, 0), Box::new(|_| {}))
                 .unwrap()
         };
+        // The size of the next batch and how long it took to form.
+        let timed = || {
+            let start = Instant::now();
+            let len = b.next_batch().unwrap().0.len();
+            (len, start.elapsed())
+        };
+        let max_wait = Duration::from_millis(300);
         // One request at a time: each batch runs at once, however long max_wait is.
         for _ in 0..3 {
             let _ticket = submit();
-            let start = Instant::now();
-            assert_eq!(b.next_batch().unwrap().0.len(), 1);
-            assert!(
-                start.elapsed() < Duration::from_millis(250),
-                "{:?}",
-                start.elapsed()
-            );
+            let (len, took) = timed();
+            assert!(len == 1 && took < max_wait, "{len} sequences in {took:?}");
         }
         // Two requests in one batch: callers come at once, so from now on a batch
         // that took everything waits for more (the whole max_wait, here).
         let _tickets = (submit(), submit());
-        let start = Instant::now();
-        assert_eq!(b.next_batch().unwrap().0.len(), 2);
-        assert!(
-            start.elapsed() >= Duration::from_millis(300),
-            "{:?}",
-            start.elapsed()
-        );
+        let (len, took) = timed();
+        assert!(len == 2 && took >= max_wait, "{len} sequences in {took:?}");
         let _ticket = submit();
-        let start = Instant::now();
-        assert_eq!(b.next_batch().unwrap().0.len(), 1);
-        assert!(
-            start.elapsed() >= Duration::from_millis(300),
-            "{:?}",
-            start.elapsed()
-        );
+        let (len, took) = timed();
+        assert!(len == 1 && took >= max_wait, "{len} sequences in {took:?}");
     }
 
     #[test]
