@@ -71,10 +71,17 @@ fn a_busy_neighbour_caps_the_kernel_threads_and_changes_no_result() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(capped >= 1);
+    let stats = streamfuse::stats();
+    assert!(
+        stats.kernel_threads_allowed < stats.kernel_threads,
+        "{stats:?}"
+    );
     // Off: the whole budget again, whatever the load.
     streamfuse::set_load_aware(false);
     let (bits, threads) = product();
+    let stats = streamfuse::stats();
     streamfuse::set_load_aware(true);
     assert_eq!(bits, quiet);
     assert_eq!(threads, all);
+    assert_eq!(stats.kernel_threads_allowed, stats.kernel_threads);
 }

@@ -146,6 +146,8 @@ fn metrics_count_requests_texts_batches_and_the_queue() {
             ("streamfuse_queue_tokens", "gauge"),
             ("streamfuse_busy_workers", "gauge"),
             ("streamfuse_workers", "gauge"),
+            ("streamfuse_kernel_threads", "gauge"),
+            ("streamfuse_kernel_threads_allowed", "gauge"),
         ] {
             assert_eq!(m.types.get(name).map(String::as_str), Some(kind), "{name}");
         }
@@ -181,6 +183,10 @@ fn metrics_count_requests_texts_batches_and_the_queue() {
         assert_eq!(m.get("streamfuse_workers", &q), Some(1.0));
         assert_eq!(m.get("streamfuse_queue_sequences", &q), Some(0.0));
         assert_eq!(m.get("streamfuse_queue_tokens", &q), Some(0.0));
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        assert_eq!(m.get("streamfuse_kernel_threads", &[]), Some(cores));
+        let allowed = m.get("streamfuse_kernel_threads_allowed", &[]).unwrap();
+        assert!((1.0..=cores).contains(&allowed), "{allowed} of {cores}");
         // The scrape itself is counted by the next one.
         let m = scrape(&mut c, &[]).await;
         assert_eq!(

@@ -15,11 +15,13 @@
 //! | `streamfuse_queue_tokens` | gauge | `queue` | their tokens |
 //! | `streamfuse_busy_workers` | gauge | `queue` | workers running a batch |
 //! | `streamfuse_workers` | gauge | `queue` | worker threads |
+//! | `streamfuse_kernel_threads` | gauge | | the engine's kernel threads |
+//! | `streamfuse_kernel_threads_allowed` | gauge | | how many a flush may use now: fewer while other processes keep cores busy (`set_load_aware`) |
 //!
 //! `route` is the route's pattern (`/v1/embeddings`, `/v1/models/{id}`; `unmatched`
 //! for any other path); `queue` is `embedder` or `reranker`. The batch metrics come
 //! from the library's [`BatchObserver`] hook, the queue gauges from `queue_depth()`
-//! read at each scrape.
+//! and the kernel threads' from `streamfuse::stats()`, read at each scrape.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,7 +32,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use prometheus::{
     exponential_buckets, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use streamfuse::embedder::{BatchObserver, Embedder, Reranker};
 
@@ -69,6 +71,8 @@ pub struct Metrics {
     queue_tokens: IntGaugeVec,
     busy_workers: IntGaugeVec,
     workers: IntGaugeVec,
+    kernel_threads: IntGauge,
+    kernel_threads_allowed: IntGauge,
 }
 
 /// Registers `collector` in `registry` and returns it. The names are fixed and
@@ -155,6 +159,17 @@ impl Metrics {
             ),
             busy_workers: gauge("streamfuse_busy_workers", "Workers running a batch."),
             workers: gauge("streamfuse_workers", "Worker threads."),
+            kernel_threads: registered(
+                &r,
+                IntGauge::new("streamfuse_kernel_threads", "The engine's kernel threads."),
+            ),
+            kernel_threads_allowed: registered(
+                &r,
+                IntGauge::new(
+                    "streamfuse_kernel_threads_allowed",
+                    "Kernel threads a flush may use now: fewer while other processes keep cores busy.",
+                ),
+            ),
             registry: r,
         };
         m.watch(Queue::Embedder, embedder.settings().workers, |o| {
@@ -187,7 +202,8 @@ impl Metrics {
             .inc_by(n as u64);
     }
 
-    /// The metrics in Prometheus' text format, the queue gauges read now.
+    /// The metrics in Prometheus' text format, the queue and kernel thread gauges read
+    /// now.
     pub fn render(&self, app: &App) -> Result<String, String> {
         let mut depths = vec![(Queue::Embedder, app.embedder.queue_depth())];
         if let Some(r) = &app.reranker {
@@ -203,6 +219,10 @@ impl Metrics {
                 .with_label_values(&q)
                 .set(d.busy_workers as i64);
         }
+        let engine = streamfuse::stats();
+        self.kernel_threads.set(engine.kernel_threads as i64);
+        self.kernel_threads_allowed
+            .set(engine.kernel_threads_allowed as i64);
         TextEncoder::new()
             .encode_to_string(&self.registry.gather())
             .map_err(|e| e.to_string())

@@ -100,7 +100,16 @@ pub(crate) fn room(threads: usize) -> usize {
             Ordering::Release,
         );
     }
-    threads.min(CAP.load(Ordering::Relaxed)).max(1)
+    allowed(threads)
+}
+
+/// The kernel threads a flush with a budget of `threads` may use under the cap in
+/// force, without looking at the load again ([`room`] looks).
+pub(crate) fn allowed(threads: usize) -> usize {
+    match load_aware() {
+        true => threads.min(CAP.load(Ordering::Relaxed)).max(1),
+        false => threads,
+    }
 }
 
 /// The instant the engine's load clock starts.

@@ -23,7 +23,7 @@ mod threads;
 
 pub(crate) use dispatch::panic_message;
 pub(crate) use execute::{execute_plan, PlanScratch};
-pub(crate) use load::room;
+pub(crate) use load::{allowed, room};
 pub use load::{load_aware, set_load_aware};
 pub(crate) use memory::{
     live_buffers, live_bytes, peak_bytes, pooled_arena_bytes, pooled_bytes, reset_peak_bytes,
@@ -35,4 +35,4 @@ pub use storage::External;
 pub(crate) use storage::{Data, DataMut, StorageElement, TensorBuffer};
 pub(crate) use task::Task;
 pub use threads::{kernel_spin, set_kernel_spin};
-pub(crate) use threads::{kernel_threads, run_in_pool};
+pub(crate) use threads::{kernel_threads, kernel_threads_unstarted, run_in_pool};

@@ -36,6 +36,15 @@ pub(crate) fn kernel_threads() -> usize {
     pool().map_or(1, |p| p.current_num_threads())
 }
 
+/// [`kernel_threads`] without starting the pool: before it starts, the threads it
+/// will have (one per core).
+pub(crate) fn kernel_threads_unstarted() -> usize {
+    match POOL.get() {
+        Some(p) => p.as_ref().map_or(1, |p| p.current_num_threads()),
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
+}
+
 /// Runs `f` on a kernel thread, where rayon's parallel calls use the kernel pool;
 /// the calling thread blocks until it returns. `f`'s kernels use at most `threads`
 /// threads (their `Par`), and only that many workers are kept awake for them. Runs

@@ -215,6 +215,12 @@ pub struct EngineStats {
     pub ops_recorded: usize,
     /// Segments flushed since the process started.
     pub segments: usize,
+    /// The engine's kernel threads (its pool: one per core, started by the first flush
+    /// worth several threads; 1 when it could not start).
+    pub kernel_threads: usize,
+    /// The most kernel threads a flush may use now: `kernel_threads`, or fewer while
+    /// other processes keep some of this process's cores busy (`set_load_aware`).
+    pub kernel_threads_allowed: usize,
 }
 
 /// Starts a new peak-memory measurement (see [`EngineStats::peak_bytes`]).
@@ -238,5 +244,7 @@ pub fn stats() -> EngineStats {
         ops_recorded: CLOSED_OPS.load(Ordering::Relaxed)
             + streams.iter().map(|s| s.recorded()).sum::<usize>(),
         segments: SEGMENTS.load(Ordering::Relaxed),
+        kernel_threads: crate::runtime::kernel_threads_unstarted(),
+        kernel_threads_allowed: crate::runtime::allowed(crate::runtime::kernel_threads_unstarted()),
     }
 }

@@ -47,6 +47,8 @@ pub fn stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         ("live_streams", s.live_streams),
         ("ops_recorded", s.ops_recorded),
         ("segments", s.segments),
+        ("kernel_threads", s.kernel_threads),
+        ("kernel_threads_allowed", s.kernel_threads_allowed),
     ] {
         d.set_item(k, v)?;
     }

@@ -102,10 +102,14 @@ def test_the_load_cap_switches_and_never_changes_results():
     w = Tensor.from_numpy(arr(384, 384))
     assert streamfuse.load_aware()
     capped = (a @ w).gelu().numpy()
+    s = streamfuse.stats()
+    assert 1 <= s["kernel_threads_allowed"] <= s["kernel_threads"]
     streamfuse.set_load_aware(False)
     try:
         assert not streamfuse.load_aware()
         assert same_bits((a @ w).gelu().numpy(), capped)
+        s = streamfuse.stats()
+        assert s["kernel_threads_allowed"] == s["kernel_threads"]
     finally:
         streamfuse.set_load_aware(True)
     assert streamfuse.load_aware()
