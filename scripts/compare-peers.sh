@@ -180,12 +180,7 @@ fi
 # shellcheck source=scripts/peers/python-env.sh
 . scripts/peers/python-env.sh
 python_env
-SHIM=""
-if ! grep -q GenuineIntel /proc/cpuinfo && command -v cc >/dev/null; then
-    echo 'int mkl_serv_intel_cpu_true(void) { return 1; }' > "$PEERS/mkl_shim.c"
-    cc -shared -fPIC -O2 -o "$PEERS/libmkl_shim.so" "$PEERS/mkl_shim.c"
-    SHIM=$PEERS/libmkl_shim.so
-fi
+mkl_shim
 onnx_export
 sed 's/^/    /' "$OUT/export.txt" >&2
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # all-MiniLM-L6-v2 on a machine shared with other work: streamfuse with and without its
-# load cap (runtime/load.rs) against ONNX Runtime, each in one run, rows alternated.
+# load cap (runtime/load.rs) against ONNX Runtime and PyTorch, in one run, rows
+# alternated.
 #
 # Three conditions, each at one sentence a call (BATCHES="1 32": also at batch 32):
 #   quiet       the engine alone
@@ -14,6 +15,8 @@
 #   streamfuse, no cap    the same with STREAMFUSE_LOAD_AWARE=0
 #   onnxruntime           scripts/peers/ort_bench.py: the BERT-optimised fp32 model,
 #                         intra-op threads = cores (as its users run it; it spins too)
+#   pytorch               scripts/peers/torch_bench.py: threads = cores, with MKL's
+#                         vendor check answered Intel on other CPUs (as compare-peers.sh)
 # Every row embeds the 512 sentences of SENTENCES in sentence-transformers' order. The
 # table gives medians over REPEAT runs of sentences/s (for two copies, the two
 # processes' sum), p50 and p99 in ms (for two copies, the first process's).
@@ -43,6 +46,7 @@ MINILM=$TARGET_DIR/release/examples/minilm
 # shellcheck source=scripts/peers/python-env.sh
 . scripts/peers/python-env.sh
 python_env
+mkl_shim
 onnx_export
 
 RESULTS=$OUT/results.tsv
@@ -64,6 +68,7 @@ command_of() {
     sf) echo "$MINILM $common --threads 1" ;;
     sf-nocap) echo "env STREAMFUSE_LOAD_AWARE=0 $MINILM $common --threads 1" ;;
     ort) echo "$PY scripts/peers/ort_bench.py --onnx $ONNX/minilm-fp32-opt.onnx $common --threads $THREADS" ;;
+    torch) echo "env ${SHIM:+LD_PRELOAD=$SHIM} $PY scripts/peers/torch_bench.py $common --threads $THREADS" ;;
     esac
 }
 
@@ -103,7 +108,7 @@ for rep in $(seq "$REPEAT"); do
     for batch in $BATCHES; do
         for cond in quiet neighbour two; do
             log "repetition $rep of $REPEAT: batch $batch, $cond"
-            for row in sf sf-nocap ort; do
+            for row in sf sf-nocap ort torch; do
                 run "$row" "$batch" "$cond"
             done
         done
@@ -119,7 +124,7 @@ runs = {}
 for line in open(sys.argv[1]):
     cond, row, batch, *v = line.split()
     runs.setdefault((int(batch), cond, row), []).append([float(x) for x in v])
-names = {"sf": "streamfuse", "sf-nocap": "streamfuse, no cap", "ort": "onnxruntime"}
+names = {"sf": "streamfuse", "sf-nocap": "streamfuse, no cap", "ort": "onnxruntime", "torch": "pytorch"}
 conds = {"quiet": "quiet", "neighbour": "busy neighbour", "two": "two copies"}
 print(f"{'batch':>5} {'condition':<15} {'engine':<20} {'sentences/s':>11} {'p50 ms':>8} {'p99 ms':>8}")
 for (batch, cond, row), v in sorted(runs.items(), key=lambda kv: (kv[0][0], list(conds).index(kv[0][1]), list(names).index(kv[0][2]))):
@@ -128,7 +133,7 @@ for (batch, cond, row), v in sorted(runs.items(), key=lambda kv: (kv[0][0], list
 for batch in sorted({k[0] for k in runs}):
     for cond in ("neighbour", "two"):
         get = lambda row: statistics.median(x[0] for x in runs.get((batch, cond, row), [[0]]))
-        if get("sf-nocap") and get("ort"):
+        if get("sf-nocap") and get("ort") and get("torch"):
             print(f"batch {batch}, {conds[cond]}: streamfuse {get('sf') / get('sf-nocap'):.2f}x its uncapped self, "
-                  f"{get('sf') / get('ort'):.2f}x onnxruntime (sentences/s)")
+                  f"{get('sf') / get('ort'):.2f}x onnxruntime, {get('sf') / get('torch'):.2f}x pytorch (sentences/s)")
 EOF

@@ -1,7 +1,8 @@
-# Shared by compare-peers.sh and compare-serving.sh (sourced, not run): the Python
-# virtual environment under $PEERS/venv with the peers' packages, and the ONNX models
-# exported once from $MODEL/model.safetensors into $PEERS/onnx. Expects PEERS, MODEL,
-# SENTENCES, THREADS and OUT to be set and a `log` function; sets VENV, PY and ONNX.
+# Shared by compare-peers.sh, compare-serving.sh and compare-shared.sh (sourced, not
+# run): the Python virtual environment under $PEERS/venv with the peers' packages, the
+# ONNX models exported once from $MODEL/model.safetensors into $PEERS/onnx, and MKL's
+# vendor shim. Expects PEERS, MODEL, SENTENCES, THREADS and OUT to be set and a `log`
+# function; sets VENV, PY, ONNX and SHIM.
 
 # Creates the venv and installs torch, numpy, tokenizers, onnxruntime, onnx and openvino
 # into it when they are missing.
@@ -30,5 +31,18 @@ onnx_export() {
         cat "$OUT/export.txt" >&2
         log "the ONNX export failed"
         exit 1
+    fi
+}
+
+# Sets SHIM to a library that answers MKL's vendor check (`mkl_serv_intel_cpu_true`) as
+# Intel, preloaded into PyTorch on other vendors' CPUs so that MKL takes its AVX2 and
+# AVX-512 paths there, as a knowledgeable user does; empty on Intel CPUs or without a
+# C compiler.
+mkl_shim() {
+    SHIM=""
+    if ! grep -q GenuineIntel /proc/cpuinfo && command -v cc >/dev/null; then
+        echo 'int mkl_serv_intel_cpu_true(void) { return 1; }' > "$PEERS/mkl_shim.c"
+        cc -shared -fPIC -O2 -o "$PEERS/libmkl_shim.so" "$PEERS/mkl_shim.c"
+        SHIM=$PEERS/libmkl_shim.so
     fi
 }
