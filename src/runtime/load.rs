@@ -106,9 +106,10 @@ pub(crate) fn room(threads: usize) -> usize {
 /// The kernel threads a flush with a budget of `threads` may use under the cap in
 /// force, without looking at the load again ([`room`] looks).
 pub(crate) fn allowed(threads: usize) -> usize {
-    match load_aware() {
-        true => threads.min(CAP.load(Ordering::Relaxed)).max(1),
-        false => threads,
+    if load_aware() {
+        threads.min(CAP.load(Ordering::Relaxed)).max(1)
+    } else {
+        threads
     }
 }
 

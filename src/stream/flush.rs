@@ -278,11 +278,12 @@ impl Stream {
             _ => None,
         };
         // The stream's budget, capped by the cores other processes leave free.
-        let par = match par.threads > 1 && worth_splitting(work) {
-            true => Par {
+        let par = if par.threads > 1 && worth_splitting(work) {
+            Par {
                 threads: room(par.threads),
-            },
-            false => Par::serial(),
+            }
+        } else {
+            Par::serial()
         };
         info.kernel_threads = par.threads;
         if par.threads > 1 {

@@ -79,9 +79,10 @@ pub(crate) fn copy_out<T: StorageElement>(
     let par = LOCAL
         .try_with(|s| s.0.par())
         .unwrap_or_else(|_| Par::serial());
-    let threads = match par.threads > 1 && worth_splitting(out.len()) {
-        true => room(par.threads),
-        false => 1,
+    let threads = if par.threads > 1 && worth_splitting(out.len()) {
+        room(par.threads)
+    } else {
+        1
     };
     if threads > 1 {
         run_in_pool(threads, || kernels::copy(src, layout, out, Par { threads }))
