@@ -23,7 +23,7 @@
 //! - `--workers N` (default: the core count): embedder worker threads, each with its
 //!   own stream; `--max-batch-tokens N` (default 2048): the token budget of one
 //!   batch; `--max-wait-ms MS` (default 2): how long a worker waits for a batch to
-//!   fill; `--precision P` (default f32): the precision of the model's matrix weights
+//!   fill, while requests come from several clients at once; `--precision P` (default f32): the precision of the model's matrix weights
 //!   (`streamfuse::models::Precision`, with the accuracy each keeps).
 //! - `--max-queue-tokens N` (default: unbounded): the most tokens waiting for a
 //!   worker; a request that would pass it gets a 503 with `Retry-After` (a 429 on
