@@ -4,7 +4,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-/// Why an [`Embedder`] could not be made or a request could not be answered. Each
+/// Why an [`Embedder`](super::Embedder) could not be made or a request could not be answered. Each
 /// names what was wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EmbedError {
@@ -15,7 +15,7 @@ pub enum EmbedError {
         /// What was wrong with it.
         msg: String,
     },
-    /// An [`EmbedderSettings`] field is out of range.
+    /// An [`EmbedderSettings`](super::EmbedderSettings) field is out of range.
     Settings(String),
     /// Text `index` of the request is empty or only whitespace.
     EmptyText {
@@ -37,7 +37,7 @@ pub enum EmbedError {
     EmptyQuery,
     /// A rerank request has no documents.
     NoDocuments,
-    /// A rerank request has more documents than [`Reranker::MAX_DOCUMENTS`].
+    /// A rerank request has more documents than [`Reranker::MAX_DOCUMENTS`](super::Reranker::MAX_DOCUMENTS).
     TooManyDocuments {
         /// Documents in the request.
         count: usize,
@@ -45,7 +45,7 @@ pub enum EmbedError {
         max: usize,
     },
     /// Pair `index` (query and document) is longer than the model takes and the
-    /// request asked not to truncate ([`Truncation::Refuse`]).
+    /// request asked not to truncate ([`Truncation::Refuse`](super::Truncation::Refuse)).
     TooLong {
         /// Its position in the request.
         index: usize,
@@ -62,7 +62,7 @@ pub enum EmbedError {
         /// The prompts the model has.
         known: Vec<String>,
     },
-    /// The queue is full ([`EmbedderSettings::max_queue_tokens`]): try again later.
+    /// The queue is full ([`EmbedderSettings::max_queue_tokens`](super::EmbedderSettings::max_queue_tokens)): try again later.
     Overloaded {
         /// Tokens waiting in the queue.
         queued: usize,

@@ -44,11 +44,11 @@
 //!
 //! # Symbolic sizes
 //!
-//! A [`SymProblem`] has sizes that are expressions of symbols ([`TDim`]: sums of
-//! products, `4·s0·s1 + 64`). A [`SymPlacement`] decides a placement order once and gives
+//! A `SymProblem` has sizes that are expressions of symbols (`TDim`: sums of
+//! products, `4·s0·s1 + 64`). A `SymPlacement` decides a placement order once and gives
 //! offsets for any values of the symbols in one linear pass, planning again (and
 //! keeping both orders) only where a value makes the kept orders worse than
-//! [`symbolic::SLACK`] × that value's lower bound; see [`symbolic`].
+//! `symbolic::SLACK` × that value's lower bound; see the module `symbolic`.
 //!
 //! # Checking
 //!

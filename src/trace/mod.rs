@@ -26,7 +26,7 @@
 //! the memory plan of a segment whenever its plan is in the plan cache, tracing or not.
 //!
 //! This module is a leaf: it knows no plan or stream type. A plan is recorded as a
-//! [`TracedPlan`] (which `fusion` implements) and a flush as plain [`FlushFacts`], so
+//! `TracedPlan` (which `fusion` implements) and a flush as plain `FlushFacts`, so
 //! the modules that record into it never meet it again on their way down.
 
 mod chrome;
