@@ -88,7 +88,7 @@ impl Net {
     ) -> crate::Result<Vec<Vec<f32>>> {
         match self {
             Net::Embed(model, head) => model.embed_packed_head(seqs, head, prompt, normalize),
-            Net::Classify(c) => c.classify_packed(seqs, types, Packing::Bucketed),
+            Net::Classify(c) => c.classify_packed(seqs, types, Packing::Exact),
         }
     }
 }
