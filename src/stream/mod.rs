@@ -234,6 +234,7 @@ pub fn stats() -> EngineStats {
         .lock()
         .as_ref()
         .map_or_else(Vec::new, |m| m.values().filter_map(Weak::upgrade).collect());
+    let kernel_threads = crate::runtime::kernel_threads_unstarted();
     EngineStats {
         live_buffers: crate::runtime::live_buffers(),
         live_bytes: crate::runtime::live_bytes(),
@@ -244,7 +245,7 @@ pub fn stats() -> EngineStats {
         ops_recorded: CLOSED_OPS.load(Ordering::Relaxed)
             + streams.iter().map(|s| s.recorded()).sum::<usize>(),
         segments: SEGMENTS.load(Ordering::Relaxed),
-        kernel_threads: crate::runtime::kernel_threads_unstarted(),
-        kernel_threads_allowed: crate::runtime::allowed(crate::runtime::kernel_threads_unstarted()),
+        kernel_threads,
+        kernel_threads_allowed: crate::runtime::allowed(kernel_threads),
     }
 }
